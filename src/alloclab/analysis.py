@@ -1,0 +1,152 @@
+"""From stored runs to decisions: per cell summaries, comparisons against the baseline,
+Holm-adjusted verdicts and findings, as plain data the reports render.
+
+The Holm family is, by default, one workload and one metric: the many-to-one comparisons of
+every variant against the baseline on that metric (`family="experiment"` pools every headline
+comparison of the experiment instead, which is stricter and needs more runs).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from . import stats
+from .store import Experiment
+
+# Shown by default; the rest of the standard measures appear with details=True.
+HEADLINE_STANDARD = ("wall_s", "cpu_s", "peak_rss_mb")
+DEFAULT_STANDARD = HEADLINE_STANDARD + ("minflt",)
+
+
+@dataclass
+class Cell:
+    variant_idx: int
+    values: list[float]
+    blocks: list[int]
+    summary: stats.CellSummary
+    comparison: stats.Comparison | None = None
+    findings: list[stats.Finding] = field(default_factory=list)
+
+
+@dataclass
+class MetricRow:
+    name: str
+    unit: str
+    higher_is_better: bool
+    source: str
+    primary: bool
+    cells: list[Cell]
+
+    @property
+    def headline(self) -> bool:
+        return self.source != "run" or self.name in HEADLINE_STANDARD
+
+
+@dataclass
+class WorkloadResult:
+    idx: int
+    name: str
+    argv: list[str]
+    info: dict
+    params: dict
+    rows: list[MetricRow]
+    runs_total: dict[int, int]
+    runs_failed: dict[int, list[dict]]
+    verification: dict[int, dict]
+
+    def row(self, name: str) -> MetricRow | None:
+        return next((r for r in self.rows if r.name == name), None)
+
+    def primary(self) -> MetricRow | None:
+        return next((r for r in self.rows if r.primary), None) or next(
+            (r for r in self.rows if r.source != "run"), None) or self.row("wall_s")
+
+
+@dataclass
+class Analysis:
+    experiment: Experiment
+    baseline_idx: int
+    labels: list[str]
+    workloads: list[WorkloadResult]
+    alpha: float
+    min_effect: float
+
+
+def _values(runs: list[dict], metric: str) -> tuple[list[float], list[int]]:
+    vals, blocks = [], []
+    for r in runs:
+        if r["status"] == "ok" and metric in r["metrics"]:
+            vals.append(r["metrics"][metric])
+            blocks.append(r["block"])
+    return vals, blocks
+
+
+def analyze(exp: Experiment, baseline: str | int | None = None, alpha: float = 0.05,
+            min_effect: float = 0.0, family: str = "metric") -> Analysis:
+    labels = [v["label"] for v in exp.variants]
+    base = _baseline_index(labels, baseline)
+    cores = exp.machine.get("usable_cores") or exp.machine.get("cores")
+    n_cmp = max(1, len(labels) - 1)
+    workloads: list[WorkloadResult] = []
+    for w in exp.workloads:
+        wi = w["idx"]
+        cell_runs = {vi: exp.cell_runs(wi, vi) for vi in range(len(labels))}
+        rows = []
+        for d in exp.defs_for(wi):
+            cells = []
+            for vi, runs in cell_runs.items():
+                vals, blocks = _values(runs, d["name"])
+                n_failed = sum(1 for r in runs if r["status"] != "ok")
+                summary = stats.summarize(vals, n_failed=n_failed)
+                findings = stats.cell_findings(
+                    vals, alpha=alpha, n_comparisons=n_cmp, blocks=blocks,
+                    durations_s=[r["wall_s"] for r in runs if r["status"] == "ok"],
+                    load_avg=[r["extra"].get("load") for r in runs if r["extra"].get("load") is not None],
+                    n_cores=cores, n_failed=n_failed)
+                cells.append(Cell(vi, vals, blocks, summary, findings=findings))
+            if not any(c.values for c in cells):
+                continue  # e.g. hardware counters on a machine without them
+            for c in cells:
+                if c.variant_idx != base:
+                    c.comparison = stats.compare(cells[base].values, c.values, bool(d["higher_is_better"]),
+                                                 alpha=alpha, min_effect=min_effect)
+            rows.append(MetricRow(d["name"], d["unit"], bool(d["higher_is_better"]), d["source"],
+                                  bool(d["primary_metric"]), cells))
+        workloads.append(WorkloadResult(
+            wi, w["name"], w["argv"], w["info"], w["params"], rows,
+            runs_total={vi: len(r) for vi, r in cell_runs.items()},
+            runs_failed={vi: [r for r in runs if r["status"] != "ok"] for vi, runs in cell_runs.items()},
+            verification={vi: exp.verifications.get((wi, vi), {"status": "unknown", "reasons": [], "notes": []})
+                          for vi in range(len(labels))}))
+    _holm(workloads, alpha, min_effect, family)
+    return Analysis(exp, base, labels, workloads, alpha, min_effect)
+
+
+def _baseline_index(labels: list[str], baseline: str | int | None) -> int:
+    if baseline is None:
+        return 0
+    if isinstance(baseline, int):
+        return baseline
+    if baseline in labels:
+        return labels.index(baseline)
+    from .errors import AlloclabError
+    raise AlloclabError(f"Baseline '{baseline}' is not a variant of this experiment; its variants are: "
+                        f"{', '.join(labels)}.")
+
+
+def _holm(workloads: list[WorkloadResult], alpha: float, min_effect: float, family: str) -> None:
+    families: dict[tuple, list[Cell]] = {}
+    for w in workloads:
+        for row in w.rows:
+            for c in row.cells:
+                if c.comparison is None:
+                    continue
+                if family == "experiment":
+                    key = ("headline",) if row.headline else ("detail",)
+                else:
+                    key = (w.idx, row.name)
+                families.setdefault(key, []).append(c)
+    for cells in families.values():
+        adjusted = stats.adjust([c.comparison for c in cells], alpha=alpha, min_effect=min_effect)
+        for c, a in zip(cells, adjusted):
+            c.comparison = a

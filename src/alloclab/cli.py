@@ -1,0 +1,171 @@
+"""Command line: parse arguments, call one function, print. No measurement logic lives here."""
+
+from __future__ import annotations
+
+import os
+import signal
+import sys
+from pathlib import Path
+from typing import Optional
+
+import typer
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
+from rich.table import Table
+
+from . import catalog as cat
+from .analysis import analyze
+from .errors import AlloclabError
+from .metrics import parse_metric_option
+from .report import jsonout, terminal
+from .runner import Experiment, Progress as RunProgress, Settings
+from .store import DEFAULT_DB, Store
+from .variants import parse_variants
+from .workload import command_workload
+
+app = typer.Typer(add_completion=False, no_args_is_help=True,
+                  help="Which memory allocator, and which tuning, is best for your program? Measured.")
+# Tables are meant to be pasted into mails: do not squeeze them to 80 columns when piped.
+console = Console(width=None if sys.stdout.isatty() else 160)
+err = Console(stderr=True, width=None if sys.stderr.isatty() else 160)
+
+DbOption = typer.Option(DEFAULT_DB, "--db", help="SQLite database of results (created if missing).")
+
+
+def _sigterm_as_interrupt(*_):
+    raise KeyboardInterrupt
+
+
+def main() -> None:
+    signal.signal(signal.SIGTERM, _sigterm_as_interrupt)
+    try:
+        app()
+    except AlloclabError as exc:
+        err.print(f"[bold red]error:[/] {exc}", highlight=False)
+        sys.exit(exc.exit_code)
+
+
+# --- allocators -------------------------------------------------------------------------------
+
+@app.command()
+def allocators() -> None:
+    """List the catalog: found or missing, version, library, tunables, release call."""
+    catalog = cat.load_catalog()
+    t = Table(title="Allocators", show_lines=True)
+    for col in ("name", "status", "version", "library", "tunables", "release to OS"):
+        t.add_column(col)
+    missing = []
+    for a in catalog.allocators.values():
+        path = cat.locate(a)
+        found = a.is_system or path is not None
+        if not found:
+            missing.append(a.name)
+        t.add_row(a.name, "[green]found[/]" if found else f"[red]missing[/]\napt-get install -y {a.package}",
+                  cat.version_of(a, path) if found else "",
+                  "(libc, no preload)" if a.is_system else str(path or ""),
+                  ", ".join(tn.name for tn in a.tunables),
+                  a.release_call)
+    console.print(t)
+    if missing:
+        console.print(f"Missing: {', '.join(missing)}. Install with: {catalog.install_line(missing)}")
+    console.print("A variant is NAME[:VAR=VALUE,...][@LABEL], e.g. glibc:MALLOC_TOP_PAD_=64M; "
+                  "any path to a .so is a custom allocator.")
+
+
+# --- running experiments ----------------------------------------------------------------------
+
+def run_experiment(store: Store, workloads, variant_specs: list[str], settings: Settings) -> int:
+    variants = parse_variants(variant_specs)
+    with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
+                  TimeElapsedColumn(), TextColumn("eta"), TimeRemainingColumn(),
+                  console=err, transient=True) as bar:
+        task = bar.add_task("starting", total=None)
+        progress = RunProgress(
+            start=lambda total: bar.update(task, total=total),
+            advance=lambda text: bar.update(task, advance=1, description=text[:60]),
+            note=lambda text: bar.console.print(f"[yellow]{text}[/]", highlight=False))
+        # The bar advances when a run starts; completed = runs started.
+        exp = Experiment(store, workloads, variants, settings, progress)
+        return exp.run()
+
+
+def show(store: Store, exp_id: int, *, details: bool = False, min_effect: float = 0.0,
+         baseline: str | None = None, export_json: Path | None = None) -> None:
+    a = analyze(store.load(exp_id), baseline=baseline, min_effect=min_effect)
+    terminal.render(a, console, details=details)
+    if export_json:
+        export_json.write_text(jsonout.render(a))
+        console.print(f"Raw samples and metadata written to {export_json}")
+    console.print(f"Results stored in {store.path} (experiment {exp_id}).")
+
+
+def _percent(text: str) -> float:
+    try:
+        return float(text.rstrip("%")) / 100
+    except ValueError:
+        raise AlloclabError(f"Cannot read '{text}' as a percentage; write e.g. 2% or 0.02.") from None
+
+
+@app.command(context_settings={"allow_interspersed_args": False})
+def compare(
+    command: list[str] = typer.Argument(..., metavar="-- CMD [ARGS]...", help="The program to run, after --."),
+    allocator: list[str] = typer.Option([], "-a", "--allocator", help="Variant NAME[:VAR=VALUE,...][@LABEL]; repeat. Default: every installed allocator."),
+    runs: int = typer.Option(10, "--runs", "-n", help="Measured runs per variant."),
+    warmup: int = typer.Option(1, "--warmup", help="Warm-up blocks, discarded (the first one also verifies the allocator)."),
+    metric: list[str] = typer.Option([], "--metric", "-m", help="NAME=REGEX[:higher|lower] or NAME=json:KEY; repeat."),
+    timeout: Optional[float] = typer.Option(None, "--timeout", help="Kill a run (its whole process group) after this many seconds."),
+    seed: int = typer.Option(1, "--seed", help="Seed of the randomized run order."),
+    shell: bool = typer.Option(False, "--shell", help="Run the command through /bin/sh -c."),
+    no_verify: bool = typer.Option(False, "--no-verify", help="Skip the LD_DEBUG verification run."),
+    db: Path = DbOption,
+    export_json: Optional[Path] = typer.Option(None, "--export-json", help="Write raw samples and metadata as JSON."),
+    details: bool = typer.Option(False, "--details", help="Show every standard measure."),
+    min_effect: str = typer.Option("0%", "--min-effect", help="Smaller significant effects print as ~."),
+) -> None:
+    """Run CMD under each allocator variant and compare speed and memory."""
+    metrics = [parse_metric_option(m) for m in metric]
+    store = Store(db)
+    console.print(f"Storing results in {store.path.resolve()}")
+    settings = Settings(runs=runs, warmup=warmup, timeout_s=timeout, seed=seed, verify=not no_verify,
+                        kind="compare", title=" ".join(command))
+    exp_id = run_experiment(store, [command_workload(command, metrics, shell)], allocator, settings)
+    show(store, exp_id, details=details, min_effect=_percent(min_effect), export_json=export_json)
+
+
+# --- looking at stored results -----------------------------------------------------------------
+
+@app.command()
+def report(
+    experiment: Optional[int] = typer.Argument(None, help="Experiment id (default: the latest)."),
+    db: Path = DbOption,
+    details: bool = typer.Option(False, "--details"),
+    baseline: Optional[str] = typer.Option(None, "--baseline", help="Variant label to compare against."),
+    min_effect: str = typer.Option("0%", "--min-effect"),
+    export_json: Optional[Path] = typer.Option(None, "--export-json"),
+) -> None:
+    """Show a stored experiment."""
+    if not db.exists():
+        raise AlloclabError(f"No database at {db}. Give the path of one with --db.")
+    store = Store(db)
+    show(store, experiment if experiment is not None else store.latest(), details=details,
+         min_effect=_percent(min_effect), baseline=baseline, export_json=export_json)
+
+
+@app.command()
+def experiments(db: Path = DbOption) -> None:
+    """List stored experiments."""
+    if not db.exists():
+        raise AlloclabError(f"No database at {db}. Give the path of one with --db.")
+    store = Store(db)
+    t = Table()
+    for col in ("id", "date", "kind", "status", "command / workload", "variants", "host"):
+        t.add_column(col)
+    for row in store.experiments():
+        e = store.load(row["id"])
+        t.add_row(str(row["id"]), row["created"], row["kind"], row["status"], row["title"][:60],
+                  ", ".join(v["label"] for v in e.variants), e.machine.get("host", ""))
+    console.print(t)
+
+
+if __name__ == "__main__":
+    main()

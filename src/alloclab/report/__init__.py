@@ -1,0 +1,1 @@
+"""Reports: one exporter per format, each a function from an Analysis to text."""

@@ -1,0 +1,79 @@
+"""The terminal report: one table per workload, in the shape engineers paste into patch mails."""
+
+from __future__ import annotations
+
+from rich.console import Console, Group
+from rich.table import Table
+from rich.text import Text
+
+from ..analysis import DEFAULT_STANDARD, Analysis
+from .common import delta_text, findings_for, fmt_value, metric_title
+
+STATUS_STYLE = {"verified": "green", "ineffective": "bold red", "unknown": "yellow"}
+VERDICT_STYLE = {"better": "green", "worse": "red", "same": "dim"}
+
+
+def workload_table(a: Analysis, w, details: bool = False) -> Table:
+    order = [a.baseline_idx] + [i for i in range(len(a.labels)) if i != a.baseline_idx]
+    t = Table(title=f"[bold]{w.name}[/]", title_justify="left", show_lines=False)
+    t.add_column("metric", no_wrap=True)
+    for vi in order:
+        t.add_column(a.labels[vi] + (" (baseline)" if vi == a.baseline_idx else ""), justify="right")
+    status = [Text("allocator")]
+    for vi in order:
+        s = w.verification[vi]["status"]
+        status.append(Text(s, style=STATUS_STYLE.get(s, "")))
+    t.add_row(*status)
+    runs = [Text("runs ok/total")]
+    for vi in order:
+        failed = len(w.runs_failed[vi])
+        total = w.runs_total[vi]
+        runs.append(Text(f"{total - failed}/{total}", style="red" if failed else ""))
+    t.add_row(*runs, end_section=True)
+    for row in w.rows:
+        if row.source == "run" and not details and row.name not in DEFAULT_STANDARD:
+            continue
+        name, arrow = metric_title(row)
+        cells = [Text(name + ("  *" if row.primary else ""), style="bold" if row.source != "run" else "")]
+        for vi in order:
+            c = row.cells[vi]
+            text = Text(fmt_value(c.summary.median))
+            if vi != a.baseline_idx and c.comparison:
+                text.append("\n" + delta_text(row, vi), style=VERDICT_STYLE.get(c.comparison.verdict, ""))
+            cells.append(text)
+        t.add_row(*cells)
+    return t
+
+
+def notes(a: Analysis, w) -> list[Text]:
+    out = []
+    for vi, v in w.verification.items():
+        for reason in v["reasons"]:
+            out.append(Text(f"{a.labels[vi]}: allocator INEFFECTIVE: {reason}", style="bold red"))
+        for note in v["notes"]:
+            out.append(Text(f"{a.labels[vi]}: {note}", style="dim"))
+    for vi, failed in w.runs_failed.items():
+        for r in failed[:3]:
+            tail = (r["stderr"] or "").strip().splitlines()[-3:]
+            out.append(Text(f"{a.labels[vi]}: run {r['block']}.{r['position']} {r['status']}: {r['error']}"
+                            + ("".join(f"\n    {line}" for line in tail)), style="red"))
+    for vi, metric, f in findings_for(w):
+        out.append(Text(f"{a.labels[vi]} / {metric}: {f.message}. {f.advice}", style="yellow"))
+    return out
+
+
+def render(a: Analysis, console: Console, details: bool = False) -> None:
+    e = a.experiment
+    m = e.machine
+    console.print(Text(f"experiment {e.id} ({e.row['status']}): {e.row['title']}", style="bold"))
+    console.print(Text(f"host {m.get('host')}: {m.get('cpu_model')}, {m.get('usable_cores')} cores, "
+                       f"kernel {m.get('kernel')}, glibc {m.get('glibc')}, THP {m.get('thp')}, "
+                       f"governor {m.get('governor') or 'n/a'}; {e.config.get('runs')} runs x "
+                       f"{len(a.labels)} variants in randomized interleaved blocks (seed {e.config.get('seed')})",
+                       style="dim"))
+    for w in a.workloads:
+        console.print(Group(workload_table(a, w, details), *notes(a, w)))
+        console.print()
+    console.print(Text("Each cell: median; under it the change against the baseline with its 95% interval and "
+                       "Holm-adjusted Mann-Whitney p, or ~ when not significant. * marks the primary metric.",
+                       style="dim"))

@@ -1,0 +1,206 @@
+"""Run an experiment: every workload under every variant, in the planned order, stored as it goes."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import tempfile
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable
+
+from . import machine, plan, verify
+from .errors import AlloclabError, Interrupted
+from .measure import RunInterrupted, RunResult, run_once
+from .metrics import HW_COUNTERS, STANDARD, extract, output_tail, standard_values
+from .perfstat import parse_perf_stat, wrap_perf_stat
+from .store import Store
+from .variants import Variant, removed_from_env
+from .workload import Workload
+
+
+@dataclass
+class Settings:
+    runs: int = 5
+    warmup: int = 1
+    timeout_s: float | None = None
+    seed: int = 1
+    verify: bool = True
+    kind: str = "compare"
+    title: str = ""
+
+
+@dataclass
+class Cell:
+    workload_idx: int
+    variant_idx: int
+
+
+@dataclass
+class Progress:
+    """Callbacks the CLI plugs a progress bar into; the runner knows nothing of terminals."""
+
+    start: Callable[[int], None] = lambda total: None
+    advance: Callable[[str], None] = lambda text: None
+    note: Callable[[str], None] = lambda text: None
+
+
+@dataclass
+class Experiment:
+    store: Store
+    workloads: list[Workload]
+    variants: list[Variant]
+    settings: Settings
+    progress: Progress = field(default_factory=Progress)
+    base_env: dict[str, str] = field(default_factory=lambda: dict(os.environ))
+
+    def __post_init__(self) -> None:
+        if self.settings.runs < 1:
+            raise AlloclabError(f"--runs must be at least 1 (got {self.settings.runs}).")
+        if self.settings.warmup < 0:
+            raise AlloclabError(f"--warmup cannot be negative (got {self.settings.warmup}).")
+        self.programs = [w.program() for w in self.workloads]
+        self.cells = [Cell(w, v) for w in range(len(self.workloads)) for v in range(len(self.variants))]
+        self.evidence: dict[tuple[int, int], verify.Evidence] = {}
+        self.found_metric: set[tuple[int, str]] = set()
+        self.perf_ok = machine.perf_counters()[0]
+        self.exp_id: int | None = None
+
+    # --- set-up ----------------------------------------------------------------------------
+
+    def _record_setup(self) -> None:
+        s = self.settings
+        removed = removed_from_env(self.base_env)
+        config = {"runs": s.runs, "warmup": s.warmup, "timeout_s": s.timeout_s, "seed": s.seed,
+                  "verify": s.verify, "schedule": "randomized interleaved blocks",
+                  "removed_env": removed, "perf_counters": self.perf_ok}
+        meta = machine.snapshot(self.variants)
+        self.exp_id = self.store.new_experiment(s.kind, s.title or self.workloads[0].name, config, meta)
+        for i, w in enumerate(self.workloads):
+            defs = list(w.metrics) + list(STANDARD) + (list(HW_COUNTERS) if self.perf_ok else [])
+            self.store.add_workload(self.exp_id, i, w.name, w.argv, w.params, w.info, defs)
+        for i, v in enumerate(self.variants):
+            self.store.add_variant(self.exp_id, i, v, meta["allocators"].get(v.label, "unknown"))
+        for c in self.cells:
+            ev = verify.static_check(self.variants[c.variant_idx], self.programs[c.workload_idx])
+            self.evidence[(c.workload_idx, c.variant_idx)] = ev
+        if removed:
+            self.progress.note("Removed inherited allocator settings from the environment of every run: "
+                               + ", ".join(f"{k}={v}" for k, v in removed.items()))
+
+    # --- one job ---------------------------------------------------------------------------
+
+    def _argv_env(self, w: Workload, v: Variant, job: plan.Job, tmp: Path) -> tuple[list[str], dict, Path | None]:
+        env = v.apply(self.base_env) | w.env
+        argv = list(w.argv)
+        perf_file = None
+        if job.verify:
+            env |= verify.ld_debug_env(tmp / "ld")
+        elif self.perf_ok:
+            perf_file = tmp / "perf.csv"
+            argv, env = wrap_perf_stat(argv, env, v.env, perf_file)
+        return argv, env, perf_file
+
+    def _check_run(self, cell: Cell, job: plan.Job, result: RunResult, tmp: Path) -> dict:
+        v = self.variants[cell.variant_idx]
+        ev = self.evidence[(cell.workload_idx, cell.variant_idx)]
+        extra: dict = {"load": os.getloadavg()[0], "samples": result.samples}
+        for refusal in verify.preload_refusals(result.stderr):
+            ev.fail(refusal)
+            extra.setdefault("verification", []).append(refusal)
+        if job.verify:
+            verify.bindings_check(v, tmp / "ld", ev)
+        if not v.is_system:
+            # perf (when it wraps the program) is ours, not the program's.
+            escaped = [p for p in result.processes if p.mapped is False and p.name != "perf"]
+            for p in escaped:
+                ev.fail(f"process {p.name} (pid {p.pid}) ran without {v.library.name} mapped: it escaped the preload")
+            if escaped:
+                extra.setdefault("verification", []).append(f"{len(escaped)} process(es) escaped the preload")
+        return extra
+
+    def _metrics(self, cell: Cell, job: plan.Job, result: RunResult, perf_file: Path | None) -> dict:
+        w = self.workloads[cell.workload_idx]
+        values: dict[str, float] = standard_values(result)
+        if perf_file is not None:
+            values |= parse_perf_stat(perf_file)
+        if result.status != "ok":
+            return values
+        text = result.stdout + "\n" + result.stderr
+        for m in w.metrics:
+            value = extract(m, text)
+            if value is None:
+                if (cell.workload_idx, m.name) not in self.found_metric:
+                    raise AlloclabError(
+                        f"Metric '{m.name}' ({m.source}: {m.pattern}) matched nothing in the output of run "
+                        f"{job.block}.{job.position} ({w.name} under {self.variants[cell.variant_idx].label}). "
+                        f"Fix the pattern so its first group captures the number. Output tail:\n"
+                        + output_tail(text))
+                result.status, result.error = "failed", f"metric {m.name} not found in the output"
+            else:
+                self.found_metric.add((cell.workload_idx, m.name))
+                values[m.name] = value
+        return values
+
+    # --- the whole experiment ----------------------------------------------------------------
+
+    def run(self) -> int:
+        self._record_setup()
+        s = self.settings
+        jobs = plan.schedule(len(self.cells), s.runs, s.warmup, s.seed, s.verify)
+        self.progress.start(len(jobs))
+        root = Path(tempfile.mkdtemp(prefix="alloclab-"))
+        block0: list[RunResult] = []
+        status = "complete"
+        try:
+            for job in jobs:
+                cell = self.cells[job.cell]
+                w, v = self.workloads[cell.workload_idx], self.variants[cell.variant_idx]
+                tmp = root / f"run-{job.block}-{job.position}"
+                tmp.mkdir()
+                argv, env, perf_file = self._argv_env(w, v, job, tmp)
+                self.progress.advance(f"{w.name[:30]} | {v.label}" + (" (warm-up)" if job.warmup else ""))
+                try:
+                    result = run_once(argv, env, tmp, timeout_s=s.timeout_s, cwd=w.cwd,
+                                      mapped_marker=verify.mapped_marker(v))
+                except RunInterrupted as stop:
+                    self._store(cell, job, stop.result, {}, {"interrupted": True})
+                    raise KeyboardInterrupt from None
+                if result.status == "error":
+                    raise AlloclabError(f"Could not start the workload '{w.name}': {result.error}.")
+                extra = self._check_run(cell, job, result, tmp)
+                values = self._metrics(cell, job, result, perf_file)
+                self._store(cell, job, result, values, extra)
+                if result.status != "ok":
+                    self.progress.note(f"run {job.block}.{job.position} ({w.name} | {v.label}) {result.status}: "
+                                       f"{result.error}")
+                if job.block == 0:
+                    block0.append(result)
+                    if len(block0) == len(self.cells) and all(r.status != "ok" for r in block0):
+                        raise AlloclabError(
+                            f"Every run of the first block failed, under every variant: the command itself "
+                            f"is failing, not an allocator. Last error: {result.error}. Stderr tail:\n"
+                            + output_tail(result.stderr))
+                shutil.rmtree(tmp, ignore_errors=True)
+        except KeyboardInterrupt:
+            status = "interrupted"
+            raise Interrupted(
+                f"Interrupted: every child process was stopped and the runs measured so far are kept in "
+                f"{self.store.path} as experiment {self.exp_id}. See them with "
+                f"`alloclab report --db {self.store.path} {self.exp_id}`.") from None
+        except AlloclabError:
+            status = "failed"
+            raise
+        finally:
+            self._save_verification()
+            self.store.finish(self.exp_id, status, {"load_end": list(os.getloadavg())})
+            shutil.rmtree(root, ignore_errors=True)
+        return self.exp_id
+
+    def _store(self, cell: Cell, job: plan.Job, result: RunResult, values: dict, extra: dict) -> None:
+        self.store.add_run(self.exp_id, cell.workload_idx, cell.variant_idx, job.block, job.position,
+                           job.warmup, result, values, extra)
+
+    def _save_verification(self) -> None:
+        for (wi, vi), ev in self.evidence.items():
+            self.store.set_verification(self.exp_id, wi, vi, ev.status, ev.reasons, ev.notes)
