@@ -1,35 +1,25 @@
-"""Command line: parse arguments, call one function, print. No measurement logic lives here."""
+"""Command line entry point: the commands of the core (allocators, compare, report, experiments).
+
+Other commands register themselves on the same app from their own cli_*.py modules.
+"""
 
 from __future__ import annotations
 
-import os
 import signal
 import sys
 from pathlib import Path
 from typing import Optional
 
 import typer
-from rich.console import Console
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 from rich.table import Table
 
 from . import catalog as cat
-from .analysis import analyze
+from .cli_app import DbOption, app, console, err, percent, run_experiment, show
 from .errors import AlloclabError
 from .metrics import parse_metric_option
-from .report import jsonout, terminal
-from .runner import Experiment, Progress as RunProgress, Settings
-from .store import DEFAULT_DB, Store
-from .variants import parse_variants
+from .runner import Settings
+from .store import Store
 from .workload import command_workload
-
-app = typer.Typer(add_completion=False, no_args_is_help=True,
-                  help="Which memory allocator, and which tuning, is best for your program? Measured.")
-# Tables are meant to be pasted into mails: do not squeeze them to 80 columns when piped.
-console = Console(width=None if sys.stdout.isatty() else 160)
-err = Console(stderr=True, width=None if sys.stderr.isatty() else 160)
-
-DbOption = typer.Option(DEFAULT_DB, "--db", help="SQLite database of results (created if missing).")
 
 
 def _sigterm_as_interrupt(*_):
@@ -38,11 +28,23 @@ def _sigterm_as_interrupt(*_):
 
 def main() -> None:
     signal.signal(signal.SIGTERM, _sigterm_as_interrupt)
+    _register_commands()
     try:
         app()
     except AlloclabError as exc:
         err.print(f"[bold red]error:[/] {exc}", highlight=False)
         sys.exit(exc.exit_code)
+
+
+def _register_commands() -> None:
+    """Import the modules whose commands register on `app` (each is optional while built)."""
+    import importlib
+    for name in ("cli_suite", "cli_service", "cli_profile", "cli_reports", "cli_sweep"):
+        try:
+            importlib.import_module(f"alloclab.{name}")
+        except ModuleNotFoundError as exc:
+            if exc.name != f"alloclab.{name}":
+                raise
 
 
 # --- allocators -------------------------------------------------------------------------------
@@ -72,40 +74,6 @@ def allocators() -> None:
                   "any path to a .so is a custom allocator.")
 
 
-# --- running experiments ----------------------------------------------------------------------
-
-def run_experiment(store: Store, workloads, variant_specs: list[str], settings: Settings) -> int:
-    variants = parse_variants(variant_specs)
-    with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
-                  TimeElapsedColumn(), TextColumn("eta"), TimeRemainingColumn(),
-                  console=err, transient=True) as bar:
-        task = bar.add_task("starting", total=None)
-        progress = RunProgress(
-            start=lambda total: bar.update(task, total=total),
-            advance=lambda text: bar.update(task, advance=1, description=text[:60]),
-            note=lambda text: bar.console.print(f"[yellow]{text}[/]", highlight=False))
-        # The bar advances when a run starts; completed = runs started.
-        exp = Experiment(store, workloads, variants, settings, progress)
-        return exp.run()
-
-
-def show(store: Store, exp_id: int, *, details: bool = False, min_effect: float = 0.0,
-         baseline: str | None = None, export_json: Path | None = None) -> None:
-    a = analyze(store.load(exp_id), baseline=baseline, min_effect=min_effect)
-    terminal.render(a, console, details=details)
-    if export_json:
-        export_json.write_text(jsonout.render(a))
-        console.print(f"Raw samples and metadata written to {export_json}")
-    console.print(f"Results stored in {store.path} (experiment {exp_id}).")
-
-
-def _percent(text: str) -> float:
-    try:
-        return float(text.rstrip("%")) / 100
-    except ValueError:
-        raise AlloclabError(f"Cannot read '{text}' as a percentage; write e.g. 2% or 0.02.") from None
-
-
 @app.command(context_settings={"allow_interspersed_args": False})
 def compare(
     command: list[str] = typer.Argument(..., metavar="-- CMD [ARGS]...", help="The program to run, after --."),
@@ -129,7 +97,7 @@ def compare(
     settings = Settings(runs=runs, warmup=warmup, timeout_s=timeout, seed=seed, verify=not no_verify,
                         kind="compare", title=" ".join(command))
     exp_id = run_experiment(store, [command_workload(command, metrics, shell)], allocator, settings)
-    show(store, exp_id, details=details, min_effect=_percent(min_effect), export_json=export_json)
+    show(store, exp_id, details=details, min_effect=percent(min_effect), export_json=export_json)
 
 
 # --- looking at stored results -----------------------------------------------------------------
@@ -148,7 +116,7 @@ def report(
         raise AlloclabError(f"No database at {db}. Give the path of one with --db.")
     store = Store(db)
     show(store, experiment if experiment is not None else store.latest(), details=details,
-         min_effect=_percent(min_effect), baseline=baseline, export_json=export_json)
+         min_effect=percent(min_effect), baseline=baseline, export_json=export_json)
 
 
 @app.command()

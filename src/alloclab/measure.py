@@ -71,8 +71,13 @@ class TreeSampler:
     """RSS of a process and all its descendants, sampled from /proc."""
 
     def __init__(self, root_pid: int, mapped_marker: str | None):
-        # The root is our launcher: its descendants are the program.
-        self.root = psutil.Process(root_pid)
+        # The root is our launcher: its descendants are the program. A very short run may
+        # already be gone (and reaped) before the first sample.
+        self.root_pid = root_pid
+        try:
+            self.root: psutil.Process | None = psutil.Process(root_pid)
+        except psutil.Error:
+            self.root = None
         self.marker = mapped_marker
         self.known: dict[int, psutil.Process] = {}
         self.seen: dict[int, ProcessSeen] = {}
@@ -84,6 +89,8 @@ class TreeSampler:
         self.t0 = time.perf_counter()
 
     def _refresh_tree(self) -> None:
+        if self.root is None:
+            return
         try:
             for child in self.root.children(recursive=True):
                 self.known.setdefault(child.pid, child)
@@ -127,7 +134,7 @@ class TreeSampler:
             self.series.append((round(time.perf_counter() - self.t0, 4), kb))
 
     def pids(self) -> list[int]:
-        return [self.root.pid, *self.known]
+        return [self.root_pid, *self.known]
 
 
 def kill_tree(pgid: int, pids: list[int], grace_s: float = KILL_GRACE_S) -> None:

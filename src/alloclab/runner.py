@@ -11,9 +11,9 @@ from typing import Callable
 
 from . import machine, plan, verify
 from .errors import AlloclabError, Interrupted
-from .measure import RunInterrupted, RunResult, run_once
+from .measure import RunInterrupted, RunResult
 from .metrics import HW_COUNTERS, STANDARD, extract, output_tail, standard_values
-from .perfstat import parse_perf_stat, wrap_perf_stat
+from .perfstat import parse_perf_stat
 from .store import Store
 from .variants import Variant, removed_from_env
 from .workload import Workload
@@ -90,16 +90,14 @@ class Experiment:
 
     # --- one job ---------------------------------------------------------------------------
 
-    def _argv_env(self, w: Workload, v: Variant, job: plan.Job, tmp: Path) -> tuple[list[str], dict, Path | None]:
+    def _env(self, w: Workload, v: Variant, job: plan.Job, tmp: Path) -> tuple[dict, Path | None]:
         env = v.apply(self.base_env) | w.env
-        argv = list(w.argv)
         perf_file = None
         if job.verify:
             env |= verify.ld_debug_env(tmp / "ld")
         elif self.perf_ok:
             perf_file = tmp / "perf.csv"
-            argv, env = wrap_perf_stat(argv, env, v.env, perf_file)
-        return argv, env, perf_file
+        return env, perf_file
 
     def _check_run(self, cell: Cell, job: plan.Job, result: RunResult, tmp: Path) -> dict:
         v = self.variants[cell.variant_idx]
@@ -152,17 +150,21 @@ class Experiment:
         root = Path(tempfile.mkdtemp(prefix="alloclab-"))
         block0: list[RunResult] = []
         status = "complete"
+        prepared: list[Workload] = []
         try:
+            for w in self.workloads:
+                prepared.append(w)
+                w.executor.prepare()
             for job in jobs:
                 cell = self.cells[job.cell]
                 w, v = self.workloads[cell.workload_idx], self.variants[cell.variant_idx]
                 tmp = root / f"run-{job.block}-{job.position}"
                 tmp.mkdir()
-                argv, env, perf_file = self._argv_env(w, v, job, tmp)
+                env, perf_file = self._env(w, v, job, tmp)
                 self.progress.advance(f"{w.name[:30]} | {v.label}" + (" (warm-up)" if job.warmup else ""))
                 try:
-                    result = run_once(argv, env, tmp, timeout_s=s.timeout_s, cwd=w.cwd,
-                                      mapped_marker=verify.mapped_marker(v))
+                    result = w.executor.execute(env, v.env, tmp, timeout_s=s.timeout_s, perf_file=perf_file,
+                                                mapped_marker=verify.mapped_marker(v))
                 except RunInterrupted as stop:
                     self._store(cell, job, stop.result, {}, {"interrupted": True})
                     raise KeyboardInterrupt from None
@@ -192,6 +194,8 @@ class Experiment:
             status = "failed"
             raise
         finally:
+            for w in prepared:
+                w.executor.cleanup()
             self._save_verification()
             self.store.finish(self.exp_id, status, {"load_end": list(os.getloadavg())})
             shutil.rmtree(root, ignore_errors=True)

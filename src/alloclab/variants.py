@@ -6,7 +6,6 @@ Examples: `glibc`, `glibc:MALLOC_TOP_PAD_=64M`, `jemalloc:narenas=2,dirty_decay_
 
 from __future__ import annotations
 
-import os
 import re
 from dataclasses import dataclass, field
 from pathlib import Path

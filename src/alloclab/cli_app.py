@@ -1,0 +1,63 @@
+"""The Typer app and what every command shares (consoles, progress bar, showing results).
+
+Commands live in cli*.py modules that register on `app`; none holds measurement logic."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import typer
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
+
+from .analysis import analyze
+from .errors import AlloclabError
+from .report import jsonout, terminal
+from .runner import Experiment, Progress as RunProgress, Settings
+from .store import DEFAULT_DB, Store
+from .variants import parse_variants
+
+app = typer.Typer(add_completion=False, no_args_is_help=True,
+                  help="Which memory allocator, and which tuning, is best for your program? Measured.")
+# Tables are meant to be pasted into mails: do not squeeze them to 80 columns when piped.
+console = Console(width=None if sys.stdout.isatty() else 160)
+err = Console(stderr=True, width=None if sys.stderr.isatty() else 160)
+
+DbOption = typer.Option(DEFAULT_DB, "--db", help="SQLite database of results (created if missing).")
+
+
+# --- running experiments ----------------------------------------------------------------------
+
+def run_experiment(store: Store, workloads, variant_specs: list[str], settings: Settings) -> int:
+    variants = parse_variants(variant_specs)
+    with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
+                  TimeElapsedColumn(), TextColumn("eta"), TimeRemainingColumn(),
+                  console=err, transient=True) as bar:
+        task = bar.add_task("starting", total=None)
+        progress = RunProgress(
+            start=lambda total: bar.update(task, total=total),
+            advance=lambda text: bar.update(task, advance=1, description=text[:60]),
+            note=lambda text: bar.console.print(f"[yellow]{text}[/]", highlight=False))
+        # The bar advances when a run starts; completed = runs started.
+        exp = Experiment(store, workloads, variants, settings, progress)
+        return exp.run()
+
+
+def show(store: Store, exp_id: int, *, details: bool = False, min_effect: float = 0.0,
+         baseline: str | None = None, export_json: Path | None = None) -> None:
+    a = analyze(store.load(exp_id), baseline=baseline, min_effect=min_effect)
+    terminal.render(a, console, details=details)
+    if export_json:
+        export_json.write_text(jsonout.render(a))
+        console.print(f"Raw samples and metadata written to {export_json}")
+    console.print(f"Results stored in {store.path} (experiment {exp_id}).")
+
+
+def percent(text: str) -> float:
+    try:
+        return float(text.rstrip("%")) / 100
+    except ValueError:
+        raise AlloclabError(f"Cannot read '{text}' as a percentage; write e.g. 2% or 0.02.") from None
+
+

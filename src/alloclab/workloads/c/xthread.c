@@ -1,0 +1,227 @@
+/*
+ * xthread - producer/consumer I/O path: objects allocated on one thread,
+ * freed on another.
+ *
+ * Stands for: librbd inside QEMU (and most async I/O stacks): a submitter
+ * thread allocates a request object plus a data buffer, hands it to the I/O
+ * layer, and a completion thread touches the result and frees both.  Every
+ * free is a cross-thread (remote) free, which is where allocators differ
+ * most: glibc returns the chunk to the owning arena under its lock, tcmalloc
+ * puts it in the freeing thread's cache (memory migrates between threads),
+ * jemalloc/mimalloc hand it back to the owner's bin/page with atomics.
+ *
+ * Shape: `--submitters` threads each submit ops/submitters requests,
+ * round-robin into one bounded queue per completion thread (mutex + condvars,
+ * as a simple I/O queue would have).  Completers drain their queue in batches
+ * and free what they take.  Buffer sizes are skewed to small (log-uniform
+ * 64 B..16 KB by default).  Every 16th request carries its submit timestamp so
+ * submit-to-free latency can be reported without timing every operation.
+ *
+ * --threads=N is a shorthand for --submitters=N --completers=N, so a thread
+ * sweep over `threads` works like for the other workloads.
+ *
+ * Output: ops_per_s, lat_p50_ns, lat_p99_ns, lat_p999_ns.
+ */
+#include "common.h"
+
+#define QCAP 256          /* bounded queue: back-pressure like a real I/O queue depth */
+#define BATCH 64          /* completers take up to this many requests per lock */
+#define SAMPLE_EVERY 16   /* latency sampled on 1 in 16 requests */
+
+typedef struct request {
+    uint64_t t_submit;    /* 0 = not sampled */
+    size_t len;
+    char *buf;
+    uint64_t id;
+    char pad[32];         /* a request struct is more than a pointer: ~64 B */
+} request;
+
+typedef struct {
+    pthread_mutex_t mu;
+    pthread_cond_t not_empty, not_full;
+    request *ring[QCAP];
+    unsigned head, count;
+    int closed;
+    /* results of the completer draining this queue */
+    uint64_t *lat;
+    size_t nlat, cap_lat;
+    uint64_t done;
+    uint64_t checksum;
+} queue;
+
+static queue *queues;
+static long long nsub, ncomp, ops, min_size, max_size;
+static sizedist_t sizes;
+static pthread_barrier_t start_barrier;
+
+static void queue_push(queue *q, request *r)
+{
+    pthread_mutex_lock(&q->mu);
+    while (q->count == QCAP)
+        pthread_cond_wait(&q->not_full, &q->mu);
+    q->ring[(q->head + q->count) % QCAP] = r;
+    if (q->count++ == 0)
+        pthread_cond_signal(&q->not_empty);
+    pthread_mutex_unlock(&q->mu);
+}
+
+/* Take up to BATCH requests; returns 0 when the queue is closed and empty. */
+static unsigned queue_pop_batch(queue *q, request **out)
+{
+    pthread_mutex_lock(&q->mu);
+    while (q->count == 0 && !q->closed)
+        pthread_cond_wait(&q->not_empty, &q->mu);
+    unsigned n = q->count < BATCH ? q->count : BATCH;
+    int was_full = q->count == QCAP;
+    for (unsigned i = 0; i < n; i++)
+        out[i] = q->ring[(q->head + i) % QCAP];
+    q->head = (q->head + n) % QCAP;
+    q->count -= n;
+    if (was_full && n)
+        pthread_cond_broadcast(&q->not_full);
+    pthread_mutex_unlock(&q->mu);
+    return n;
+}
+
+static void *submitter(void *arg)
+{
+    long long id = (long long)(intptr_t)arg;
+    long long my_ops = ops / nsub + (id < ops % nsub);
+    rng_t rng;
+    rng_seed(&rng, (uint64_t)cl_seed, (uint64_t)id);
+    pthread_barrier_wait(&start_barrier);
+    for (long long i = 0; i < my_ops; i++) {
+        request *r = malloc(sizeof *r);
+        if (!r)
+            cl_die("malloc");
+        r->len = sizedist_draw(&sizes, &rng);
+        r->buf = malloc(r->len);
+        if (!r->buf)
+            cl_die("malloc");
+        touch(r->buf, r->len); /* the submitter fills the write buffer */
+        r->id = (uint64_t)i;
+        r->t_submit = (i % SAMPLE_EVERY == 0) ? now_ns() : 0;
+        extra_work(cl_extra_work);
+        queue_push(&queues[(i + id) % ncomp], r);
+    }
+    return NULL;
+}
+
+static void *completer(void *arg)
+{
+    queue *q = arg;
+    request *batch[BATCH];
+    unsigned n;
+    pthread_barrier_wait(&start_barrier);
+    while ((n = queue_pop_batch(q, batch)) > 0) {
+        for (unsigned i = 0; i < n; i++) {
+            request *r = batch[i];
+            /* The completion path reads the result and releases it. */
+            q->checksum += (unsigned char)r->buf[0] + (unsigned char)r->buf[r->len - 1];
+            uint64_t ts = r->t_submit;
+            free(r->buf);
+            free(r);
+            if (ts) {
+                uint64_t t = now_ns();
+                if (q->nlat < q->cap_lat)
+                    q->lat[q->nlat++] = t - ts;
+            }
+            q->done++;
+        }
+    }
+    return NULL;
+}
+
+int main(int argc, char **argv)
+{
+    long long threads = 2;
+    nsub = 2, ncomp = 2, ops = 2000000, min_size = 64, max_size = 16384;
+    cl_flag flags[] = {
+        {"submitters", CL_INT, &nsub, 1, 1024, "threads that allocate requests", 0},
+        {"completers", CL_INT, &ncomp, 1, 1024, "threads that free requests", 0},
+        {"threads", CL_INT, &threads, 1, 1024, "shorthand: N submitters and N completers", 0},
+        {"ops", CL_INT, &ops, 1, 1LL << 40, "total requests", 0},
+        {"min-size", CL_SIZE, &min_size, 1, 1LL << 30, "smallest buffer (bytes)", 0},
+        {"max-size", CL_SIZE, &max_size, 1, 1LL << 30, "largest buffer (bytes)", 0},
+        CL_END,
+    };
+    cl_parse("xthread", argc, argv, flags);
+    if (cl_was_set(flags, "threads")) /* --threads=N: N submitters + N completers */
+        nsub = ncomp = threads;
+    if (min_size > max_size)
+        cl_fail("--min-size (%lld) must be <= --max-size (%lld)", min_size, max_size);
+    sizedist_init(&sizes, (uint64_t)min_size, (uint64_t)max_size, 1.0);
+
+    /* All bookkeeping is allocated before the clock starts. */
+    queues = cl_check(calloc((size_t)ncomp, sizeof *queues), "calloc");
+    size_t cap = (size_t)(ops / SAMPLE_EVERY + nsub + 1);
+    for (long long c = 0; c < ncomp; c++) {
+        queue *q = &queues[c];
+        pthread_mutex_init(&q->mu, NULL);
+        pthread_cond_init(&q->not_empty, NULL);
+        pthread_cond_init(&q->not_full, NULL);
+        q->cap_lat = cap;
+        q->lat = cl_check(malloc(cap * sizeof *q->lat), "malloc");
+        memset(q->lat, 0, cap * sizeof *q->lat); /* fault the pages in now */
+    }
+    pthread_barrier_init(&start_barrier, NULL, (unsigned)(nsub + ncomp + 1));
+    pthread_t *st = cl_check(malloc((size_t)nsub * sizeof *st), "malloc");
+    pthread_t *ct = cl_check(malloc((size_t)ncomp * sizeof *ct), "malloc");
+    for (long long c = 0; c < ncomp; c++)
+        start_thread(&ct[c], completer, &queues[c]);
+    for (long long s = 0; s < nsub; s++)
+        start_thread(&st[s], submitter, (void *)(intptr_t)s);
+
+    pthread_barrier_wait(&start_barrier);
+    uint64_t t0 = now_ns();
+    for (long long s = 0; s < nsub; s++)
+        pthread_join(st[s], NULL);
+    for (long long c = 0; c < ncomp; c++) { /* no more submissions: close queues */
+        pthread_mutex_lock(&queues[c].mu);
+        queues[c].closed = 1;
+        pthread_cond_broadcast(&queues[c].not_empty);
+        pthread_mutex_unlock(&queues[c].mu);
+    }
+    for (long long c = 0; c < ncomp; c++)
+        pthread_join(ct[c], NULL);
+    double secs = secs_since(t0);
+
+    /* Merge latency samples. */
+    size_t nlat = 0;
+    uint64_t done = 0;
+    for (long long c = 0; c < ncomp; c++) {
+        nlat += queues[c].nlat;
+        done += queues[c].done;
+    }
+    if (done != (uint64_t)ops)
+        cl_die("request accounting");
+    uint64_t *lat = cl_check(malloc((nlat + 1) * sizeof *lat), "malloc");
+    size_t k = 0;
+    for (long long c = 0; c < ncomp; c++) {
+        memcpy(lat + k, queues[c].lat, queues[c].nlat * sizeof *lat);
+        k += queues[c].nlat;
+    }
+    qsort(lat, nlat, sizeof *lat, cmp_u64);
+
+    json_begin("xthread");
+    json_num("ops_per_s", (double)ops / secs);
+    json_int("lat_p50_ns", (long long)percentile_sorted(lat, nlat, 0.50));
+    json_int("lat_p99_ns", (long long)percentile_sorted(lat, nlat, 0.99));
+    json_int("lat_p999_ns", (long long)percentile_sorted(lat, nlat, 0.999));
+    json_int("lat_samples", (long long)nlat);
+    json_int("ops", ops);
+    json_int("submitters", nsub);
+    json_int("completers", ncomp);
+    /* "threads" echoes the --threads sweep parameter (N submitters + N
+     * completers); null when submitters and completers differ. */
+    if (nsub == ncomp)
+        json_int("threads", nsub);
+    else
+        json_null("threads");
+    json_int("total_threads", nsub + ncomp);
+    json_int("min_size", min_size);
+    json_int("max_size", max_size);
+    json_num("seconds", secs);
+    json_end();
+    return 0;
+}

@@ -1,0 +1,76 @@
+"""Shared fixtures: build the small test programs, run the real CLI, open the store."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from alloclab import catalog as cat
+
+PROGRAMS = Path(__file__).parent / "programs"
+ALLOCLAB = [sys.executable, "-m", "alloclab.cli"]
+
+
+def installed_allocators() -> list[str]:
+    c = cat.load_catalog()
+    return [n for n, a in c.allocators.items() if cat.is_installed(a)]
+
+
+def require_allocator(name: str) -> None:
+    if name not in installed_allocators():
+        a = cat.load_catalog().allocators[name]
+        pytest.skip(f"{name} is not installed (apt-get install -y {a.package})")
+
+
+@pytest.fixture(scope="session")
+def build(tmp_path_factory):
+    """build(name, *extra_flags) -> path of tests/programs/NAME.c compiled with cc."""
+    out_dir = tmp_path_factory.mktemp("programs")
+    cache: dict[tuple, Path] = {}
+
+    def _build(name: str, *flags: str, shared: bool = False) -> Path:
+        key = (name, flags, shared)
+        if key not in cache:
+            out = out_dir / (f"lib{name}.so" if shared else name + "".join(f.replace("/", "_") for f in flags))
+            cmd = [os.environ.get("CC", "cc"), "-O2", "-o", str(out), str(PROGRAMS / f"{name}.c"), *flags]
+            if shared:
+                cmd[1:1] = ["-shared", "-fPIC"]
+            subprocess.run(cmd, check=True, capture_output=True)
+            cache[key] = out
+        return cache[key]
+
+    if not shutil.which(os.environ.get("CC", "cc")):
+        pytest.skip("no C compiler (apt-get install -y gcc libc6-dev)")
+    return _build
+
+
+@pytest.fixture
+def cli(tmp_path):
+    """Run the real alloclab CLI in a subprocess; returns CompletedProcess. DB in tmp_path."""
+    db = tmp_path / "test.db"
+
+    def _cli(*args: str, timeout: float = 240, check: bool | None = None) -> subprocess.CompletedProcess:
+        proc = subprocess.run([*ALLOCLAB, *args[:1], *(["--db", str(db)] if args and args[0] in
+                                                     ("compare", "report", "experiments", "suite", "run", "diff", "profile") else []),
+                               *args[1:]], capture_output=True, text=True, timeout=timeout,
+                              env={**os.environ, "COLUMNS": "200"})
+        if check:
+            assert proc.returncode == 0, proc.stdout + proc.stderr
+        return proc
+
+    _cli.db = db
+    return _cli
+
+
+@pytest.fixture
+def store_of():
+    from alloclab.store import Store
+
+    def _open(db: Path):
+        return Store(db)
+    return _open
