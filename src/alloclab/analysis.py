@@ -150,3 +150,68 @@ def _holm(workloads: list[WorkloadResult], alpha: float, min_effect: float, fami
         adjusted = stats.adjust([c.comparison for c in cells], alpha=alpha, min_effect=min_effect)
         for c, a in zip(cells, adjusted):
             c.comparison = a
+
+
+# --- across workloads -------------------------------------------------------------------------
+
+SPEED_UNITS = ("ns", "us", "ms", "s")
+
+
+def is_speed(row: MetricRow) -> bool:
+    """Throughput (x/s) or time per operation: the metrics a speed score may average."""
+    return row.unit.endswith("/s") or row.unit in SPEED_UNITS
+
+
+@dataclass
+class VariantSummary:
+    variant_idx: int
+    label: str
+    speed: stats.GeoMean | None       # >1: faster than the baseline
+    memory: stats.GeoMean | None      # peak RSS ratio, >1: more memory than the baseline
+    better: list[str]                 # workloads where the primary metric is significantly better
+    worse: list[str]
+    statuses: set[str]
+
+
+def summarize_variants(a: Analysis) -> list[VariantSummary]:
+    out = []
+    base = a.baseline_idx
+    for vi, label in enumerate(a.labels):
+        speed_pairs, mem_pairs, better, worse, statuses = [], [], [], [], set()
+        for w in a.workloads:
+            statuses.add(w.verification[vi]["status"])
+            p = w.primary()
+            if p is not None:
+                if is_speed(p):
+                    speed_pairs.append((p.cells[base].values, p.cells[vi].values, p.higher_is_better))
+                c = p.cells[vi].comparison
+                if c and c.verdict == "better":
+                    better.append(w.name)
+                elif c and c.verdict == "worse":
+                    worse.append(w.name)
+            rss = w.row("peak_rss_mb")
+            if rss is not None:
+                # Oriented as "more memory" so that 1.3 reads as +30% RSS.
+                mem_pairs.append((rss.cells[base].values, rss.cells[vi].values, True))
+        out.append(VariantSummary(vi, label,
+                                  stats.geomean_ratio(speed_pairs) if speed_pairs else None,
+                                  stats.geomean_ratio(mem_pairs) if mem_pairs else None,
+                                  better, worse, statuses))
+    return out
+
+
+def winners(a: Analysis) -> list[tuple[str, str | None, MetricRow | None]]:
+    """Per workload: the variant with the best primary median among the significantly better."""
+    out = []
+    for w in a.workloads:
+        p = w.primary()
+        if p is None:
+            out.append((w.name, None, None))
+            continue
+        better = [c for c in p.cells if c.comparison and c.comparison.verdict == "better"]
+        if not better:
+            out.append((w.name, None, p))
+            continue
+        best = max(better, key=lambda c: c.comparison.ratio if p.higher_is_better else -c.comparison.ratio)
+        out.append((w.name, a.labels[best.variant_idx], p))
+    return out

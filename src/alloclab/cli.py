@@ -89,13 +89,18 @@ def compare(
     export_json: Optional[Path] = typer.Option(None, "--export-json", help="Write raw samples and metadata as JSON."),
     details: bool = typer.Option(False, "--details", help="Show every standard measure."),
     min_effect: str = typer.Option("0%", "--min-effect", help="Smaller significant effects print as ~."),
+    until_precise: Optional[str] = typer.Option(None, "--until-precise", help="Add interleaved blocks until every primary metric's median CI half-width is below this, e.g. 2%."),
+    max_runs: int = typer.Option(50, "--max-runs", help="With --until-precise: at most this many runs per variant."),
+    max_seconds: float = typer.Option(1800, "--max-seconds", help="With --until-precise: stop adding blocks after this long."),
 ) -> None:
     """Run CMD under each allocator variant and compare speed and memory."""
     metrics = [parse_metric_option(m) for m in metric]
     store = Store(db)
     console.print(f"Storing results in {store.path.resolve()}")
     settings = Settings(runs=runs, warmup=warmup, timeout_s=timeout, seed=seed, verify=not no_verify,
-                        kind="compare", title=" ".join(command))
+                        kind="compare", title=" ".join(command),
+                        until_precise=percent(until_precise) if until_precise else None,
+                        max_runs=max_runs, max_seconds=max_seconds)
     exp_id = run_experiment(store, [command_workload(command, metrics, shell)], allocator, settings)
     show(store, exp_id, details=details, min_effect=percent(min_effect), export_json=export_json)
 

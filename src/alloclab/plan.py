@@ -2,7 +2,8 @@
 
 Each block runs every cell (workload x variant) once, in an order shuffled by a seeded RNG;
 warm-up blocks come first and are discarded by the statistics. The order is recorded with
-every run, so it can be checked afterwards.
+every run, so it can be checked afterwards. Adaptive experiments (--until-precise) ask the
+same planner for more blocks, so the added runs stay interleaved.
 """
 
 from __future__ import annotations
@@ -20,17 +21,27 @@ class Job:
     verify: bool    # run under LD_DEBUG=bindings to prove which malloc serves the program
 
 
-def block(n_cells: int, block_idx: int, warmup: bool, verify: bool, rng: random.Random) -> list[Job]:
-    order = list(range(n_cells))
-    rng.shuffle(order)
-    return [Job(block_idx, pos, cell, warmup, verify) for pos, cell in enumerate(order)]
+class Planner:
+    def __init__(self, n_cells: int, seed: int):
+        self.n_cells = n_cells
+        self.rng = random.Random(seed)
+        self.next_block = 0
+
+    def block(self, warmup: bool = False, verify: bool = False) -> list[Job]:
+        order = list(range(self.n_cells))
+        self.rng.shuffle(order)
+        b = self.next_block
+        self.next_block += 1
+        return [Job(b, pos, cell, warmup, verify) for pos, cell in enumerate(order)]
+
+    def initial(self, runs: int, warmup: int, verify: bool = True) -> list[Job]:
+        """The first blocks. With verification on, block 0 is always an untimed warm-up."""
+        warm_blocks = max(warmup, 1 if verify else 0)
+        jobs: list[Job] = []
+        for b in range(warm_blocks + runs):
+            jobs += self.block(warmup=b < warm_blocks, verify=verify and b == 0)
+        return jobs
 
 
 def schedule(n_cells: int, runs: int, warmup: int, seed: int, verify: bool = True) -> list[Job]:
-    """All jobs of an experiment. With verification on, block 0 is always an untimed warm-up."""
-    rng = random.Random(seed)
-    warm_blocks = max(warmup, 1 if verify else 0)
-    jobs: list[Job] = []
-    for b in range(warm_blocks + runs):
-        jobs += block(n_cells, b, warmup=b < warm_blocks, verify=verify and b == 0, rng=rng)
-    return jobs
+    return Planner(n_cells, seed).initial(runs, warmup, verify)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import shutil
 import tempfile
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
@@ -28,6 +29,9 @@ class Settings:
     verify: bool = True
     kind: str = "compare"
     title: str = ""
+    until_precise: float | None = None   # stop adding blocks when every CI half-width is below this
+    max_runs: int = 50
+    max_seconds: float = 1800.0
 
 
 @dataclass
@@ -71,7 +75,7 @@ class Experiment:
     def _record_setup(self) -> None:
         s = self.settings
         removed = removed_from_env(self.base_env)
-        config = {"runs": s.runs, "warmup": s.warmup, "timeout_s": s.timeout_s, "seed": s.seed,
+        config = {"runs": s.runs, "warmup": s.warmup, "until_precise": s.until_precise, "timeout_s": s.timeout_s, "seed": s.seed,
                   "verify": s.verify, "schedule": "randomized interleaved blocks",
                   "removed_env": removed, "perf_counters": self.perf_ok}
         meta = machine.snapshot(self.variants)
@@ -145,17 +149,20 @@ class Experiment:
     def run(self) -> int:
         self._record_setup()
         s = self.settings
-        jobs = plan.schedule(len(self.cells), s.runs, s.warmup, s.seed, s.verify)
+        planner = plan.Planner(len(self.cells), s.seed)
+        jobs = planner.initial(s.runs, s.warmup, s.verify)
+        self.progress_total = len(jobs)
         self.progress.start(len(jobs))
         root = Path(tempfile.mkdtemp(prefix="alloclab-"))
         block0: list[RunResult] = []
         status = "complete"
         prepared: list[Workload] = []
+        started = time.monotonic()
         try:
             for w in self.workloads:
                 prepared.append(w)
                 w.executor.prepare()
-            for job in jobs:
+            for job in self._jobs(planner, jobs, started):
                 cell = self.cells[job.cell]
                 w, v = self.workloads[cell.workload_idx], self.variants[cell.variant_idx]
                 tmp = root / f"run-{job.block}-{job.position}"
@@ -200,6 +207,47 @@ class Experiment:
             self.store.finish(self.exp_id, status, {"load_end": list(os.getloadavg())})
             shutil.rmtree(root, ignore_errors=True)
         return self.exp_id
+
+    def _jobs(self, planner: plan.Planner, jobs: list[plan.Job], started: float):
+        """The planned jobs, then, with --until-precise, more interleaved blocks while needed."""
+        yield from jobs
+        s = self.settings
+        if not s.until_precise:
+            return
+        measured = s.runs
+        while measured < s.max_runs and time.monotonic() - started < s.max_seconds:
+            imprecise = self._imprecise_cells(s.until_precise)
+            if not imprecise:
+                self.progress.note(f"every interval is within ±{s.until_precise:.1%} after {measured} runs")
+                return
+            self.progress.note(f"{len(imprecise)} cell(s) not yet within ±{s.until_precise:.1%}; adding a block")
+            block = planner.block()
+            self.progress_total += len(block)
+            self.progress.start(self.progress_total)
+            yield from block
+            measured += 1
+        self.progress.note(f"stopped at {measured} runs per cell (--max-runs {s.max_runs} / "
+                           f"{s.max_seconds:g} s) before every interval was within ±{s.until_precise:.1%}")
+
+    def _imprecise_cells(self, target: float) -> list[Cell]:
+        """Cells whose primary metrics' median CI is still wider than the target.
+
+        Only precision decides, never significance: stopping when p first drops below alpha
+        would inflate the false-positive rate."""
+        from . import stats
+        runs = self.store.load(self.exp_id).runs
+        out = []
+        for c in self.cells:
+            w = self.workloads[c.workload_idx]
+            names = [m.name for m in w.metrics] or ["wall_s"]
+            ok_runs = [r for r in runs if r["workload_idx"] == c.workload_idx and r["variant_idx"] == c.variant_idx
+                       and not r["warmup"] and r["status"] == "ok"]
+            for name in names:
+                values = [r["metrics"][name] for r in ok_runs if name in r["metrics"]]
+                if not stats.precise_enough(values, target):
+                    out.append(c)
+                    break
+        return out
 
     def _store(self, cell: Cell, job: plan.Job, result: RunResult, values: dict, extra: dict) -> None:
         self.store.add_run(self.exp_id, cell.workload_idx, cell.variant_idx, job.block, job.position,

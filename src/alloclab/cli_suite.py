@@ -1,0 +1,124 @@
+"""`alloclab suite`: the built-in workloads under every variant, one table each and a summary."""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+from typing import Optional
+
+import typer
+from rich.table import Table
+
+from . import catalog as cat
+from .analysis import analyze, summarize_variants, winners
+from .cli_app import DbOption, app, console, percent, run_experiment, show
+from .errors import AlloclabError
+from .runner import Settings
+from .stats import format_comparison
+from .store import Store
+from .variants import installed_variants
+from .workloads import builtin
+
+
+def parse_params(items: list[str]) -> dict[str, str]:
+    params = {}
+    for item in items:
+        key, sep, value = item.partition("=")
+        if not sep or not key or not value:
+            raise AlloclabError(f"Cannot read --param '{item}': write NAME=VALUE, e.g. --param threads=4.")
+        params[key.strip()] = value.strip()
+    return params
+
+
+def default_variants() -> list[str]:
+    """Every installed allocator, plus the tuned variants of suite.toml whose allocator is here."""
+    catalog = cat.load_catalog()
+    specs = [v.spec for v in installed_variants(catalog)]
+    for spec in builtin.suite_defaults():
+        if cat.is_installed(catalog.get(spec.split(":", 1)[0])):
+            specs.append(spec)
+    return specs
+
+
+def print_catalog() -> None:
+    t = Table(title="Built-in workloads", show_lines=True)
+    for col in ("name", "what it does", "stands for", "primary metric", "parameters"):
+        t.add_column(col)
+    for d in builtin.registry().values():
+        p = d.primary()
+        t.add_row(d.name, d.description, d.stands_for,
+                  f"{p.name} ({p.unit}, {'higher' if p.higher_is_better else 'lower'} is better)",
+                  ", ".join(d.params))
+    console.print(t)
+
+
+def _ratio_text(g, invert_sign: bool = False) -> str:
+    if g is None or not math.isfinite(g.ratio):
+        return "n/a"
+    return f"{g.ratio:.3f}x [{g.ci_low:.3f}, {g.ci_high:.3f}]"
+
+
+def print_summary(store: Store, exp_id: int, min_effect: float) -> None:
+    a = analyze(store.load(exp_id), min_effect=min_effect)
+    t = Table(title="[bold]Summary across workloads[/] (baseline: " + a.labels[a.baseline_idx] + ")",
+              title_justify="left")
+    for col in ("variant", "speed vs baseline (geomean, >1 faster)", "peak RSS vs baseline (geomean)",
+                "significantly better on", "significantly worse on", "allocator"):
+        t.add_column(col)
+    for s in summarize_variants(a):
+        status = "verified" if s.statuses == {"verified"} else ", ".join(sorted(s.statuses))
+        t.add_row(s.label, _ratio_text(s.speed), _ratio_text(s.memory), ", ".join(s.better) or "-",
+                  ", ".join(s.worse) or "-", status)
+    console.print(t)
+    for name, label, row in winners(a):
+        if row is None:
+            continue
+        if label is None:
+            console.print(f"{name}: no variant is significantly better than the baseline on {row.name}.")
+            continue
+        vi = a.labels.index(label)
+        console.print(f"{name}: [bold]{label}[/] wins on {row.name} ({row.unit}): "
+                      f"{format_comparison(row.cells[vi].comparison)}")
+
+
+@app.command()
+def suite(
+    workload: list[str] = typer.Option([], "--workload", "-w", help="Built-in workload; repeat. Default: all."),
+    allocator: list[str] = typer.Option([], "-a", "--allocator", help="Variant; repeat. Default: every installed allocator plus tuned variants."),
+    runs: int = typer.Option(5, "--runs", "-n", help="Measured runs per workload and variant."),
+    warmup: int = typer.Option(1, "--warmup"),
+    quick: bool = typer.Option(False, "--quick", help="Small sizes (about 0.2-0.5 s a run)."),
+    param: list[str] = typer.Option([], "--param", "-p", help="Workload parameter NAME=VALUE, e.g. threads=4."),
+    timeout: Optional[float] = typer.Option(120.0, "--timeout", help="Kill a run after this many seconds."),
+    seed: int = typer.Option(1, "--seed"),
+    list_: bool = typer.Option(False, "--list", help="List the built-in workloads and exit."),
+    db: Path = DbOption,
+    details: bool = typer.Option(False, "--details"),
+    min_effect: str = typer.Option("0%", "--min-effect"),
+) -> None:
+    """Run the built-in workloads (modelled on real allocator-bound programs) under each variant."""
+    if list_:
+        print_catalog()
+        return
+    names = workload or list(builtin.registry())
+    params = parse_params(param)
+    workloads = []
+    for name in names:
+        defn = builtin.get(name)
+        own = {k: v for k, v in params.items() if k in defn.params}
+        if params and len(names) == 1 and own != params:
+            unknown = sorted(set(params) - set(own))
+            raise AlloclabError(f"Workload '{name}' has no parameter {', '.join(unknown)}. Its parameters are: "
+                                f"{', '.join(sorted(defn.params))}.")
+        workloads.append(builtin.workload(name, own, quick=quick))
+    unused = set(params) - {k for n in names for k in builtin.get(n).params}
+    if unused:
+        raise AlloclabError(f"No chosen workload has a parameter {', '.join(sorted(unused))}. "
+                            f"Run `alloclab suite --list` to see each workload's parameters.")
+    store = Store(db)
+    console.print(f"Storing results in {store.path.resolve()}")
+    settings = Settings(runs=runs, warmup=warmup, timeout_s=timeout, seed=seed, kind="suite",
+                        title="suite: " + ", ".join(names) + (" (quick)" if quick else ""))
+    exp_id = run_experiment(store, workloads, allocator or default_variants(), settings)
+    show(store, exp_id, details=details, min_effect=percent(min_effect))
+    print_summary(store, exp_id, percent(min_effect))

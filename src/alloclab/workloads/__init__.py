@@ -1,0 +1,1 @@
+"""Workloads: the built-in C programs (builtin.py); commands and services live beside."""
