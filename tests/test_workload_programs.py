@@ -266,6 +266,13 @@ def test_reclaim_reports_the_allocators_release_call(programs, allocator):
     assert result["rss_after_release_kb"] > 0
 
 
+def test_reclaim_keep_threads(programs):
+    result = one_json_line(run(programs["reclaim"], ["--total=8M", "--idle-ms=0", "--keep-threads"]))
+    assert result["keep_threads"] == 1
+    assert result["alloc_release_call"] == "malloc_trim"
+    assert result["rss_peak_kb"] > result["rss_base_kb"]
+
+
 def test_reclaim_no_release_reports_null(programs):
     result = one_json_line(run(programs["reclaim"], ["--total=8M", "--idle-ms=0", "--no-release"]))
     assert result["alloc_release_call"] is None

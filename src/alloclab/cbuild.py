@@ -24,12 +24,14 @@ def cache_dir() -> Path:
 
 
 def compiler() -> str:
-    cc = os.environ.get("CC") or shutil.which("cc") or shutil.which("gcc") or shutil.which("clang")
+    wanted = os.environ.get("CC")
+    cc = shutil.which(wanted) if wanted else (shutil.which("cc") or shutil.which("gcc") or shutil.which("clang"))
     if not cc:
+        looked = f"'{wanted}' from $CC" if wanted else "cc, gcc, clang"
         raise AlloclabError(
-            "No C compiler found (looked for $CC, cc, gcc, clang). alloclab compiles its launcher and "
-            "built-in workloads on first use: install one with `apt-get install -y gcc libc6-dev` "
-            "(as root), or set CC to a compiler.")
+            f"No C compiler found (looked for {looked}). alloclab compiles its launcher and built-in "
+            f"workloads on first use: install one with `apt-get install -y gcc libc6-dev` (as root), "
+            f"or set CC to a compiler.")
     return cc
 
 

@@ -32,7 +32,7 @@ def main() -> None:
     try:
         app()
     except AlloclabError as exc:
-        err.print(f"[bold red]error:[/] {exc}", highlight=False)
+        err.print(f"[bold red]error:[/] {exc}", highlight=False, soft_wrap=True)
         sys.exit(exc.exit_code)
 
 

@@ -14,7 +14,10 @@
  * objects (16..512 B, skewed small), writing every object (pages are made
  * resident).  Objects are chained through their first word, so no side table
  * inflates RSS.  Main samples RSS at the peak; then each thread frees its own
- * objects and exits.  RSS is read after the free, after the allocator's
+ * objects and exits (with --keep-threads the workers instead stay alive,
+ * idle, until every reading is taken, like a server's worker pool; thread
+ * exit matters: caches are flushed, and jemalloc purges an arena whose last
+ * thread has left).  RSS is read after the free, after the allocator's
  * release call (found at run time: MallocExtension_ReleaseFreeMemory /
  * mallctl arena purge / mi_collect / malloc_trim; skipped with --no-release)
  * and after `--idle-ms` of idling.
@@ -24,7 +27,7 @@
  */
 #include "common.h"
 
-static long long nthreads, total, min_size, max_size;
+static long long nthreads, total, min_size, max_size, keep_threads;
 static sizedist_t sizes;
 static pthread_barrier_t phase;
 
@@ -60,7 +63,12 @@ static void *worker(void *arg)
         free(list);
         list = next;
     }
-    return NULL; /* thread exit: thread caches are flushed / abandoned */
+    pthread_barrier_wait(&phase); /* all freed: main reads RSS */
+    if (keep_threads)             /* stay alive (idle server workers) */
+        pthread_barrier_wait(&phase);
+    /* Otherwise exit now: thread caches are flushed / heaps abandoned, and
+     * some allocators purge an arena when its last thread leaves. */
+    return NULL;
 }
 
 static double returned(long long peak, long long base, long long now)
@@ -82,6 +90,8 @@ int main(int argc, char **argv)
         {"max-size", CL_SIZE, &max_size, 16, 1LL << 30, "largest object (bytes)", 0},
         {"idle-ms", CL_INT, &idle_ms, 0, 3600000, "idle time before the last RSS reading", 0},
         {"no-release", CL_BOOL, &no_release, 0, 1, "skip the allocator's release call", 0},
+        {"keep-threads", CL_BOOL, &keep_threads, 0, 1,
+         "workers stay alive (idle) until all readings are taken, instead of exiting after the free", 0},
         CL_END,
     };
     cl_parse("reclaim", argc, argv, flags);
@@ -103,9 +113,11 @@ int main(int argc, char **argv)
     double alloc_s = secs_since(t0);
     long long rss_peak = rss_kb();
     uint64_t t1 = now_ns();
-    pthread_barrier_wait(&phase);
-    for (long long t = 0; t < nthreads; t++)
-        pthread_join(th[t], NULL);
+    pthread_barrier_wait(&phase); /* workers: free now */
+    pthread_barrier_wait(&phase); /* workers: all freed */
+    if (!keep_threads)
+        for (long long t = 0; t < nthreads; t++)
+            pthread_join(th[t], NULL);
     double free_s = secs_since(t1);
     long long rss_free = rss_kb();
 
@@ -121,6 +133,11 @@ int main(int argc, char **argv)
     sleep_ms(idle_ms);
     long long rss_idle = rss_kb();
     double secs = secs_since(t0);
+    if (keep_threads) {
+        pthread_barrier_wait(&phase); /* release the idle workers */
+        for (long long t = 0; t < nthreads; t++)
+            pthread_join(th[t], NULL);
+    }
 
     uint64_t objects = 0, bytes = 0;
     for (long long t = 0; t < nthreads; t++) {
@@ -156,6 +173,7 @@ int main(int argc, char **argv)
     json_int("bytes", (long long)bytes);
     json_int("threads", nthreads);
     json_int("idle_ms", idle_ms);
+    json_int("keep_threads", keep_threads);
     json_num("seconds", secs);
     json_end();
     return 0;
