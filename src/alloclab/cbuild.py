@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import os
 import shutil
@@ -66,6 +67,7 @@ def build(name: str, sources: list[Path], flags: list[str] | None = None, libs: 
     return out
 
 
+@functools.cache
 def launcher() -> Path:
     """The static fork/exec/wait4 launcher (see launcher/spawn.c for why it exists)."""
     src = package_file("launcher", "spawn.c")

@@ -25,6 +25,8 @@ SAMPLE_INTERVAL_S = 0.02   # the issue asks for <= 50 ms; 20 ms catches short pe
 KILL_GRACE_S = 2.0
 OUTPUT_KEEP = 256 * 1024   # bytes of stdout/stderr kept per run
 LAUNCHER_NAME = "alloclab-spawn"
+PAGE_SIZE = os.sysconf("SC_PAGE_SIZE")
+TREE_EVERY = 5             # rescan the process tree every 5th sample (100 ms)
 
 
 @dataclass
@@ -90,7 +92,10 @@ class TreeSampler:
         self.t0 = time.perf_counter()
 
     def _refresh_tree(self) -> None:
-        if self.root is None:
+        """Add descendants we have not seen yet. Finding them means reading every process's
+        /proc/PID/stat on the machine, so it runs every TREE_EVERY samples; the RSS of the
+        processes already known is read on every sample."""
+        if self.root is None or self.samples % TREE_EVERY:
             return
         try:
             for child in self.root.children(recursive=True):
@@ -128,9 +133,10 @@ class TreeSampler:
         total = 0
         for pid, proc in list(self.known.items()):
             try:
-                total += proc.memory_info().rss
+                with open(f"/proc/{pid}/statm", "rb") as fh:
+                    total += int(fh.read().split()[1]) * PAGE_SIZE
                 self._note_process(proc)
-            except psutil.Error:
+            except (OSError, IndexError, ValueError, psutil.Error):
                 del self.known[pid]
         kb = total // 1024
         self.samples += 1
@@ -176,6 +182,22 @@ def kill_tree(pgid: int, pids: list[int], grace_s: float = KILL_GRACE_S) -> None
                     return
 
 
+def _spawn(argv: list[str], env: dict[str, str], cwd: str | None, out_fd: int, err_fd: int) -> int:
+    """Start the launcher in a new session, stdin closed, output to files.
+
+    posix_spawn (vfork-like in glibc) costs a fraction of forking this Python process; it
+    cannot change directory, so a workload with its own cwd goes through subprocess."""
+    if cwd is None:
+        return os.posix_spawn(argv[0], argv, env, setsid=True, file_actions=[
+            (os.POSIX_SPAWN_OPEN, 0, os.devnull, os.O_RDONLY, 0),
+            (os.POSIX_SPAWN_DUP2, out_fd, 1),
+            (os.POSIX_SPAWN_DUP2, err_fd, 2)])
+    proc = subprocess.Popen(argv, env=env, cwd=cwd, stdin=subprocess.DEVNULL, stdout=out_fd,
+                            stderr=err_fd, start_new_session=True, close_fds=True)
+    proc.returncode = 0  # our waiter thread reaps it with wait4; keep Popen from trying too
+    return proc.pid
+
+
 def run_once(argv: list[str], env: dict[str, str], workdir: Path, *, timeout_s: float | None = None,
              cwd: str | None = None, mapped_marker: str | None = None,
              sample_interval_s: float = SAMPLE_INTERVAL_S) -> RunResult:
@@ -186,24 +208,26 @@ def run_once(argv: list[str], env: dict[str, str], workdir: Path, *, timeout_s: 
     with open(out_path, "wb") as out, open(err_path, "wb") as err:
         t0 = time.perf_counter()
         try:
-            proc = subprocess.Popen(launch, env=env, cwd=cwd, stdin=subprocess.DEVNULL, stdout=out,
-                                    stderr=err, start_new_session=True, close_fds=True)
-        except (FileNotFoundError, PermissionError, OSError) as exc:
+            pid = _spawn(launch, env, cwd, out.fileno(), err.fileno())
+        except OSError as exc:
             return RunResult("error", 0.0, error=f"could not start {argv[0]}: {exc}")
 
     done = threading.Event()
     waited: dict = {}
 
     def waiter() -> None:
-        _, status, usage = os.wait4(proc.pid, 0)
+        _, status, usage = os.wait4(pid, 0)
         waited.update(t_end=time.perf_counter(), status=status, usage=usage)
         done.set()
 
-    threading.Thread(target=waiter, name=f"wait4-{proc.pid}", daemon=True).start()
-    sampler = TreeSampler(proc.pid, mapped_marker)
+    threading.Thread(target=waiter, name=f"wait4-{pid}", daemon=True).start()
+    sampler = TreeSampler(pid, mapped_marker)
     deadline = t0 + timeout_s if timeout_s else None
     timed_out = interrupted = False
     try:
+        # A run that ends within 10 ms needs no /proc walk at all: the launcher's ru_maxrss
+        # gives its peak, and short runs are where the harness's own cost would show.
+        done.wait(0.01)
         while not done.is_set():
             sampler.sample()
             if deadline and time.perf_counter() > deadline:
@@ -213,13 +237,12 @@ def run_once(argv: list[str], env: dict[str, str], workdir: Path, *, timeout_s: 
     except KeyboardInterrupt:
         interrupted = True
     if timed_out or interrupted:
-        kill_tree(proc.pid, sampler.pids())
+        kill_tree(pid, sampler.pids())
         done.wait(KILL_GRACE_S * 3)
     # Descendants that outlived the root (daemonized, or stuck) are part of this run: stop them.
-    leftovers = [pid for pid in sampler.pids() if pid != proc.pid and psutil.pid_exists(pid)]
+    leftovers = [p for p in sampler.pids() if p != pid and psutil.pid_exists(p)]
     if leftovers:
-        kill_tree(proc.pid, leftovers, grace_s=0.5)
-    proc.returncode = 0  # reaped by our waiter; stop Popen from trying again
+        kill_tree(pid, leftovers, grace_s=0.5)
 
     t_end = waited.get("t_end", time.perf_counter())
     result = RunResult("ok", t_end - t0, rss_series=sampler.series, samples=sampler.samples,
