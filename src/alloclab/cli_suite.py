@@ -85,7 +85,7 @@ def print_summary(store: Store, exp_id: int, min_effect: float) -> None:
 def suite(
     workload: list[str] = typer.Option([], "--workload", "-w", help="Built-in workload; repeat. Default: all."),
     allocator: list[str] = typer.Option([], "-a", "--allocator", help="Variant; repeat. Default: every installed allocator plus tuned variants."),
-    runs: int = typer.Option(5, "--runs", "-n", help="Measured runs per workload and variant."),
+    runs: int = typer.Option(6, "--runs", "-n", help="Measured runs per workload and variant (6 is the fewest at which 7 variants can differ significantly from the baseline)."),
     warmup: int = typer.Option(1, "--warmup"),
     quick: bool = typer.Option(False, "--quick", help="Small sizes (about 0.2-0.5 s a run)."),
     param: list[str] = typer.Option([], "--param", "-p", help="Workload parameter NAME=VALUE, e.g. threads=4."),
