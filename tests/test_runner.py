@@ -1,0 +1,50 @@
+"""The runner's bookkeeping: schedule, store, adaptive runs (on a real program)."""
+
+from __future__ import annotations
+
+import sqlite3
+
+import pytest
+
+from alloclab import plan
+from alloclab.store import SCHEMA_VERSION
+
+
+def test_schedule_blocks_hold_every_cell_once_in_a_seeded_order():
+    jobs = plan.schedule(n_cells=5, runs=4, warmup=1, seed=7)
+    assert len(jobs) == 25 and [j.warmup for j in jobs[:5]] == [True] * 5 and jobs[0].verify
+    for b in range(5):
+        assert sorted(j.cell for j in jobs if j.block == b) == list(range(5))
+    assert jobs == plan.schedule(5, 4, 1, 7)
+    assert jobs != plan.schedule(5, 4, 1, 8)
+
+
+def test_no_verification_and_no_warmup_means_no_warmup_block():
+    jobs = plan.schedule(n_cells=2, runs=3, warmup=0, seed=1, verify=False)
+    assert not any(j.warmup or j.verify for j in jobs) and len(jobs) == 6
+
+
+@pytest.mark.e2e
+def test_until_precise_adds_blocks_and_stops_at_the_cap(build, cli, store_of):
+    prog = build("churn")
+    p = cli("compare", "--runs", "3", "--warmup", "0", "--no-verify", "-a", "glibc",
+            "--until-precise", "0.01%", "--max-runs", "5", "-m", "ops=ops/s: (\\d+)", "--", str(prog), "50", "1")
+    assert p.returncode == 0, p.stderr
+    e = store_of(cli.db).load()
+    # 0.01% is out of reach: blocks are added up to the cap, then it says so.
+    assert len([r for r in e.runs if not r["warmup"]]) == 5
+    assert "stopped at 5 runs" in p.stderr
+    assert e.config["until_precise"] == pytest.approx(0.0001)
+
+
+@pytest.mark.e2e
+def test_store_is_versioned_and_keeps_every_run(build, cli):
+    prog = build("churn")
+    p = cli("compare", "--runs", "2", "-a", "glibc", "--", str(prog), "20", "1")
+    assert p.returncode == 0, p.stderr
+    db = sqlite3.connect(cli.db)
+    assert db.execute("SELECT value FROM meta WHERE key='schema_version'").fetchone()[0] == str(SCHEMA_VERSION)
+    assert db.execute("SELECT count(*) FROM runs").fetchone()[0] == 3  # 1 verification + 2 measured
+    assert db.execute("SELECT count(*) FROM metrics WHERE name='peak_rss_mb'").fetchone()[0] == 3
+    series = db.execute("SELECT rss_series FROM runs LIMIT 1").fetchone()[0]
+    assert series.startswith("[")
