@@ -56,7 +56,7 @@ def cli(tmp_path):
 
     def _cli(*args: str, timeout: float = 240, check: bool | None = None) -> subprocess.CompletedProcess:
         proc = subprocess.run([*ALLOCLAB, *args[:1], *(["--db", str(db)] if args and args[0] in
-                                                     ("compare", "report", "experiments", "suite", "run", "diff", "profile") else []),
+                                                     ("compare", "report", "experiments", "suite", "run", "diff", "profile", "sweep") else []),
                                *args[1:]], capture_output=True, text=True, timeout=timeout,
                               env={**os.environ, "COLUMNS": "200"})
         if check:

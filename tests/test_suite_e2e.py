@@ -72,7 +72,7 @@ def test_unknown_workload(cli):
     ("threads=-1", "is not a non-negative number"),
     ("threads=0", "must be greater than zero"),
     ("min-size=0", "must be greater than zero"),
-    ("bogus=3", "has no parameter bogus"),
+    ("bogus=3", "has a parameter bogus"),
     ("threads", "write NAME=VALUE"),
 ])
 def test_bad_parameters(cli, param, message):

@@ -19,7 +19,6 @@ from .errors import AlloclabError
 from .metrics import parse_metric_option
 from .runner import Settings
 from .store import Store
-from .workload import command_workload
 
 
 def _sigterm_as_interrupt(*_):
@@ -92,17 +91,34 @@ def compare(
     until_precise: Optional[str] = typer.Option(None, "--until-precise", help="Add interleaved blocks until every primary metric's median CI half-width is below this, e.g. 2%."),
     max_runs: int = typer.Option(50, "--max-runs", help="With --until-precise: at most this many runs per variant."),
     max_seconds: float = typer.Option(1800, "--max-seconds", help="With --until-precise: stop adding blocks after this long."),
+    report: Optional[str] = typer.Option(None, "--report", help="Render the results as terminal, md, html, json or csv."),
+    report_file: Optional[Path] = typer.Option(None, "--report-file", help="Write the --report there (default: stdout; the format follows the suffix if --report is not given)."),
+    max_rss_increase: Optional[str] = typer.Option(None, "--max-rss-increase", help="Memory budget of the recommendation, e.g. 10%."),
+    param: list[str] = typer.Option([], "--param", "-p", help="NAME=VALUES substituted for {NAME} in the command's arguments; lists (1,2,4) and ranges (1..16*2) sweep."),
+    ablate: Optional[str] = typer.Option(None, "--ablate", help="VARIANT with several settings: run the baseline, each setting alone and all together."),
 ) -> None:
-    """Run CMD under each allocator variant and compare speed and memory."""
+    """Run CMD under each allocator variant and compare speed and memory.
+
+    Variants may sweep a tunable: -a 'glibc:MALLOC_TOP_PAD_=128K..256M*4' or
+    -a 'jemalloc:MALLOC_CONF=dirty_decay_ms:{0,1000,10000}'."""
+    from . import cli_sweep, sweep
+
     metrics = [parse_metric_option(m) for m in metric]
+    specs, sweeps = sweep.plan_variants(allocator, ablate)
+    params = sweep.expand_params(param)
+    workloads = sweep.command_workloads(command, params, metrics, shell)
+    sweeps += sweep.param_sweeps(workloads, params.swept)
     store = Store(db)
     console.print(f"Storing results in {store.path.resolve()}")
     settings = Settings(runs=runs, warmup=warmup, timeout_s=timeout, seed=seed, verify=not no_verify,
                         kind="compare", title=" ".join(command),
                         until_precise=percent(until_precise) if until_precise else None,
-                        max_runs=max_runs, max_seconds=max_seconds)
-    exp_id = run_experiment(store, [command_workload(command, metrics, shell)], allocator, settings)
-    show(store, exp_id, details=details, min_effect=percent(min_effect), export_json=export_json)
+                        max_runs=max_runs, max_seconds=max_seconds, extra_config=sweep.sweep_config(sweeps))
+    exp_id = run_experiment(store, workloads, specs, settings)
+    show(store, exp_id, details=details, min_effect=percent(min_effect), export_json=export_json,
+         report_format=report, report_file=report_file, max_rss_increase=percent(max_rss_increase) if max_rss_increase else None)
+    if sweeps:
+        cli_sweep.show_sweeps(store, exp_id, min_effect=percent(min_effect))
 
 
 if __name__ == "__main__":

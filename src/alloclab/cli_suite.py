@@ -9,25 +9,14 @@ from typing import Optional
 import typer
 from rich.table import Table
 
-from . import catalog as cat
+from . import catalog as cat, cli_sweep, sweep
 from .analysis import analyze, summarize_variants, winners
 from .cli_app import DbOption, app, console, percent, run_experiment, show
-from .errors import AlloclabError
 from .runner import Settings
 from .stats import format_comparison
 from .store import Store
 from .variants import installed_variants
 from .workloads import builtin
-
-
-def parse_params(items: list[str]) -> dict[str, str]:
-    params = {}
-    for item in items:
-        key, sep, value = item.partition("=")
-        if not sep or not key or not value:
-            raise AlloclabError(f"Cannot read --param '{item}': write NAME=VALUE, e.g. --param threads=4.")
-        params[key.strip()] = value.strip()
-    return params
 
 
 def default_variants() -> list[str]:
@@ -88,37 +77,37 @@ def suite(
     runs: int = typer.Option(6, "--runs", "-n", help="Measured runs per workload and variant (6 is the fewest at which 7 variants can differ significantly from the baseline)."),
     warmup: int = typer.Option(1, "--warmup"),
     quick: bool = typer.Option(False, "--quick", help="Small sizes (about 0.2-0.5 s a run)."),
-    param: list[str] = typer.Option([], "--param", "-p", help="Workload parameter NAME=VALUE, e.g. threads=4."),
+    param: list[str] = typer.Option([], "--param", "-p", help="Workload parameter NAME=VALUE; lists (threads=1,2,4,8) and ranges (1..16*2) sweep."),
     timeout: Optional[float] = typer.Option(120.0, "--timeout", help="Kill a run after this many seconds."),
     seed: int = typer.Option(1, "--seed"),
     list_: bool = typer.Option(False, "--list", help="List the built-in workloads and exit."),
     db: Path = DbOption,
     details: bool = typer.Option(False, "--details"),
     min_effect: str = typer.Option("0%", "--min-effect"),
+    ablate: Optional[str] = typer.Option(None, "--ablate", help="VARIANT with several settings: baseline, each alone, all together."),
+    report: Optional[str] = typer.Option(None, "--report", help="Also render the results as md, html, json or csv."),
+    report_file: Optional[Path] = typer.Option(None, "--report-file", help="Write the --report there."),
 ) -> None:
     """Run the built-in workloads (modelled on real allocator-bound programs) under each variant."""
     if list_:
         print_catalog()
         return
     names = workload or list(builtin.registry())
-    params = parse_params(param)
-    workloads = []
     for name in names:
-        defn = builtin.get(name)
-        own = {k: v for k, v in params.items() if k in defn.params}
-        if params and len(names) == 1 and own != params:
-            unknown = sorted(set(params) - set(own))
-            raise AlloclabError(f"Workload '{name}' has no parameter {', '.join(unknown)}. Its parameters are: "
-                                f"{', '.join(sorted(defn.params))}.")
-        workloads.append(builtin.workload(name, own, quick=quick))
-    unused = set(params) - {k for n in names for k in builtin.get(n).params}
-    if unused:
-        raise AlloclabError(f"No chosen workload has a parameter {', '.join(sorted(unused))}. "
-                            f"Run `alloclab suite --list` to see each workload's parameters.")
+        builtin.get(name)  # unknown names fail before anything is compiled
+    params = sweep.expand_params(param)
+    workloads = sweep.builtin_workloads(names, params, quick)
+    specs, sweeps = sweep.plan_variants(allocator, ablate)
+    specs = specs or default_variants()
+    sweeps += sweep.param_sweeps(workloads, params.swept)
     store = Store(db)
     console.print(f"Storing results in {store.path.resolve()}")
     settings = Settings(runs=runs, warmup=warmup, timeout_s=timeout, seed=seed, kind="suite",
-                        title="suite: " + ", ".join(names) + (" (quick)" if quick else ""))
-    exp_id = run_experiment(store, workloads, allocator or default_variants(), settings)
-    show(store, exp_id, details=details, min_effect=percent(min_effect))
+                        title="suite: " + ", ".join(names) + (" (quick)" if quick else ""),
+                        extra_config=sweep.sweep_config(sweeps))
+    exp_id = run_experiment(store, workloads, specs, settings)
+    show(store, exp_id, details=details, min_effect=percent(min_effect), report_format=report,
+         report_file=report_file)
     print_summary(store, exp_id, percent(min_effect))
+    if sweeps:
+        cli_sweep.show_sweeps(store, exp_id, min_effect=percent(min_effect))

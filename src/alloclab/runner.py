@@ -32,6 +32,7 @@ class Settings:
     until_precise: float | None = None   # stop adding blocks when every CI half-width is below this
     max_runs: int = 50
     max_seconds: float = 1800.0
+    extra_config: dict = field(default_factory=dict)   # e.g. the sweep structure, for reports
 
 
 @dataclass
@@ -78,6 +79,7 @@ class Experiment:
         config = {"runs": s.runs, "warmup": s.warmup, "until_precise": s.until_precise, "timeout_s": s.timeout_s, "seed": s.seed,
                   "verify": s.verify, "schedule": "randomized interleaved blocks",
                   "removed_env": removed, "perf_counters": self.perf_ok}
+        config.update(s.extra_config)
         meta = machine.snapshot(self.variants)
         self.exp_id = self.store.new_experiment(s.kind, s.title or self.workloads[0].name, config, meta)
         for i, w in enumerate(self.workloads):
