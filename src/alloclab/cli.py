@@ -69,14 +69,14 @@ def allocators() -> None:
     console.print(t)
     if missing:
         console.print(f"Missing: {', '.join(missing)}. Install with: {catalog.install_line(missing)}")
-    console.print("A variant is NAME[:VAR=VALUE,...][@LABEL], e.g. glibc:MALLOC_TOP_PAD_=64M; "
+    console.print("A variant is NAME[:VAR=VALUE,...]\\[@LABEL], e.g. glibc:MALLOC_TOP_PAD_=64M; "
                   "any path to a .so is a custom allocator.")
 
 
 @app.command(context_settings={"allow_interspersed_args": False})
 def compare(
     command: list[str] = typer.Argument(..., metavar="-- CMD [ARGS]...", help="The program to run, after --."),
-    allocator: list[str] = typer.Option([], "-a", "--allocator", help="Variant NAME[:VAR=VALUE,...][@LABEL]; repeat. Default: every installed allocator."),
+    allocator: list[str] = typer.Option([], "-a", "--allocator", help="Variant NAME[:VAR=VALUE,...]\\[@LABEL]; repeat. Default: every installed allocator."),
     runs: int = typer.Option(10, "--runs", "-n", help="Measured runs per variant."),
     warmup: int = typer.Option(1, "--warmup", help="Warm-up blocks, discarded (the first one also verifies the allocator)."),
     metric: list[str] = typer.Option([], "--metric", "-m", help="NAME=REGEX[:higher|lower] or NAME=json:KEY; repeat."),
@@ -95,6 +95,9 @@ def compare(
     report_file: Optional[Path] = typer.Option(None, "--report-file", help="Write the --report there (default: stdout; the format follows the suffix if --report is not given)."),
     max_rss_increase: Optional[str] = typer.Option(None, "--max-rss-increase", help="Memory budget of the recommendation, e.g. 10%."),
     param: list[str] = typer.Option([], "--param", "-p", help="NAME=VALUES substituted for {NAME} in the command's arguments; lists (1,2,4) and ranges (1..16*2) sweep."),
+    profile: bool = typer.Option(False, "--profile", help="Afterwards, profile each variant with perf record: the allocator's share of CPU."),
+    profile_runs: int = typer.Option(3, "--profile-runs", help="Profiled runs per variant with --profile."),
+    call_graph: bool = typer.Option(False, "--call-graph", "-g", help="With --profile: record call graphs."),
     ablate: Optional[str] = typer.Option(None, "--ablate", help="VARIANT with several settings: run the baseline, each setting alone and all together."),
 ) -> None:
     """Run CMD under each allocator variant and compare speed and memory.
@@ -114,11 +117,17 @@ def compare(
                         kind="compare", title=" ".join(command),
                         until_precise=percent(until_precise) if until_precise else None,
                         max_runs=max_runs, max_seconds=max_seconds, extra_config=sweep.sweep_config(sweeps))
+    if profile:
+        from .cli_profile import check_profiling
+        check_profiling()
     exp_id = run_experiment(store, workloads, specs, settings)
     show(store, exp_id, details=details, min_effect=percent(min_effect), export_json=export_json,
          report_format=report, report_file=report_file, max_rss_increase=percent(max_rss_increase) if max_rss_increase else None)
     if sweeps:
         cli_sweep.show_sweeps(store, exp_id, min_effect=percent(min_effect))
+    if profile:
+        from .cli_profile import profile_after
+        profile_after(store, exp_id, workloads, specs, runs=profile_runs, call_graph=call_graph, timeout_s=timeout)
 
 
 if __name__ == "__main__":

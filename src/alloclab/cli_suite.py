@@ -84,6 +84,9 @@ def suite(
     db: Path = DbOption,
     details: bool = typer.Option(False, "--details"),
     min_effect: str = typer.Option("0%", "--min-effect"),
+    profile: bool = typer.Option(False, "--profile", help="Afterwards, profile each variant with perf record: the allocator's share of CPU."),
+    profile_runs: int = typer.Option(3, "--profile-runs", help="Profiled runs per variant with --profile."),
+    call_graph: bool = typer.Option(False, "--call-graph", "-g", help="With --profile: record call graphs."),
     ablate: Optional[str] = typer.Option(None, "--ablate", help="VARIANT with several settings: baseline, each alone, all together."),
     report: Optional[str] = typer.Option(None, "--report", help="Also render the results as md, html, json or csv."),
     report_file: Optional[Path] = typer.Option(None, "--report-file", help="Write the --report there."),
@@ -105,9 +108,15 @@ def suite(
     settings = Settings(runs=runs, warmup=warmup, timeout_s=timeout, seed=seed, kind="suite",
                         title="suite: " + ", ".join(names) + (" (quick)" if quick else ""),
                         extra_config=sweep.sweep_config(sweeps))
+    if profile:
+        from .cli_profile import check_profiling
+        check_profiling()
     exp_id = run_experiment(store, workloads, specs, settings)
     show(store, exp_id, details=details, min_effect=percent(min_effect), report_format=report,
          report_file=report_file)
     print_summary(store, exp_id, percent(min_effect))
     if sweeps:
         cli_sweep.show_sweeps(store, exp_id, min_effect=percent(min_effect))
+    if profile:
+        from .cli_profile import profile_after
+        profile_after(store, exp_id, workloads, specs, runs=profile_runs, call_graph=call_graph, timeout_s=timeout)

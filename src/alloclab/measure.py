@@ -216,8 +216,11 @@ def run_once(argv: list[str], env: dict[str, str], workdir: Path, *, timeout_s: 
     waited: dict = {}
 
     def waiter() -> None:
-        _, status, usage = os.wait4(pid, 0)
-        waited.update(t_end=time.perf_counter(), status=status, usage=usage)
+        try:
+            _, status, usage = os.wait4(pid, 0)
+            waited.update(t_end=time.perf_counter(), status=status, usage=usage)
+        except ChildProcessError:
+            pass  # kill_tree's wait reaped it first, after a timeout or Ctrl-C
         done.set()
 
     threading.Thread(target=waiter, name=f"wait4-{pid}", daemon=True).start()
