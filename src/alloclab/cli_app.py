@@ -45,13 +45,27 @@ def run_experiment(store: Store, workloads, variant_specs: list[str], settings: 
 
 
 def show(store: Store, exp_id: int, *, details: bool = False, min_effect: float = 0.0,
-         baseline: str | None = None, export_json: Path | None = None) -> None:
+         baseline: str | None = None, export_json: Path | None = None, report_format: str | None = None,
+         report_file: Path | None = None, max_rss_increase: float | None = None) -> None:
+    """The results of an experiment: the terminal table, or the report in `report_format` on
+    stdout; with `report_file`, the terminal table here and the report in that file."""
+    from .report import Options, format_for, write_report
+
     a = analyze(store.load(exp_id), baseline=baseline, min_effect=min_effect)
-    terminal.render(a, console, details=details)
+    options = Options(details=details, max_rss_increase=max_rss_increase)
+    fmt = report_format or (format_for(report_file) if report_file else "terminal")
+    if report_file is not None or fmt == "terminal":
+        terminal.render(a, console, details=details, max_rss_increase=max_rss_increase)
+    if report_file is not None or fmt != "terminal":
+        written = write_report(a, fmt, report_file, options, console=console)
+        if written:
+            console.print(f"Report ({fmt}) written to {written}")
     if export_json:
-        export_json.write_text(jsonout.render(a))
+        export_json.write_text(jsonout.render(a, max_rss_increase))
         console.print(f"Raw samples and metadata written to {export_json}")
-    console.print(f"Results stored in {store.path} (experiment {exp_id}).")
+    # On stdout only under the table: a report piped to a file must stay clean.
+    (console if fmt == "terminal" or report_file is not None else err).print(
+        f"Results stored in {store.path} (experiment {exp_id}).")
 
 
 def percent(text: str) -> float:

@@ -1,50 +1,147 @@
-"""Commands that look at stored results: report, experiments."""
+"""Commands that look at stored results: report, experiments, diff."""
 
 from __future__ import annotations
 
+import json
+import sys
 from pathlib import Path
 from typing import Optional
 
 import typer
 from rich.table import Table
 
-from .cli_app import DbOption, app, console, percent, show
+from .analysis import analyze
+from .cli_app import DbOption, app, console, err, percent
 from .errors import AlloclabError
+from .report import FORMATS, Options, write_report
+from .report.diff import diff_experiments, render_json, render_markdown, render_terminal
 from .store import Store
 
+FORMAT_HELP = f"One of: {', '.join(FORMATS)}."
 
-# --- looking at stored results -----------------------------------------------------------------
+
+def open_store(db: Path) -> Store:
+    if not db.exists():
+        raise AlloclabError(f"No database at {db}. Give the path of one with --db (alloclab compare and "
+                            f"alloclab suite write alloclab.db in the current directory by default).")
+    return Store(db)
+
+
+def budget(text: str | None) -> float | None:
+    return None if text is None else percent(text)
+
 
 @app.command()
 def report(
     experiment: Optional[int] = typer.Argument(None, help="Experiment id (default: the latest)."),
     db: Path = DbOption,
-    details: bool = typer.Option(False, "--details"),
+    fmt: str = typer.Option("terminal", "--format", "-f", help=FORMAT_HELP),
+    output: Optional[Path] = typer.Option(None, "--output", "-o", help="Write the report to FILE (default: stdout)."),
+    details: bool = typer.Option(False, "--details", help="Show every standard measure."),
     baseline: Optional[str] = typer.Option(None, "--baseline", help="Variant label to compare against."),
-    min_effect: str = typer.Option("0%", "--min-effect"),
-    export_json: Optional[Path] = typer.Option(None, "--export-json"),
+    min_effect: str = typer.Option("0%", "--min-effect", help="Smaller significant effects count as no change."),
+    max_rss_increase: Optional[str] = typer.Option(
+        None, "--max-rss-increase", help="Memory budget of the recommendation, e.g. 10% (default: none)."),
+    export_json: Optional[Path] = typer.Option(None, "--export-json", help="Also write the JSON report here."),
 ) -> None:
-    """Show a stored experiment."""
-    if not db.exists():
-        raise AlloclabError(f"No database at {db}. Give the path of one with --db.")
-    store = Store(db)
-    show(store, experiment if experiment is not None else store.latest(), details=details,
-         min_effect=percent(min_effect), baseline=baseline, export_json=export_json)
+    """Show a stored experiment as a terminal table, Markdown, HTML, JSON or CSV, with a recommendation."""
+    store = open_store(db)
+    e = store.load(experiment)
+    if output is None and fmt == "html" and sys.stdout.isatty():
+        output = Path(f"alloclab-report-{e.id}.html")  # a page of SVG is no use on a terminal
+    a = analyze(e, baseline=baseline, min_effect=percent(min_effect))
+    options = Options(details=details, max_rss_increase=budget(max_rss_increase))
+    written = write_report(a, fmt, output, options, console=console)
+    if export_json:
+        write_report(a, "json", export_json, options)
+    for path in (written, export_json):
+        if path:
+            err.print(f"Report written to {path}", highlight=False)
+
+
+def _listing(store: Store) -> list[dict]:
+    """One row per experiment, counted in SQL so that a long history lists fast."""
+    q = store.db.execute
+    variants: dict[int, list[str]] = {}
+    for r in q("SELECT experiment_id, label FROM variants ORDER BY experiment_id, idx"):
+        variants.setdefault(r[0], []).append(r[1])
+    workloads = dict(q("SELECT experiment_id, count(*) FROM workloads GROUP BY experiment_id").fetchall())
+    runs = {r[0]: (r[1], r[2]) for r in q(
+        "SELECT experiment_id, count(*), sum(status = 'ok') FROM runs WHERE warmup = 0 GROUP BY experiment_id")}
+    out = []
+    for row in store.experiments():
+        machine = json.loads(row["machine"])
+        total, ok = runs.get(row["id"], (0, 0))
+        out.append({"id": row["id"], "date": row["created"], "kind": row["kind"], "status": row["status"],
+                    "title": row["title"], "workloads": workloads.get(row["id"], 0),
+                    "variants": variants.get(row["id"], []), "runs": total, "runs_ok": ok or 0,
+                    "host": machine.get("host", ""), "kernel": machine.get("kernel", ""),
+                    "glibc": machine.get("glibc", "")})
+    return out
 
 
 @app.command()
-def experiments(db: Path = DbOption) -> None:
-    """List stored experiments."""
-    if not db.exists():
-        raise AlloclabError(f"No database at {db}. Give the path of one with --db.")
-    store = Store(db)
-    t = Table()
-    for col in ("id", "date", "kind", "status", "command / workload", "variants", "host"):
-        t.add_column(col)
-    for row in store.experiments():
-        e = store.load(row["id"])
-        t.add_row(str(row["id"]), row["created"], row["kind"], row["status"], row["title"][:60],
-                  ", ".join(v["label"] for v in e.variants), e.machine.get("host", ""))
+def experiments(
+    db: Path = DbOption,
+    as_json: bool = typer.Option(False, "--json", help="Print the list as JSON."),
+) -> None:
+    """List stored experiments: id, date, command or recipe, variants, runs, host."""
+    rows = _listing(open_store(db))
+    if as_json:
+        console.print_json(json.dumps(rows))
+        return
+    if not rows:
+        console.print(f"No experiments in {db} yet. Run `alloclab compare -- CMD` or `alloclab suite`.")
+        return
+    t = Table(title=f"Experiments in {db}", title_justify="left")
+    for col in ("id", "date (UTC)", "kind", "status", "command / recipe", "variants", "runs ok/total", "host"):
+        t.add_column(col, justify="right" if col in ("id", "runs ok/total") else "left")
+    status_style = {"complete": "green", "interrupted": "yellow", "failed": "red", "running": "yellow"}
+    for r in rows:
+        title = r["title"] if len(r["title"]) <= 60 else r["title"][:57] + "..."
+        if r["workloads"] > 1:
+            title += f" ({r['workloads']} workloads)"
+        t.add_row(str(r["id"]), r["date"].replace("T", " ")[:16], r["kind"],
+                  f"[{status_style.get(r['status'], '')}]{r['status']}[/]", title, ", ".join(r["variants"]),
+                  f"{r['runs_ok']}/{r['runs']}", f"{r['host']} ({r['kernel']}, glibc {r['glibc']})")
     console.print(t)
+    console.print("Show one with `alloclab report ID`; compare two with `alloclab diff A B`.", style="dim")
 
 
+@app.command()
+def diff(
+    a: int = typer.Argument(..., metavar="A", help="Experiment id of the reference."),
+    b: int = typer.Argument(..., metavar="B", help="Experiment id to compare against A."),
+    db: Path = DbOption,
+    db_b: Optional[Path] = typer.Option(None, "--db-b", help="Database of B, when it was measured elsewhere."),
+    fmt: str = typer.Option("terminal", "--format", "-f", help="One of: terminal, md, json."),
+    output: Optional[Path] = typer.Option(None, "--output", "-o", help="Write to FILE (default: stdout)."),
+    details: bool = typer.Option(False, "--details", help="Compare every standard measure."),
+    min_effect: str = typer.Option("0%", "--min-effect", help="Smaller significant effects count as no change."),
+) -> None:
+    """Compare two experiments of the same workload (another day, machine or allocator version)."""
+    if fmt not in ("terminal", "md", "json"):
+        raise AlloclabError(f"Unknown diff format '{fmt}'; choose terminal, md or json.")
+    ea = open_store(db).load(a)
+    eb = open_store(db_b or db).load(b)
+    d = diff_experiments(ea, eb, min_effect=percent(min_effect), details=details)
+    if fmt == "terminal" and output is None:
+        render_terminal(d, console)
+        return
+    if fmt == "terminal":
+        import io
+
+        from rich.console import Console
+        buf = io.StringIO()
+        render_terminal(d, Console(file=buf, width=160, color_system=None))
+        text = buf.getvalue()
+    else:
+        text = render_markdown(d) if fmt == "md" else render_json(d)
+    if output is None:
+        typer.echo(text, nl=False)
+        return
+    try:
+        output.write_text(text)
+    except OSError as exc:
+        raise AlloclabError(f"Cannot write {output}: {exc.strerror}. Give a writable path with -o.") from None
+    err.print(f"Diff written to {output}", highlight=False)

@@ -1,1 +1,78 @@
-"""Reports: one exporter per format, each a function from an Analysis to text."""
+"""Reports: one exporter per format behind one small interface.
+
+An exporter is a module with `export(analysis, options) -> str`. Modules are imported on first
+use, so a terminal report never pays for matplotlib.
+"""
+
+from __future__ import annotations
+
+import importlib
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+from ..analysis import Analysis
+from ..errors import AlloclabError
+
+# format -> module in this package
+FORMATS = {"terminal": "terminal", "md": "markdown", "html": "html", "json": "jsonout", "csv": "csvout"}
+
+
+@dataclass(frozen=True)
+class Options:
+    details: bool = False                    # every standard measure, not only the headline ones
+    max_rss_increase: float | None = None    # memory budget of the recommendation, 0.10 = +10%
+
+
+SUFFIXES = {".txt": "terminal", ".md": "md", ".markdown": "md", ".html": "html", ".htm": "html",
+            ".json": "json", ".csv": "csv"}
+
+
+def format_for(path: str | Path) -> str:
+    """The format a file name asks for, when no format was given."""
+    suffix = Path(path).suffix.lower()
+    if suffix not in SUFFIXES:
+        raise AlloclabError(f"Cannot tell the report format from the file name {path}; name it .md, .html, .json, "
+                            f".csv or .txt, or give the format with --report / --format.")
+    return SUFFIXES[suffix]
+
+
+def exporter(fmt: str):
+    if fmt not in FORMATS:
+        raise AlloclabError(f"Unknown report format '{fmt}'; choose one of {', '.join(FORMATS)} "
+                            f"(e.g. --format md for a mailing list, --format html for a page with charts).")
+    return importlib.import_module(f"{__name__}.{FORMATS[fmt]}")
+
+
+def export(a: Analysis, fmt: str, options: Options | None = None) -> str:
+    return exporter(fmt).export(a, options or Options())
+
+
+def write_report(a: Analysis, fmt: str, path: str | Path | None, options: Options | None = None,
+                 console=None) -> Path | None:
+    """Render `a` as `fmt` into `path`, or onto stdout when path is None (the terminal report
+    then keeps its colours through `console`). Returns the path written, if any."""
+    options = options or Options()
+    if path is None and fmt == "terminal" and console is not None:
+        exporter("terminal").render(a, console, details=options.details,
+                                    max_rss_increase=options.max_rss_increase)
+        return None
+    text = export(a, fmt, options)
+    if path is None:
+        sys.stdout.write(text if text.endswith("\n") else text + "\n")
+        sys.stdout.flush()
+        return None
+    path = Path(path)
+    try:
+        path.write_text(text)
+    except OSError as exc:
+        raise AlloclabError(f"Cannot write the report to {path}: {exc.strerror}. Give a writable path "
+                            f"with -o / --report-file.") from None
+    return path
+
+
+def check_format_option(value: str | None) -> str | None:
+    """Typer callback for --report: a bad format is refused before any run starts."""
+    if value is not None:
+        exporter(value)
+    return value

@@ -1,13 +1,20 @@
-"""Formatting shared by every exporter."""
+"""Formatting shared by every exporter: numbers, metadata lines, warnings grouped for reading."""
 
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass, field
 
 from .. import stats
-from ..analysis import Analysis, MetricRow
+from ..analysis import DEFAULT_STANDARD, Analysis, MetricRow
 
 STATUS_MARK = {"verified": "verified", "ineffective": "INEFFECTIVE", "unknown": "unknown"}
+
+# Most serious first: a reader who stops after the first warning should have read the worst one.
+FINDING_ORDER = ("all-failed", "failed-runs", "high-load", "drift", "warmup-trend", "too-few-runs",
+                 "high-cv", "short-runs", "outliers")
+# Findings that concern a variant's runs as a whole, not one metric.
+PER_VARIANT_FINDINGS = ("failed-runs", "all-failed", "high-load", "short-runs")
 
 
 def fmt_value(v: float) -> str:
@@ -36,21 +43,188 @@ def delta_text(row: MetricRow, vi: int) -> str:
     return stats.format_comparison(c) if c else ""
 
 
-def verification_line(a: Analysis, w, vi: int) -> str:
-    v = w.verification[vi]
-    return STATUS_MARK.get(v["status"], v["status"])
+def full_delta(c: stats.Comparison | None) -> str:
+    """Change, interval and Holm-adjusted p, shown even when not significant (reviewers want the
+    numbers; the verdict says whether they count): "+4.0% [+2.1, +5.9] p=0.003"."""
+    if c is None or not math.isfinite(c.ratio):
+        return "n/a"
+    pct = lambda r: f"{(r - 1) * 100:+.1f}"  # noqa: E731
+    interval = f"[{pct(c.ci_low)}, {pct(c.ci_high)}]" if math.isfinite(c.ci_low) and math.isfinite(c.ci_high) \
+        else "[n/a]"
+    p = stats.format_p(c.p_adjusted) if math.isfinite(c.p_adjusted) else "p=n/a"
+    return f"{pct(c.ratio)}% {interval} {p}"
 
 
-def findings_for(w) -> list[tuple[str, str, stats.Finding]]:
-    """(variant label, metric, finding), each finding once per cell, failed-runs once per variant."""
+def verdict_word(c: stats.Comparison | None) -> str:
+    return {"better": "better", "worse": "worse"}.get(c.verdict, "~") if c else ""
+
+
+def shown_rows(w, details: bool = False) -> list[MetricRow]:
+    """The rows a report shows: the program's own metrics and the default standard measures."""
+    return [r for r in w.rows if details or r.source != "run" or r.name in DEFAULT_STANDARD]
+
+
+def variant_order(a: Analysis) -> list[int]:
+    return [a.baseline_idx] + [i for i in range(len(a.labels)) if i != a.baseline_idx]
+
+
+def findings_for(w) -> list[tuple[int, str, stats.Finding]]:
+    """(variant index, metric, finding), each finding once per cell, per-variant ones once per variant."""
     out, seen = [], set()
     for row in w.rows:
         for c in row.cells:
             for f in c.findings:
-                key = (c.variant_idx, f.code) if f.code in ("failed-runs", "all-failed", "high-load", "short-runs") \
+                key = (c.variant_idx, f.code) if f.code in PER_VARIANT_FINDINGS \
                     else (c.variant_idx, row.name, f.code)
                 if key in seen:
                     continue
                 seen.add(key)
                 out.append((c.variant_idx, row.name, f))
+    return out
+
+
+# --- metadata ---------------------------------------------------------------------------------
+
+def runs_line(a: Analysis) -> str:
+    c = a.experiment.config
+    warm = c.get("warmup", 0)
+    verify = "on (first warm-up block under LD_DEBUG=bindings)" if c.get("verify", True) else "off (--no-verify)"
+    timeout = f", timeout {c['timeout_s']} s" if c.get("timeout_s") else ""
+    return (f"{c.get('runs')} measured runs per variant after {warm} warm-up block(s); "
+            f"{c.get('schedule', 'randomized interleaved blocks')} (seed {c.get('seed')}); "
+            f"verification {verify}{timeout}")
+
+
+def allocator_lines(a: Analysis) -> list[str]:
+    e = a.experiment
+    versions = e.machine.get("allocators", {})
+    out = []
+    for v in e.variants:
+        lib = v.get("library") or "libc (no preload)"
+        version = v.get("version") or versions.get(v["label"], "unknown")
+        settings = " ".join(f"{k}={val}" for k, val in v["env"].items() if k != "LD_PRELOAD")
+        out.append(f"{v['label']}: {v.get('allocator') or 'custom'} {version}, {lib}"
+                   + (f", {settings}" if settings else ""))
+    return out
+
+
+def metadata(a: Analysis) -> list[tuple[str, str]]:
+    """(key, value) lines describing where and how the numbers were taken, in reading order."""
+    e = a.experiment
+    m = e.machine
+    cores = m.get("usable_cores")
+    cores_text = f"{cores} usable of {m.get('cores')} cores" if cores != m.get("cores") else f"{cores} cores"
+    mem = m.get("memory_total_mb")
+    items = [
+        ("experiment", f"{e.id} ({e.row['kind']}, {e.row['status']}): {e.row['title']}"),
+        ("date", f"{e.row['created']} to {e.row.get('finished') or 'unfinished'}"),
+        ("host", f"{m.get('host')}: {m.get('cpu_model')}, {cores_text}"
+                 + (f", {mem / 1024:.1f} GiB" if mem else "")),
+        ("kernel", f"{m.get('kernel')} ({m.get('os') or 'unknown OS'})"),
+        ("memory", f"THP {m.get('thp')} (defrag {m.get('thp_defrag')}), governor {m.get('governor') or 'n/a'}"),
+        ("glibc", str(m.get("glibc"))),
+        ("perf", m.get("perf_counters_note") or ("hardware counters" if m.get("perf_counters") else "none")),
+        ("runs", runs_line(a)),
+        ("statistics", f"median per variant; change against {a.labels[a.baseline_idx]} with bootstrap 95% "
+                       f"interval; two-sided Mann-Whitney p, Holm-adjusted per workload and metric; "
+                       f"alpha {a.alpha:g}" + (f", minimum effect {a.min_effect:.0%}" if a.min_effect else "")),
+        ("tool", f"alloclab {m.get('alloclab')}, Python {m.get('python')}"),
+    ]
+    removed = e.config.get("removed_env") or {}
+    if removed:
+        items.append(("removed env", ", ".join(f"{k}={v}" for k, v in removed.items())))
+    return items
+
+
+# --- warnings and verification -----------------------------------------------------------------
+
+@dataclass
+class WarningGroup:
+    """One kind of finding, with every place it was seen; identical messages collapse."""
+
+    code: str
+    advice: str
+    lines: list[tuple[str, str]] = field(default_factory=list)  # (where, message)
+
+    @property
+    def serious(self) -> bool:
+        return self.code in ("all-failed", "failed-runs", "high-load", "drift")
+
+
+def _where(pairs: list[tuple[int, str]], a: Analysis, metrics: list[str]) -> str:
+    variants = sorted({vi for vi, _ in pairs})
+    by_variant = {vi: {m for v, m in pairs if v == vi} for vi in variants}
+    if all(ms == {""} for ms in by_variant.values()):
+        return "every variant" if len(variants) == len(a.labels) > 1 else ", ".join(a.labels[v] for v in variants)
+    if all(ms >= set(metrics) for ms in by_variant.values()):
+        who = "every variant" if len(variants) == len(a.labels) > 1 else ", ".join(a.labels[v] for v in variants)
+        return f"{who}, every metric"
+    metric_sets = {frozenset(ms) for ms in by_variant.values()}
+    if len(metric_sets) == 1:
+        who = "every variant" if len(variants) == len(a.labels) > 1 else ", ".join(a.labels[v] for v in variants)
+        return f"{who} / {', '.join(m for m in metrics if m in next(iter(metric_sets)))}"
+    return "; ".join(f"{a.labels[vi]} / {', '.join(m for m in metrics if m in by_variant[vi])}" for vi in variants)
+
+
+def warning_groups(a: Analysis, w, details: bool = False, limit: int | None = None) -> list[WarningGroup]:
+    """Findings grouped by kind, most serious first; at most `limit` lines per kind (the rest
+    counted in a last line)."""
+    rows = shown_rows(w, details)
+    metrics = [r.name for r in rows]
+    groups: dict[str, WarningGroup] = {}
+    places: dict[tuple[str, str], list[tuple[int, str]]] = {}
+    for vi, metric, f in findings_for(w):
+        if metric not in metrics and f.code not in PER_VARIANT_FINDINGS:
+            continue
+        groups.setdefault(f.code, WarningGroup(f.code, f.advice))
+        places.setdefault((f.code, f.message), []).append((vi, "" if f.code in PER_VARIANT_FINDINGS else metric))
+    for (code, message), pairs in places.items():
+        groups[code].lines.append((_where(pairs, a, metrics), message))
+    if limit:
+        for g in groups.values():
+            if len(g.lines) > limit:
+                g.lines[limit:] = [("", f"... and {len(g.lines) - limit} more of the same kind (all in --format json)")]
+    rank = {c: i for i, c in enumerate(FINDING_ORDER)}
+    return sorted(groups.values(), key=lambda g: rank.get(g.code, len(rank)))
+
+
+@dataclass
+class VerificationRow:
+    label: str
+    status: str
+    reasons: list[str]
+    notes: list[str]
+
+
+def verification_rows(a: Analysis, w) -> list[VerificationRow]:
+    return [VerificationRow(a.labels[vi], w.verification[vi]["status"], list(w.verification[vi]["reasons"]),
+                            list(w.verification[vi]["notes"])) for vi in variant_order(a)]
+
+
+def verification_summary(a: Analysis) -> tuple[str, str]:
+    """(level, sentence) over the whole experiment: level is ok, warn or bad."""
+    bad, unknown = [], []
+    for w in a.workloads:
+        for vi, v in w.verification.items():
+            if v["status"] == "ineffective":
+                bad.append(f"{a.labels[vi]} ({w.name})")
+            elif v["status"] != "verified":
+                unknown.append(f"{a.labels[vi]} ({w.name})")
+    if bad:
+        return "bad", (f"Allocator INEFFECTIVE for {', '.join(bad)}: those columns did not measure the named "
+                       f"allocator and must not be used.")
+    if unknown:
+        return "warn", f"Allocator not verified for {', '.join(unknown)} (verification was off or inconclusive)."
+    return "ok", "Every variant verified: malloc and free were bound to the named allocator in every process."
+
+
+def failed_run_lines(a: Analysis, w, limit: int = 3) -> list[str]:
+    out = []
+    for vi, failed in w.runs_failed.items():
+        for r in failed[:limit]:
+            tail = (r["stderr"] or "").strip().splitlines()[-3:]
+            out.append(f"{a.labels[vi]}: run {r['block']}.{r['position']} {r['status']}: {r['error']}"
+                       + "".join(f"\n    {line}" for line in tail))
+        if len(failed) > limit:
+            out.append(f"{a.labels[vi]}: {len(failed) - limit} more failed run(s)")
     return out

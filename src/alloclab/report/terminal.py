@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import io
+
 from rich.console import Console, Group
 from rich.table import Table
 from rich.text import Text
 
 from ..analysis import DEFAULT_STANDARD, Analysis
-from .common import delta_text, findings_for, fmt_value, metric_title
+from ..recommend import Recommendation, recommend
+from .common import delta_text, failed_run_lines, fmt_value, metric_title, warning_groups
 
 STATUS_STYLE = {"verified": "green", "ineffective": "bold red", "unknown": "yellow"}
 VERDICT_STYLE = {"better": "green", "worse": "red", "same": "dim"}
@@ -45,24 +48,41 @@ def workload_table(a: Analysis, w, details: bool = False) -> Table:
     return t
 
 
-def notes(a: Analysis, w) -> list[Text]:
+def notes(a: Analysis, w, details: bool = False) -> list[Text]:
     out = []
     for vi, v in w.verification.items():
         for reason in v["reasons"]:
             out.append(Text(f"{a.labels[vi]}: allocator INEFFECTIVE: {reason}", style="bold red"))
         for note in v["notes"]:
             out.append(Text(f"{a.labels[vi]}: {note}", style="dim"))
-    for vi, failed in w.runs_failed.items():
-        for r in failed[:3]:
-            tail = (r["stderr"] or "").strip().splitlines()[-3:]
-            out.append(Text(f"{a.labels[vi]}: run {r['block']}.{r['position']} {r['status']}: {r['error']}"
-                            + ("".join(f"\n    {line}" for line in tail)), style="red"))
-    for vi, metric, f in findings_for(w):
-        out.append(Text(f"{a.labels[vi]} / {metric}: {f.message}. {f.advice}", style="yellow"))
+    for line in failed_run_lines(a, w):
+        out.append(Text(line, style="red"))
+    # One line per kind of warning, so that fifty cells with too few runs read as one problem.
+    for g in warning_groups(a, w, details):
+        for where, message in g.lines:
+            out.append(Text(f"{where}: {message}.", style="bold yellow" if g.serious else "yellow"))
+        out.append(Text(f"  -> {g.advice}", style="dim"))
     return out
 
 
-def render(a: Analysis, console: Console, details: bool = False) -> None:
+def recommendation(rec: Recommendation) -> list[Text]:
+    out = []
+    choices = rec.workloads + ([rec.overall] if len(rec.workloads) > 1 else [])
+    for c in choices:
+        front = ", ".join(p.label for p in c.points if p.variant_idx in c.front)
+        out.append(Text(c.sentence, style="bold green" if c.pick is not None else "bold"))
+        out.append(Text(f"  Pareto front of {c.metric} vs peak RSS: {front or 'n/a'}", style="dim"))
+        for caveat in c.caveats:
+            out.append(Text(f"  caveat: {caveat}", style="yellow"))
+        if c.apply:
+            out.append(Text(f"  run:     {c.apply.env_line}"))
+            out.append(Text("  systemd: " + c.apply.systemd.replace("\n", "\n           ")))
+            if c.apply.build:
+                out.append(Text(f"  build:   {c.apply.build}"))
+    return out
+
+
+def render(a: Analysis, console: Console, details: bool = False, max_rss_increase: float | None = None) -> None:
     e = a.experiment
     m = e.machine
     console.print(Text(f"experiment {e.id} ({e.row['status']}): {e.row['title']}", style="bold"))
@@ -72,8 +92,20 @@ def render(a: Analysis, console: Console, details: bool = False) -> None:
                        f"{len(a.labels)} variants in randomized interleaved blocks (seed {e.config.get('seed')})",
                        style="dim"))
     for w in a.workloads:
-        console.print(Group(workload_table(a, w, details), *notes(a, w)))
+        console.print(Group(workload_table(a, w, details), *notes(a, w, details)))
         console.print()
     console.print(Text("Each cell: median; under it the change against the baseline with its 95% interval and "
                        "Holm-adjusted Mann-Whitney p, or ~ when not significant. * marks the primary metric.",
                        style="dim"))
+    console.print()
+    console.print(Text("Recommendation", style="bold underline"))
+    for line in recommendation(recommend(a, max_rss_increase)):
+        console.print(line)
+
+
+def export(a: Analysis, options) -> str:
+    """The same report as plain text, for a file."""
+    buf = io.StringIO()
+    render(a, Console(file=buf, width=160, color_system=None, force_terminal=False), details=options.details,
+           max_rss_increase=options.max_rss_increase)
+    return buf.getvalue()

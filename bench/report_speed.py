@@ -1,0 +1,156 @@
+#!/usr/bin/env python3
+"""Report rendering speed: how long the exporters take on an experiment of 10,000 samples.
+
+A synthetic experiment is written into a temporary database through store.Store's public
+methods: 2 workloads x 5 variants x 1,000 measured runs (10,000 runs, each with the standard
+measures, an ops/s metric and an RSS series of ~60 points), numbers shaped like a real
+allocator comparison (log-normal throughput with per-allocator speed and memory offsets, a
+few slow outliers). It then times, separately:
+
+  load     Store.load of the whole experiment
+  analyze  analysis.analyze (summaries, bootstrap intervals, Holm)
+  html     the HTML exporter (matplotlib charts as inline SVG), after one warm-up render
+  md       the Markdown exporter
+  json     the JSON exporter (every raw sample)
+  csv      the CSV exporter
+
+"rendering" is html and md; the target is under 2 s each. Also prints `alloclab report
+--format html` end to end (process start, imports, load, analysis, render) for reference.
+
+Usage: python bench/report_speed.py [--runs-per-cell 1000] [--repeat 3]
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import os
+import random
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from alloclab import machine
+from alloclab.analysis import analyze
+from alloclab.measure import RunResult
+from alloclab.metrics import STANDARD, MetricDef
+from alloclab.report import Options, export
+from alloclab.store import Store
+from alloclab.variants import installed_variants
+
+# Per allocator: (throughput factor, peak-RSS factor), roughly what churn-style programs show.
+SHAPE = {"glibc": (1.00, 1.00), "tcmalloc": (1.25, 1.12), "tcmalloc-minimal": (1.30, 1.11),
+         "jemalloc": (1.20, 1.06), "mimalloc": (1.35, 1.02)}
+
+
+def synthetic_run(rng: random.Random, speed: float, mem: float, base_ops: float, live_mb: float) -> tuple:
+    ops = base_ops * speed * math.exp(rng.gauss(0, 0.04))
+    if rng.random() < 0.01:
+        ops *= 0.6  # an interrupted run now and then
+    wall = 2e8 / ops
+    peak_mb = live_mb * mem * math.exp(rng.gauss(0, 0.01))
+    points = 60
+    series = [(round(wall * i / points, 4), int(1024 * peak_mb * min(1.0, 0.15 + i / (points * 0.6))))
+              for i in range(points)]
+    user = wall * 0.92
+    result = RunResult("ok", wall, exit_code=0, user_s=user, sys_s=wall * 0.06, max_rss_kb=int(peak_mb * 1024),
+                       peak_rss_kb=int(peak_mb * 1024), final_rss_kb=int(peak_mb * 1024 * 0.97),
+                       minflt=int(peak_mb * 256), majflt=0, nvcsw=rng.randint(0, 3), nivcsw=rng.randint(0, 40),
+                       stdout=f"ops/s: {ops:.0f}\n", rss_series=series, samples=points)
+    metrics = {"ops": ops, "wall_s": wall, "cpu_s": user + wall * 0.06, "user_s": user, "sys_s": wall * 0.06,
+               "peak_rss_mb": peak_mb, "max_rss_mb": peak_mb, "final_rss_mb": peak_mb * 0.97,
+               "minflt": peak_mb * 256, "majflt": 0, "nvcsw": result.nvcsw, "nivcsw": result.nivcsw}
+    return result, metrics
+
+
+def build(db: Path, runs_per_cell: int, seed: int = 7) -> int:
+    rng = random.Random(seed)
+    variants = installed_variants()
+    store = Store(db)
+    store.db.execute("PRAGMA synchronous = OFF")  # a throw-away database: no fsync per run
+    config = {"runs": runs_per_cell, "warmup": 0, "timeout_s": None, "seed": seed, "verify": True,
+              "schedule": "randomized interleaved blocks", "removed_env": {}, "perf_counters": False}
+    exp = store.new_experiment("compare", "synthetic: churn 2000 64 / churn 2000 256", config,
+                               machine.snapshot(variants))
+    workloads = [("churn 2000 64", ["churn", "2000", "64"], 5.0e6, 66.0),
+                 ("churn 2000 256", ["churn", "2000", "256"], 3.1e6, 262.0)]
+    ops = MetricDef("ops", "ops/s", True, "regex", r"ops/s: (\d+)", primary=True)
+    for wi, (name, argv, _, _) in enumerate(workloads):
+        store.add_workload(exp, wi, name, argv, {}, {}, [ops, *STANDARD])
+    for vi, v in enumerate(variants):
+        store.add_variant(exp, vi, v, v.version())
+    for wi, (_, _, base_ops, live_mb) in enumerate(workloads):
+        for vi in range(len(variants)):
+            store.set_verification(exp, wi, vi, "verified", [], ["synthetic"])
+    for block in range(runs_per_cell):
+        cells = [(wi, vi) for wi in range(len(workloads)) for vi in range(len(variants))]
+        rng.shuffle(cells)
+        for pos, (wi, vi) in enumerate(cells):
+            speed, mem = SHAPE.get(variants[vi].label, (1.0, 1.0))
+            result, metrics = synthetic_run(rng, speed, mem, workloads[wi][2], workloads[wi][3])
+            store.add_run(exp, wi, vi, block, pos, False, result, metrics, {"load": 0.5})
+    store.finish(exp, "complete")
+    store.close()
+    return exp
+
+
+def timed(fn, repeat: int) -> tuple[list[float], list[float]]:
+    """(wall seconds, CPU seconds of this process) per repetition; on a shared machine the CPU
+    time says what the work costs, the wall time what a user waits."""
+    wall, cpu = [], []
+    for _ in range(repeat):
+        t0, c0 = time.perf_counter(), time.process_time()
+        fn()
+        wall.append(time.perf_counter() - t0)
+        cpu.append(time.process_time() - c0)
+    return wall, cpu
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--runs-per-cell", type=int, default=1000)
+    ap.add_argument("--repeat", type=int, default=3)
+    args = ap.parse_args()
+    with tempfile.TemporaryDirectory() as d:
+        db = Path(d) / "bench.db"
+        t0 = time.perf_counter()
+        exp = build(db, args.runs_per_cell)
+        build_s = time.perf_counter() - t0
+        store = Store(db)
+        e = store.load(exp)
+        samples = sum(1 for r in e.runs if not r["warmup"])
+        values = sum(len(r["metrics"]) for r in e.runs)
+        print(f"experiment: {len(e.workloads)} workloads x {len(e.variants)} variants x {args.runs_per_cell} runs "
+              f"= {samples} samples ({values} metric values, "
+              f"{sum(len(r['rss_series'] or '') for r in e.runs) // 1024} KiB of RSS series); built in {build_s:.1f} s")
+        print(f"machine: {os.cpu_count()} cores, load {os.getloadavg()[0]:.2f}")
+        results = {"load": timed(lambda: store.load(exp), args.repeat)}
+        a = analyze(e)
+        results["analyze"] = timed(lambda: analyze(e), args.repeat)
+        opts = Options()
+        export(a, "html", opts)  # imports matplotlib and warms its font cache
+        sizes = {}
+        for fmt in ("html", "md", "json", "csv"):
+            sizes[fmt] = len(export(a, fmt, opts))
+            results[fmt] = timed(lambda: export(a, fmt, opts), args.repeat)
+        for name, (wall, cpu) in results.items():
+            size = f"  ({sizes[name] / 1024:,.0f} KiB)" if name in sizes else ""
+            print(f"{name:8s} wall median {statistics.median(wall):6.3f} s (range {min(wall):.3f}-{max(wall):.3f}), "
+                  f"cpu median {statistics.median(cpu):6.3f} s, over {len(wall)}{size}")
+        out = Path(d) / "r.html"
+        t0 = time.perf_counter()
+        subprocess.run([sys.executable, "-m", "alloclab.cli", "report", "--db", str(db), "--format", "html",
+                        "-o", str(out)], check=True, capture_output=True)
+        print(f"`alloclab report --format html` end to end: {time.perf_counter() - t0:.2f} s")
+        print(f"machine load at the end: {os.getloadavg()[0]:.2f}")
+        for fmt in ("html", "md"):
+            med = statistics.median(results[fmt][0])
+            print(f"target: {fmt} render of {samples} samples under 2 s: {'met' if med < 2 else 'NOT met'} "
+                  f"({med:.3f} s)")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,278 @@
+"""Charts for the HTML report, drawn by matplotlib and returned as inline SVG text.
+
+Every chart shows the data behind the numbers: each run is a dot, each median carries its
+interval. Figures are built with the object API (no pyplot state), so rendering is safe to call
+repeatedly, and every SVG gets its own id prefix because many share one HTML document.
+"""
+
+from __future__ import annotations
+
+import io
+import itertools
+import math
+import re
+
+import matplotlib
+import numpy as np
+
+matplotlib.use("Agg")
+
+from matplotlib.collections import LineCollection  # noqa: E402
+from matplotlib.figure import Figure  # noqa: E402
+from matplotlib.ticker import FuncFormatter  # noqa: E402
+
+from ..analysis import Analysis, MetricRow  # noqa: E402
+from ..recommend import Choice  # noqa: E402
+
+# Beyond this many dots per variant they are drawn as one embedded bitmap inside the SVG: the
+# chart stays one self-contained element and renders fast at 10,000 runs.
+RASTER_ABOVE = 400
+RSS_LINES_PER_VARIANT = 12      # runs drawn in the RSS-over-time chart, spread over the experiment
+PALETTE = ("#4c72b0", "#dd8452", "#55a868", "#c44e52", "#8172b3", "#937860", "#da8bc3", "#8c8c8c",
+           "#ccb974", "#64b5cd")
+VERDICT_COLOUR = {"better": "#1a7f37", "worse": "#cf222e"}
+
+matplotlib.rcParams.update({
+    "svg.fonttype": "none",         # text stays text: smaller, selectable, the page's font
+    "svg.hashsalt": "alloclab",     # the same data gives the same SVG
+    "font.size": 9,
+    "axes.spines.top": False,
+    "axes.spines.right": False,
+    "axes.grid": True,
+    "grid.alpha": 0.3,
+})
+
+_ids = itertools.count(1)
+
+
+def reset_ids() -> None:
+    """Start the SVG id prefixes again: one report renders the same bytes every time."""
+    global _ids
+    _ids = itertools.count(1)
+
+
+def colour(vi: int) -> str:
+    return PALETTE[vi % len(PALETTE)]
+
+
+def _margins(fig: Figure, labels: list[str] = (), right: float = 0.25, top: float = 0.35,
+             bottom: float = 0.5) -> None:
+    """Fixed margins in inches, the left one wide enough for the longest y label: one draw
+    instead of the two a tight bounding box costs."""
+    w, h = fig.get_size_inches()
+    left = 0.55 + 0.065 * max((len(s) for s in labels), default=6)
+    fig.subplots_adjust(left=left / w, right=1 - right / w, top=1 - top / h, bottom=bottom / h)
+
+
+def to_svg(fig: Figure, title: str) -> str:
+    buf = io.StringIO()
+    fig.savefig(buf, format="svg", dpi=110, metadata={"Date": None})
+    svg = buf.getvalue()
+    svg = svg[svg.index("<svg"):]
+    # The RDF block names matplotlib's web site and a date: neither belongs in a reproducible report.
+    svg = re.sub(r"<metadata>.*?</metadata>\s*", "", svg, count=1, flags=re.DOTALL)
+    prefix = f"c{next(_ids)}-"
+    svg = re.sub(r'\bid="([^"]+)"', rf'id="{prefix}\1"', svg)
+    svg = re.sub(r'(href=")#', rf"\1#{prefix}", svg)
+    svg = svg.replace("url(#", f"url(#{prefix}")
+    # Scale with the page: keep the viewBox, drop the fixed size.
+    head, rest = svg.split(">", 1)
+    head = re.sub(r'\s(width|height)="[^"]*"', "", head)
+    safe = title.replace("&", "&amp;").replace("<", "&lt;").replace('"', "&quot;")
+    return f'{head} class="chart" role="img" aria-label="{safe}"><title>{safe}</title>{rest}'
+
+
+def short_number(v: float, _pos=None) -> str:
+    """Tick labels without matplotlib's detached "1e6" offset: 4.7M, 12.6k, 0.075."""
+    a = abs(v)
+    for div, suffix in ((1e9, "G"), (1e6, "M"), (1e3, "k")):
+        if a >= div:
+            return f"{v / div:.4g}{suffix}"
+    return f"{v:.4g}"
+
+
+SHORT = FuncFormatter(short_number)
+
+
+def _jitter(n: int, seed: int, width: float = 0.28) -> np.ndarray:
+    return (np.random.default_rng(seed).random(n) - 0.5) * width
+
+
+def _interval(s) -> tuple[float, float] | None:
+    return (s.ci_low, s.ci_high) if math.isfinite(s.ci_low) and math.isfinite(s.ci_high) else None
+
+
+def _strip(ax, a: Analysis, order: list[int], row: MetricRow, bars: bool = False) -> None:
+    """Per variant (one line each, baseline on top): every run a dot, the median a tick, its
+    interval a thick bar."""
+    for y, vi in enumerate(order):
+        c = row.cells[vi]
+        if bars and math.isfinite(c.summary.median):
+            ax.barh(y, c.summary.median, height=0.6, color=colour(vi), alpha=0.25, zorder=1)
+        if c.values:
+            many = len(c.values) > RASTER_ABOVE
+            # Arrays, not lists: matplotlib masks a list element by element.
+            ax.scatter(np.asarray(c.values, dtype=float), y + _jitter(len(c.values), vi, 0.5), s=8 if many else 26, color=colour(vi),
+                       alpha=0.35 if many else 0.75, edgecolors="white", linewidths=0 if many else 0.6,
+                       zorder=2, rasterized=many)
+        ci = _interval(c.summary)
+        if ci:
+            ax.plot(ci, [y, y], color="black", linewidth=2.5, solid_capstyle="butt", zorder=3, alpha=0.8)
+        if math.isfinite(c.summary.median):
+            # Over the dots: with thousands of runs the median must still show.
+            ax.plot([c.summary.median], [y], marker="|", markersize=20, markeredgewidth=2, color="black", zorder=4)
+    ax.xaxis.set_major_formatter(SHORT)
+    ax.set_yticks(range(len(order)))
+    labels = ax.set_yticklabels([a.labels[vi] for vi in order])
+    for vi, label in zip(order, labels):
+        comparison = row.cells[vi].comparison
+        if comparison and comparison.verdict in VERDICT_COLOUR:
+            label.set_color(VERDICT_COLOUR[comparison.verdict])
+            label.set_fontweight("bold")
+    ax.set_ylim(len(order) - 0.5, -0.5)
+    ax.grid(axis="y", visible=False)
+
+
+def metric_chart(a: Analysis, order: list[int], row: MetricRow) -> str:
+    fig = Figure(figsize=(5.6, 0.42 * len(order) + 0.95))
+    _margins(fig, [a.labels[vi] for vi in order], bottom=0.3)
+    ax = fig.add_subplot()
+    _strip(ax, a, order, row)
+    unit = f" ({row.unit})" if row.unit else ""
+    better = "higher is better" if row.higher_is_better else "lower is better"
+    ax.set_title(f"{row.name}{unit}: {better}", loc="left", fontsize=10)
+    return to_svg(fig, f"{row.name} per variant: every run, median and interval")
+
+
+def peak_rss_chart(a: Analysis, order: list[int], row: MetricRow) -> str:
+    fig = Figure(figsize=(5.6, 0.42 * len(order) + 1.2))
+    _margins(fig, [a.labels[vi] for vi in order])
+    ax = fig.add_subplot()
+    _strip(ax, a, order, row, bars=True)
+    ax.set_xlim(left=0)
+    ax.set_xlabel("peak RSS of the process tree (MiB)")
+    ax.set_title("Peak RSS per variant", loc="left", fontsize=10)
+    return to_svg(fig, "Peak RSS per variant")
+
+
+def pick_runs(runs: list, k: int) -> list:
+    if len(runs) <= k:
+        return runs
+    step = (len(runs) - 1) / (k - 1)
+    return [runs[round(i * step)] for i in range(k)]
+
+
+def rss_over_time_chart(a: Analysis, order: list[int], series: dict[int, list[list]]) -> tuple[str, int]:
+    """series: variant -> the [[t, kb], ...] of the runs to draw. Returns (svg, lines drawn)."""
+    fig = Figure(figsize=(11.5, 3.4))
+    _margins(fig, [], bottom=0.55)
+    ax = fig.add_subplot()
+    shown = 0
+    for vi in order:
+        runs = [s for s in series.get(vi, []) if s]
+        if not runs:
+            continue
+        shown += len(runs)
+        # The run with the median peak stands for the variant; the others show the spread.
+        ranked = sorted(runs, key=lambda s: max(kb for _, kb in s))
+        typical = ranked[len(ranked) // 2]
+        others = [[(t, kb / 1024) for t, kb in s] for s in runs if s is not typical]
+        if others:
+            ax.add_collection(LineCollection(others, colors=colour(vi), linewidths=0.8, alpha=0.45))
+        # Runs of a few samples would draw as nothing at all without markers.
+        ax.plot([t for t, _ in typical], [kb / 1024 for _, kb in typical], color=colour(vi), linewidth=1.8,
+                marker="o" if len(typical) < 8 else None, markersize=4, label=a.labels[vi])
+    ax.autoscale()
+    ax.set_ylim(bottom=0)
+    ax.set_xlabel("time since start (s)")
+    ax.set_ylabel("RSS of the process tree (MiB)")
+    ax.set_title("RSS over time: a typical run per variant (bold) and others (thin)", loc="left", fontsize=10)
+    if shown:
+        ax.legend(loc="lower right", fontsize=8, frameon=False, ncol=min(5, len(order)))
+    return to_svg(fig, "RSS over time per variant"), shown
+
+
+def pareto_chart(choice: Choice, order: list[int], speed_label: str, rss_label: str,
+                 intervals: dict[int, tuple] | None = None) -> str:
+    """Speed against memory, one point per variant; the Pareto front joined and ringed.
+    intervals: variant -> ((rss_lo, rss_hi), (speed_lo, speed_hi)) where known."""
+    fig = Figure(figsize=(5.6, 4.0))
+    _margins(fig, [], bottom=0.55)
+    ax = fig.add_subplot()
+    pts = {p.variant_idx: p for p in choice.points}
+    drawn = [vi for vi in order if math.isfinite(pts[vi].speed) and math.isfinite(pts[vi].rss)]
+    # One collection for every interval and one scatter for every point: errorbar() per point
+    # builds a dozen artists each.
+    segments = []
+    for vi in drawn:
+        p = pts[vi]
+        if intervals and vi in intervals:
+            (xl, xh), (yl, yh) = intervals[vi]
+            if math.isfinite(xl) and math.isfinite(xh):
+                segments.append([(xl, p.speed), (xh, p.speed)])
+            if math.isfinite(yl) and math.isfinite(yh):
+                segments.append([(p.rss, yl), (p.rss, yh)])
+    if segments:
+        ax.add_collection(LineCollection(segments, colors="#555555", linewidths=1, zorder=2))
+    ax.scatter([pts[vi].rss for vi in drawn], [pts[vi].speed for vi in drawn], s=55, zorder=3,
+               c=[colour(vi) for vi in drawn], alpha=[0.95 if pts[vi].usable else 0.35 for vi in drawn])
+    ax.margins(0.15)
+    x_lo, x_hi = ax.get_xlim()
+    for vi in drawn:
+        p = pts[vi]
+        # Labels of points in the right half go to their left, so none runs off the figure.
+        right_half = p.rss > (x_lo + x_hi) / 2
+        ax.annotate(p.label + ("" if p.usable else " (unusable)"), (p.rss, p.speed),
+                    xytext=(-7 if right_half else 7, 6), textcoords="offset points", fontsize=8,
+                    ha="right" if right_half else "left")
+    front = sorted((pts[vi] for vi in choice.front), key=lambda p: p.rss)
+    if front:
+        ax.plot([p.rss for p in front], [p.speed for p in front], color="black", linewidth=1, linestyle="--",
+                zorder=2, label="Pareto front")
+        ax.scatter([p.rss for p in front], [p.speed for p in front], s=190, facecolors="none",
+                   edgecolors="black", linewidths=1.2, zorder=4)
+        ax.legend(loc="best", fontsize=8, frameon=False)
+    if choice.pick is not None:
+        p = pts[choice.pick]
+        right_half = p.rss > (x_lo + x_hi) / 2
+        ax.annotate("recommended", (p.rss, p.speed), xytext=(-7 if right_half else 7, -13),
+                    textcoords="offset points", fontsize=8, color=VERDICT_COLOUR["better"], fontweight="bold",
+                    ha="right" if right_half else "left")
+    ax.set_xlabel(rss_label)
+    ax.set_ylabel(speed_label)
+    ax.yaxis.set_major_formatter(SHORT)
+    ax.set_title("Speed versus memory", loc="left", fontsize=10)
+    return to_svg(fig, "Speed versus memory with the Pareto front")
+
+
+def sweep_chart(title: str, xlabel: str, curves: list[tuple[str, str, list[tuple[float, float, float, float]]]],
+                ylabel: str, log_x: bool = False, reference: tuple[str, float] | None = None,
+                ticks: list[str] | None = None) -> str:
+    """curves: (label, colour, [(x, median, ci_low, ci_high), ...]) each drawn as a line with
+    its intervals; reference: (label, y) of a variant outside the sweep, drawn dashed; ticks:
+    labels at x = 0, 1, ... for settings that are not numbers."""
+    fig = Figure(figsize=(5.6, 3.6))
+    _margins(fig, [], bottom=0.55)
+    ax = fig.add_subplot()
+    for label, col, pts in curves:
+        pts = sorted((p for p in pts if math.isfinite(p[0]) and math.isfinite(p[1])), key=lambda p: p[0])
+        if not pts:
+            continue
+        xs, ys = [p[0] for p in pts], [p[1] for p in pts]
+        ax.plot(xs, ys, marker="o", color=col, label=label, linewidth=1.5, markersize=5)
+        lo = [p[2] if math.isfinite(p[2]) else p[1] for p in pts]
+        hi = [p[3] if math.isfinite(p[3]) else p[1] for p in pts]
+        ax.fill_between(xs, lo, hi, color=col, alpha=0.15, linewidth=0)
+    if reference and math.isfinite(reference[1]):
+        ax.axhline(reference[1], color="#555555", linestyle="--", linewidth=1, label=reference[0])
+    if log_x:
+        ax.set_xscale("log")
+    if ticks:
+        ax.set_xticks(range(len(ticks)), ticks)
+    ax.set_xlabel(xlabel)
+    ax.set_ylabel(ylabel)
+    ax.yaxis.set_major_formatter(SHORT)
+    ax.set_title(title, loc="left", fontsize=10)
+    if len(curves) > 1 or reference:
+        ax.legend(fontsize=8, frameon=False)
+    return to_svg(fig, title)

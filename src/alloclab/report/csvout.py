@@ -1,0 +1,45 @@
+"""CSV: one row per run (warm-up and failed runs included, marked), every metric a column."""
+
+from __future__ import annotations
+
+import csv
+import io
+
+from ..analysis import Analysis
+
+SUFFIX = ".csv"
+RUN_COLUMNS = ("experiment", "workload_idx", "workload", "variant_idx", "variant", "allocator", "version",
+               "block", "position", "warmup", "status", "exit_code", "signal", "error", "started")
+
+
+def metric_columns(a: Analysis) -> list[str]:
+    """Metric names in the order the experiment defined them, then any other recorded one."""
+    names = list(dict.fromkeys(d["name"] for d in a.experiment.metric_defs))
+    extra = sorted({k for r in a.experiment.runs for k in r["metrics"]} - set(names))
+    return names + extra
+
+
+def export(a: Analysis, options=None) -> str:
+    e = a.experiment
+    metrics = metric_columns(a)
+    names = {w["idx"]: w["name"] for w in e.workloads}
+    buf = io.StringIO()
+    out = csv.writer(buf, lineterminator="\n")
+    out.writerow([*RUN_COLUMNS, *metrics])
+    for r in e.runs:
+        v = e.variants[r["variant_idx"]]
+        out.writerow([e.id, r["workload_idx"], names.get(r["workload_idx"], ""), r["variant_idx"], v["label"],
+                      v.get("allocator") or v.get("library") or "", v.get("version") or "", r["block"],
+                      r["position"], int(bool(r["warmup"])), r["status"], _blank(r["exit_code"]),
+                      _blank(r["signal"]), r["error"] or "", r["started"],
+                      *(_number(r["metrics"].get(m)) for m in metrics)])
+    return buf.getvalue()
+
+
+def _blank(v) -> str:
+    return "" if v is None else str(v)
+
+
+def _number(v) -> str:
+    # repr keeps every digit; a spreadsheet reads it back exactly.
+    return "" if v is None else repr(float(v))

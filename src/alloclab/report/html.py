@@ -1,0 +1,230 @@
+"""One self-contained HTML file: tables, charts as inline SVG, the recommendation, warnings and
+verification up front, the metadata at hand. No script, no stylesheet or image from elsewhere:
+it works offline and can be mailed as an attachment."""
+
+from __future__ import annotations
+
+import json
+import math
+from datetime import datetime, timezone
+
+import jinja2
+
+from .. import __version__
+from ..analysis import Analysis
+from ..recommend import RSS_METRIC, Recommendation, recommend
+from . import charts
+from .common import (allocator_lines, failed_run_lines, fmt_value, full_delta, metadata, shown_rows,
+                     variant_order, verdict_word, verification_rows, verification_summary, warning_groups)
+
+SUFFIX = ".html"
+
+_env = jinja2.Environment(loader=jinja2.PackageLoader("alloclab.report", "templates"),
+                          autoescape=jinja2.select_autoescape(["html", "j2"]),
+                          trim_blocks=True, lstrip_blocks=True, undefined=jinja2.StrictUndefined)
+
+
+def _series(run: dict) -> list:
+    s = run.get("rss_series")
+    if isinstance(s, str):
+        try:
+            s = json.loads(s)
+        except json.JSONDecodeError:
+            return []
+    return [p for p in (s or []) if isinstance(p, (list, tuple)) and len(p) == 2]
+
+
+def _table(a: Analysis, w, order: list[int], details: bool) -> dict:
+    rows = []
+    for row in shown_rows(w, details):
+        cells = []
+        for vi in order:
+            c = row.cells[vi]
+            s = c.summary
+            interval = f"[{fmt_value(s.ci_low)}, {fmt_value(s.ci_high)}]" if math.isfinite(s.ci_low) else ""
+            cells.append({"value": fmt_value(s.median), "interval": interval, "n": s.n,
+                          "delta": full_delta(c.comparison) if c.comparison else "",
+                          "verdict": c.comparison.verdict if c.comparison else "baseline",
+                          "mark": verdict_word(c.comparison)})
+        rows.append({"name": row.name, "unit": row.unit, "primary": row.primary,
+                     "arrow": "higher is better" if row.higher_is_better else "lower is better", "cells": cells})
+    return {"labels": [a.labels[vi] for vi in order], "baseline": a.labels[a.baseline_idx],
+            "status": [w.verification[vi]["status"] for vi in order],
+            "runs": [f"{w.runs_total[vi] - len(w.runs_failed[vi])}/{w.runs_total[vi]}" for vi in order],
+            "failed": [bool(w.runs_failed[vi]) for vi in order], "rows": rows}
+
+
+def _intervals(w, primary, rss) -> dict[int, tuple]:
+    out = {}
+    for vi in range(len(primary.cells) if primary else 0):
+        ps = primary.cells[vi].summary
+        rs = rss.cells[vi].summary if rss else None
+        out[vi] = ((rs.ci_low, rs.ci_high) if rs else (math.nan, math.nan), (ps.ci_low, ps.ci_high))
+    return out
+
+
+def _workload(a: Analysis, w, order: list[int], rec_choice, details: bool) -> dict:
+    figures = []
+    rss = w.row(RSS_METRIC)
+    primary = w.primary()
+    for row in shown_rows(w, details):
+        if row.name == RSS_METRIC:
+            continue
+        figures.append({"svg": charts.metric_chart(a, order, row), "caption": (
+            f"{row.name}: every measured run is a dot; the tick is the median, the black bar its 95% interval. "
+            f"Labels in green or red: significantly better or worse than {a.labels[a.baseline_idx]}.")})
+    if rss:
+        figures.append({"svg": charts.peak_rss_chart(a, order, rss), "caption":
+                        "Peak RSS of the whole process tree, sampled every 20 ms: bar and tick at the median, "
+                        "dots per run."})
+    if primary and rss:
+        figures.append({"svg": charts.pareto_chart(rec_choice, order, f"{primary.name} (median, "
+                                                   f"{'higher' if primary.higher_is_better else 'lower'} is better)",
+                                                   "peak RSS (MiB, median)", _intervals(w, primary, rss)),
+                        "caption": "Each variant at its median speed and peak RSS with 95% intervals; the dashed "
+                                   "line joins the Pareto front (no other variant is both faster and leaner)."})
+    # Only the runs drawn are parsed: the others' series are counted, not read.
+    runs: dict[int, list[dict]] = {}
+    for r in a.experiment.runs:
+        if r["workload_idx"] == w.idx and not r["warmup"] and r["status"] == "ok" and r.get("rss_series") \
+                and r["rss_series"] not in ("[]", []):
+            runs.setdefault(r["variant_idx"], []).append(r)
+    wide = None
+    if runs:
+        picked = {vi: [_series(r) for r in charts.pick_runs(rs, charts.RSS_LINES_PER_VARIANT)]
+                  for vi, rs in runs.items()}
+        total = sum(len(rs) for rs in runs.values())
+        svg, shown = charts.rss_over_time_chart(a, order, picked)
+        wide = {"svg": svg, "caption": f"RSS over time, {shown} of {total} measured runs drawn "
+                                       f"(at most {charts.RSS_LINES_PER_VARIANT} per variant, spread over "
+                                       f"the experiment)."}
+    return {"name": w.name, "argv": " ".join(w.argv), "table": _table(a, w, order, details),
+            "verification": verification_rows(a, w), "failed": failed_run_lines(a, w),
+            "warnings": warning_groups(a, w, details, limit=8), "figures": figures, "wide": wide,
+            "choice": rec_choice}
+
+
+# --- sweeps -----------------------------------------------------------------------------------
+
+def _number(v) -> float | None:
+    return float(v) if isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v) else None
+
+
+def _axis(points: list[dict]) -> tuple[list[float], list[str] | None, bool]:
+    """x positions, tick labels for settings that are not numbers (None when they all are), log x."""
+    values = [_number(p.get("value")) for p in points]
+    if all(v is not None for v in values):
+        return values, None, bool(values) and min(values) > 0 and max(values) / min(values) >= 100
+    return [float(i) for i in range(len(points))], [str(p.get("text", p.get("value"))) for p in points], False
+
+
+def _fixed(s: dict) -> str:
+    fixed = s.get("fixed") or {}
+    return f" ({', '.join(f'{k}={v}' for k, v in fixed.items())})" if fixed else ""
+
+
+def _tunable_figures(a: Analysis, s: dict) -> list[dict]:
+    key = str(s["tunable"])
+    labels = {label: i for i, label in enumerate(a.labels)}
+    points = [p for p in s["points"] if isinstance(p, dict) and p.get("variant") in labels]
+    if not points:
+        return []
+    xs, ticks, log_x = _axis(points)
+    swept = [labels[p["variant"]] for p in points]
+    figures = []
+    for w in a.workloads:
+        for row in (w.primary(), w.row(RSS_METRIC)):
+            if row is None:
+                continue
+            curve = [(x, row.cells[vi].summary.median, row.cells[vi].summary.ci_low, row.cells[vi].summary.ci_high)
+                     for vi, x in zip(swept, xs)]
+            reference = None if a.baseline_idx in swept else (a.labels[a.baseline_idx],
+                                                             row.cells[a.baseline_idx].summary.median)
+            title = f"{row.name} against {key}{_fixed(s)}"
+            unit = f" ({row.unit})" if row.unit else ""
+            figures.append({"svg": charts.sweep_chart(f"{title}: {w.name}", key, [(row.name, charts.colour(0), curve)],
+                                                      f"{row.name}{unit}", log_x, reference, ticks),
+                            "caption": f"Median {row.name} of {w.name} at each value of {key}, shaded: 95% "
+                                       f"interval" + (f"; dashed: {reference[0]}" if reference else "") + "."})
+    return figures
+
+
+def _param_figures(a: Analysis, s: dict) -> list[dict]:
+    name = str(s["param"])
+    by_idx = {w.idx: w for w in a.workloads}
+    points = [p for p in s["points"] if isinstance(p, dict) and p.get("workload") in by_idx]
+    if not points:
+        return []
+    xs, ticks, log_x = _axis(points)
+    figures = []
+    for metric in ("primary", RSS_METRIC):
+        curves, unit, title = [], "", ""
+        for vi in variant_order(a):
+            curve = []
+            for p, x in zip(points, xs):
+                w = by_idx[p["workload"]]
+                row = w.primary() if metric == "primary" else w.row(metric)
+                if row is None:
+                    continue
+                c = row.cells[vi].summary
+                curve.append((x, c.median, c.ci_low, c.ci_high))
+                unit, title = row.unit, row.name
+            curves.append((a.labels[vi], charts.colour(vi), curve))
+        if title:
+            figures.append({"svg": charts.sweep_chart(f"{title} against {name}{_fixed(s)}", name, curves,
+                                                      f"{title}{' (' + unit + ')' if unit else ''}", log_x, None,
+                                                      ticks),
+                            "caption": f"Median {title} per variant at each value of {name}, shaded: 95% interval."})
+    return figures
+
+
+def sweep_figures(a: Analysis) -> tuple[list[dict], str | None]:
+    """Curves for the sweeps recorded in the config (config["sweeps"], or the single
+    config["sweep"]); (figures, a note when there was a sweep but nothing could be drawn)."""
+    config = a.experiment.config
+    sweeps = config.get("sweeps") or ([config["sweep"]] if config.get("sweep") else [])
+    if not sweeps:
+        return [], None
+    figures, skipped = [], 0
+    for s in sweeps if isinstance(sweeps, list) else [sweeps]:
+        if not isinstance(s, dict) or not isinstance(s.get("points"), list):
+            skipped += "ablation" not in s if isinstance(s, dict) else 1
+            continue
+        made = _tunable_figures(a, s) if "tunable" in s else _param_figures(a, s) if "param" in s else []
+        skipped += not made
+        figures += made
+    note = None
+    if skipped:
+        note = (f"{skipped} recorded sweep(s) had no points that match this experiment's variants or workloads "
+                f"(or no list of points); no curves drawn for them.")
+    return figures, note
+
+
+# --- the page ---------------------------------------------------------------------------------
+
+def context(a: Analysis, options) -> dict:
+    rec: Recommendation = recommend(a, options.max_rss_increase)
+    charts.reset_ids()
+    order = variant_order(a)
+    workloads = [_workload(a, w, order, c, options.details) for w, c in zip(a.workloads, rec.workloads)]
+    overall_figure = None
+    if len(a.workloads) > 1:
+        overall_figure = charts.pareto_chart(rec.overall, order, "geomean speed-up (x, higher is better)",
+                                             "geomean peak RSS ratio (x, lower is better)")
+    sweep, sweep_note = sweep_figures(a)
+    level, sentence = verification_summary(a)
+    n_serious = sum(1 for w in workloads for g in w["warnings"] if g.serious) + \
+        sum(1 for w in workloads if w["failed"])
+    return {
+        "title": a.experiment.row["title"], "experiment": a.experiment,
+        "generated": datetime.now(timezone.utc).isoformat(timespec="seconds"), "version": __version__,
+        "verification": {"level": level, "sentence": sentence}, "serious_warnings": n_serious,
+        "metadata": metadata(a), "allocators": allocator_lines(a), "rec": rec,
+        "choices": rec.workloads + ([rec.overall] if len(rec.workloads) > 1 else []),
+        "overall_figure": overall_figure, "workloads": workloads, "sweep": sweep, "sweep_note": sweep_note,
+        "baseline": a.labels[a.baseline_idx], "colours": {a.labels[vi]: charts.colour(vi) for vi in order},
+    }
+
+
+def export(a: Analysis, options) -> str:
+    return _env.get_template("report.html.j2").render(**context(a, options))

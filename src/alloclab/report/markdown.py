@@ -1,0 +1,112 @@
+"""Markdown for a patch mail or a pull request: the host and version lines first, then one table
+per workload, its warnings and verification, and the recommendation with how to apply it.
+
+Columns are padded so the raw text reads as well in a plain-text mail as rendered."""
+
+from __future__ import annotations
+
+from ..analysis import Analysis
+from ..recommend import Choice, recommend
+from .common import (allocator_lines, failed_run_lines, fmt_value, full_delta, metadata, shown_rows,
+                     variant_order, verdict_word, verification_rows, verification_summary, warning_groups)
+
+SUFFIX = ".md"
+
+
+def _escape(text: str) -> str:
+    return str(text).replace("|", "\\|")
+
+
+def table(header: list[str], rows: list[list[str]]) -> list[str]:
+    """A pipe table whose columns line up in monospace; the first column left, the rest right."""
+    cells = [[_escape(c) for c in header]] + [[_escape(c) for c in r] for r in rows]
+    widths = [max(len(r[i]) for r in cells) for i in range(len(header))]
+    fmt = lambda r: "| " + " | ".join(c.ljust(widths[i]) if i == 0 else c.rjust(widths[i])  # noqa: E731
+                                      for i, c in enumerate(r)) + " |"
+    rule = "|" + "|".join(("-" * (w + 2)) if i == 0 else ("-" * (w + 1) + ":") for i, w in enumerate(widths)) + "|"
+    return [fmt(cells[0]), rule] + [fmt(r) for r in cells[1:]]
+
+
+def header(a: Analysis) -> list[str]:
+    items = []
+    for key, value in metadata(a):
+        items.append((key, value))
+        if key == "glibc":  # the allocators read best right under the C library they replace
+            items += [("allocators" if i == 0 else "", line) for i, line in enumerate(allocator_lines(a))]
+    width = max(len(k) for k, _ in items) + 1
+    lines = [f"{(k + ':' if k else '').ljust(width)} {v}" for k, v in items]
+    return ["```text", *lines, "```"]
+
+
+def workload_section(a: Analysis, w, details: bool) -> list[str]:
+    order = variant_order(a)
+    out = [f"### {w.name}", "", "Command: `" + " ".join(w.argv).replace("`", "'") + "`", ""]
+    head = ["metric"] + [a.labels[vi] + (" (baseline)" if vi == a.baseline_idx else "") for vi in order]
+    rows = [["allocator"] + [w.verification[vi]["status"].replace("ineffective", "**INEFFECTIVE**")
+                             for vi in order],
+            ["runs ok/total"] + [f"{w.runs_total[vi] - len(w.runs_failed[vi])}/{w.runs_total[vi]}" for vi in order]]
+    for row in shown_rows(w, details):
+        arrow = "higher is better" if row.higher_is_better else "lower is better"
+        name = f"{row.name}{' (' + row.unit + ')' if row.unit else ''}{' *' if row.primary else ''}, {arrow}"
+        cells = [name]
+        for vi in order:
+            c = row.cells[vi]
+            text = fmt_value(c.summary.median)
+            if vi != a.baseline_idx and c.comparison:
+                verdict = verdict_word(c.comparison)
+                text += f" ({full_delta(c.comparison)} {'**' + verdict + '**' if verdict != '~' else '~'})"
+            cells.append(text)
+        rows.append(cells)
+    out += table(head, rows)
+    out.append("")
+    out.append("Verification:")
+    out.append("")
+    for v in verification_rows(a, w):
+        status = "**INEFFECTIVE**" if v.status == "ineffective" else v.status
+        detail = "; ".join(v.reasons + v.notes)
+        out.append(f"- {v.label}: {status}" + (f". {detail}" if detail else ""))
+    failed = failed_run_lines(a, w)
+    groups = warning_groups(a, w, details, limit=8)
+    if failed or groups:
+        out += ["", "Warnings:", ""]
+        for line in failed:
+            first, *rest = line.split("\n")
+            out.append(f"- **failed run** {first}")
+            out += [f"  `{r.strip()}`" for r in rest]
+        for g in groups:
+            out.append(f"- **{g.code}**: {g.advice}.")
+            out += [f"  - {where + ': ' if where else ''}{message}" for where, message in g.lines]
+    out.append("")
+    return out
+
+
+def recommendation_section(choices: list[Choice], budget: float | None) -> list[str]:
+    out = ["## Recommendation", ""]
+    if budget is not None:
+        out += [f"Memory budget: peak RSS at most {budget * 100:+g}% against the baseline.", ""]
+    for c in choices:
+        front = ", ".join(p.label for p in c.points if p.variant_idx in c.front) or "n/a"
+        out.append(f"**{c.sentence}**" if c.pick is not None else c.sentence)
+        out += ["", f"Pareto front of {c.metric} versus peak RSS ({c.scope}): {front}.", ""]
+        for caveat in c.caveats:
+            out.append(f"- caveat: {caveat}")
+        if c.apply:
+            out += ["How to apply:", "", "```sh", c.apply.env_line, "```", "", "```ini", c.apply.systemd, "```", ""]
+            if c.apply.build:
+                out += [f"At build time: {c.apply.build}.", ""]
+    return out
+
+
+def export(a: Analysis, options) -> str:
+    e = a.experiment
+    level, sentence = verification_summary(a)
+    out = [f"## alloclab: {e.row['title']}", "", *header(a), "",
+           ("**" + sentence + "**") if level != "ok" else sentence, ""]
+    out.append("Each cell: median, then the change against the baseline with its bootstrap 95% interval, the "
+               "Holm-adjusted Mann-Whitney p and the verdict (~: not significant). * marks the primary metric.")
+    out.append("")
+    for w in a.workloads:
+        out += workload_section(a, w, options.details)
+    rec = recommend(a, options.max_rss_increase)
+    out += recommendation_section(rec.workloads + ([rec.overall] if len(rec.workloads) > 1 else []), rec.budget)
+    return "\n".join(out).rstrip() + "\n"

@@ -1,0 +1,108 @@
+"""The HTML report of a real experiment, opened in a real browser (headless Chromium, offline):
+the charts and tables are in the rendered DOM, nothing points outside the file, nothing fails to
+load, and the screenshot shows the charts painted."""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+from html.parser import HTMLParser
+from pathlib import Path
+
+import pytest
+
+from conftest import ALLOCLAB, installed_allocators, require_allocator
+
+pytestmark = pytest.mark.e2e
+OPS = "ops=ops/s: (\\d+)"
+WIDTH, HEIGHT = 1400, 3000
+
+
+def chromium() -> str:
+    for name in ("chromium", "chromium-browser", "google-chrome"):
+        path = shutil.which(name)
+        if path:
+            return path
+    pytest.skip("Chromium is not installed (apt-get install -y chromium; `make setup-deb-test` does it)")
+
+
+def run_chromium(profile: Path, *args: str) -> subprocess.CompletedProcess:
+    profile.mkdir(exist_ok=True)
+    return subprocess.run(
+        [chromium(), "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+         "--disable-background-networking", "--disable-component-update", "--disable-sync",
+         "--enable-logging=stderr", f"--user-data-dir={profile}", *args],
+        capture_output=True, text=True, timeout=120)
+
+
+class Inventory(HTMLParser):
+    """Counts what the rendered DOM holds and every reference that could load something."""
+
+    def __init__(self):
+        super().__init__()
+        self.tags: dict[str, int] = {}
+        self.classes: dict[str, int] = {}
+        self.refs: list[tuple[str, str, str]] = []
+
+    def handle_starttag(self, tag, attrs):
+        self.tags[tag] = self.tags.get(tag, 0) + 1
+        for name, value in attrs:
+            if name == "class":
+                for c in (value or "").split():
+                    self.classes[f"{tag}.{c}"] = self.classes.get(f"{tag}.{c}", 0) + 1
+            if name in ("src", "href", "xlink:href", "srcset", "poster", "data"):
+                self.refs.append((tag, name, value or ""))
+
+
+@pytest.fixture(scope="module")
+def report(build, tmp_path_factory) -> Path:
+    require_allocator("jemalloc")
+    prog = build("churn")
+    d = tmp_path_factory.mktemp("html")
+    variants = ["glibc", "jemalloc"] + (["mimalloc"] if "mimalloc" in installed_allocators() else [])
+    out = d / "report.html"
+    p = subprocess.run([*ALLOCLAB, "compare", "--db", str(d / "h.db"), "--runs", "3", "-m", OPS,
+                        *[x for v in variants for x in ("-a", v)], "--report", "html", "--report-file", str(out),
+                        "--", str(prog), "200", "8"], capture_output=True, text=True, timeout=180)
+    assert p.returncode == 0, p.stdout + p.stderr
+    return out
+
+
+@pytest.fixture(scope="module")
+def rendered(report, tmp_path_factory) -> dict:
+    """One browser run: the DOM after rendering on stdout, the screenshot in a file."""
+    d = tmp_path_factory.mktemp("chromium")
+    shot = d / "report.png"
+    p = run_chromium(d / "profile", "--dump-dom", f"--screenshot={shot}", f"--window-size={WIDTH},{HEIGHT}",
+                     report.as_uri())
+    assert p.returncode == 0, p.stderr[-2000:]
+    return {"dom": p.stdout, "log": p.stderr, "shot": shot}
+
+
+def test_rendered_dom_has_charts_and_tables_and_loads_nothing(rendered):
+    dom = Inventory()
+    dom.feed(rendered["dom"])
+    # The metric charts (ops, wall_s, cpu_s, minflt), peak RSS, speed/memory, RSS over time.
+    assert dom.classes.get("svg.chart", 0) >= 6, dom.classes
+    assert dom.tags.get("path", 0) > 50 and dom.tags.get("text", 0) > 30  # drawn, with labels as text
+    assert dom.classes.get("table.results") == 1 and dom.classes.get("table.meta") == 1
+    assert dom.classes.get("section.rec") == 1 and dom.classes.get("section.banner", 0) >= 1
+    # Self-contained: no script, stylesheet or image from anywhere; links are anchors or data: URIs.
+    assert "script" not in dom.tags and "link" not in dom.tags and "iframe" not in dom.tags
+    assert all(v.startswith(("#", "data:")) for _, _, v in dom.refs), dom.refs
+    assert "Failed to load resource" not in rendered["log"] and "net::ERR_" not in rendered["log"]
+
+
+def test_screenshot_shows_the_report_painted(rendered):
+    from PIL import Image
+
+    img = Image.open(rendered["shot"]).convert("RGB")
+    assert img.size == (WIDTH, HEIGHT)
+    colours = img.getcolors(maxcolors=WIDTH * HEIGHT)
+    assert len(colours) > 200  # text, tables and charts, not a blank or error page
+    counts = {rgb: n for n, rgb in colours}
+    # The verified banner's green and the first variant's chart blue are painted.
+    assert counts.get((0xda, 0xfb, 0xe1), 0) > 1000
+    blue = sum(n for rgb, n in counts.items() if abs(rgb[0] - 0x4c) < 24 and abs(rgb[1] - 0x72) < 24
+               and abs(rgb[2] - 0xb0) < 24)
+    assert blue > 200

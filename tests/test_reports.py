@@ -1,0 +1,324 @@
+"""Reports in every format, history (experiments, diff), on real experiments run by the real CLI
+(real program, real allocators), plus formatting checks on synthetic stores."""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+import platform
+import re
+import shlex
+import socket
+import subprocess
+
+import pytest
+
+from alloclab import catalog as cat
+from alloclab import stats
+from alloclab.analysis import analyze
+from alloclab.errors import AlloclabError
+from alloclab.report import Options, export, format_for, write_report
+from alloclab.report.common import full_delta
+from alloclab.report.diff import diff_experiments
+from alloclab.store import Store
+from conftest import ALLOCLAB, require_allocator
+from test_recommend import JEMALLOC, THREE, synthetic, variant
+
+OPS = "ops=ops/s: (\\d+)"
+# glibc forced to mmap every allocation is ~100x slower than jemalloc on churn: a difference
+# that is significant with 4 runs whatever else the machine is doing.
+SLOW_BASELINE = "glibc:MALLOC_MMAP_THRESHOLD_=0@glibc-mmap0"
+
+
+def alloclab(db, *args, check=True, timeout=120) -> subprocess.CompletedProcess:
+    p = subprocess.run([*ALLOCLAB, args[0], "--db", str(db), *args[1:]], capture_output=True, text=True,
+                       timeout=timeout)
+    if check:
+        assert p.returncode == 0, p.stdout + p.stderr
+    return p
+
+
+@pytest.fixture(scope="module")
+def real(build, tmp_path_factory):
+    """Two real experiments of the same command: compare --report-file writes the first report."""
+    require_allocator("jemalloc")
+    prog = build("churn")
+    d = tmp_path_factory.mktemp("reports")
+    db = d / "r.db"
+    first = alloclab(db, "compare", "--runs", "4", "-a", SLOW_BASELINE, "-a", "jemalloc", "-m", OPS,
+                     "--report-file", str(d / "compare.md"), "--", str(prog), "20", "2")
+    # Another day, the same command: only needs to exist for `diff`, so kept short.
+    second = alloclab(db, "compare", "--runs", "2", "--warmup", "0", "--no-verify", "-a", SLOW_BASELINE,
+                      "-a", "jemalloc", "-m", OPS, "--", str(prog), "20", "2")
+    return {"db": db, "dir": d, "prog": prog, "first": first, "second": second}
+
+
+# --- end to end ---------------------------------------------------------------------------------
+
+@pytest.mark.e2e
+def test_compare_report_file_is_markdown_for_the_mail(real):
+    md = (real["dir"] / "compare.md").read_text()
+    e = Store(real["db"]).load(1)
+    jemalloc = cat.load_catalog().allocators["jemalloc"]
+    # The host and version lines, as measured here.
+    assert f"host:       {socket.gethostname()}: " in md
+    assert f"kernel:     {platform.release()} " in md
+    assert f"glibc:      {cat.glibc_version()}" in md
+    assert f"jemalloc: jemalloc {cat.version_of(jemalloc, cat.locate(jemalloc))}, {cat.locate(jemalloc)}" in md
+    assert "4 measured runs per variant after 1 warm-up block(s); randomized interleaved blocks (seed 1)" in md
+    # The table: every figure is the analysis of the stored runs.
+    a = analyze(e)
+    ops = a.workloads[0].row("ops")
+    assert ops.cells[1].comparison.verdict == "better"
+    line = next(x for x in md.splitlines() if x.startswith("| ops"))
+    assert f"({full_delta(ops.cells[1].comparison)} **better**)" in line
+    assert "| allocator " in md and "verified" in md
+    assert "- jemalloc: verified. malloc and free bound to libjemalloc" in md
+    # Terminal table on stdout, report in the file.
+    assert "(baseline)" in real["first"].stdout and "Report (md) written to" in real["first"].stdout
+
+
+@pytest.mark.e2e
+def test_recommendation_names_the_winner_and_its_lines_work(real):
+    md = (real["dir"] / "compare.md").read_text()
+    assert "**Use jemalloc for " in md
+    lib = str(cat.locate(cat.load_catalog().allocators["jemalloc"]))
+    env_line = md.split("```sh\n")[1].split("\n```")[0]
+    assert env_line == f"env -u MALLOC_MMAP_THRESHOLD_ LD_PRELOAD={lib} {real['prog']} 20 2"
+    # Run it for real: churn exits 3 when LD_PRELOAD holds the name it is given, so the line
+    # provably puts jemalloc under the program.
+    p = subprocess.run(shlex.split(env_line) + ["libjemalloc"], capture_output=True, text=True, timeout=30,
+                       env={"PATH": "/usr/bin:/bin", "MALLOC_MMAP_THRESHOLD_": "0"})
+    assert p.returncode == 3 and "refusing to run under libjemalloc" in p.stderr
+    assert f'Environment="LD_PRELOAD={lib}"' in md and "UnsetEnvironment=MALLOC_MMAP_THRESHOLD_" in md
+    assert "At build time: link with -ljemalloc" in md
+
+
+@pytest.mark.e2e
+def test_every_format_of_a_real_experiment(real):
+    db, d = real["db"], real["dir"]
+    e = Store(db).load(1)
+    # Through the command once (two formats in one call), the others on the same analysis here.
+    p = alloclab(db, "report", "1", "-f", "csv", "-o", str(d / "r.csv"), "--export-json", str(d / "r.json"),
+                 "--max-rss-increase=-90%")
+    assert f"Report written to {d / 'r.csv'}" in p.stderr and f"Report written to {d / 'r.json'}" in p.stderr
+    a = analyze(e)
+    rows = list(csv.DictReader(io.StringIO((d / "r.csv").read_text())))
+    assert len(rows) == len(e.runs)
+    for row, run in zip(rows, e.runs):
+        assert row["status"] == run["status"] and int(row["block"]) == run["block"]
+        assert float(row["peak_rss_mb"]) == run["metrics"]["peak_rss_mb"]
+        if run["status"] == "ok":
+            assert float(row["ops"]) == run["metrics"]["ops"]
+    raw = json.loads((d / "r.json").read_text())
+    assert raw["schema"] == 1 and raw["experiment"]["id"] == 1
+    assert len(raw["runs"]) == len(e.runs) and raw["runs"][0]["rss_series"] == json.loads(e.runs[0]["rss_series"])
+    ops = next(m for m in raw["results"][0]["metrics"] if m["name"] == "ops")
+    assert [c["variant"] for c in ops["cells"]] == ["glibc-mmap0", "jemalloc"]
+    assert ops["cells"][1]["comparison"]["verdict"] == "better"
+    # The budget (jemalloc must cut peak RSS by 90%) rules the winner out.
+    rec = raw["recommendation"]
+    assert rec["budget"] == -0.9 and rec["overall"]["pick"] is None
+    assert "within the -90% peak-RSS budget: jemalloc is faster" in rec["overall"]["sentence"]
+    text = export(a, "terminal")
+    assert "\x1b[" not in text and "(baseline)" in text and "Use jemalloc" in text
+    html = export(a, "html")
+    assert html.count("<svg ") == 7 and "Use jemalloc" in html
+    # The RSS chart draws every measured run that lasted long enough for a sample.
+    sampled = sum(1 for r in e.runs if not r["warmup"] and r["status"] == "ok" and json.loads(r["rss_series"]))
+    assert sampled > 0 and f"RSS over time, {sampled} of {sampled} measured runs drawn" in html
+
+
+@pytest.mark.e2e
+def test_experiments_lists_the_history(real):
+    from alloclab.cli_reports import _listing
+
+    p = alloclab(real["db"], "experiments")
+    lines = [x for x in p.stdout.splitlines() if "glibc-mmap0, jemalloc" in x]
+    assert len(lines) == 2 and "8/8" in p.stdout and "4/4" in p.stdout
+    assert socket.gethostname() in p.stdout
+    rows = _listing(Store(real["db"]))
+    assert [r["id"] for r in rows] == [1, 2]
+    assert rows[0]["variants"] == ["glibc-mmap0", "jemalloc"] and [r["runs"] for r in rows] == [8, 4]
+
+
+@pytest.mark.e2e
+def test_diff_of_two_real_experiments(real):
+    from rich.console import Console
+
+    from alloclab.report.diff import render_terminal
+
+    db = real["db"]
+    raw = json.loads(alloclab(db, "diff", "1", "2", "-f", "json").stdout)
+    assert raw["labels"] == ["glibc-mmap0", "jemalloc"] and raw["a"] == 1 and raw["b"] == 2
+    a, b = Store(db).load(1), Store(db).load(2)
+    ops = next(r for r in raw["workloads"][0]["rows"] if r["metric"] == "ops")
+    for vi, cell in enumerate(ops["cells"]):
+        va = [r["metrics"]["ops"] for r in a.cell_runs(0, vi) if r["status"] == "ok"]
+        vb = [r["metrics"]["ops"] for r in b.cell_runs(0, vi) if r["status"] == "ok"]
+        assert cell["a"]["median"] == stats.summarize(va).median
+        assert cell["comparison"]["ratio"] == pytest.approx(stats.compare(va, vb, True).ratio)
+    console = Console(file=io.StringIO(), width=200)
+    render_terminal(diff_experiments(a, b), console)
+    text = console.file.getvalue()
+    assert "A -> B" in text and "glibc-mmap0" in text and "ops" in text
+
+
+@pytest.mark.e2e
+def test_bad_input_is_a_clear_error(real, tmp_path):
+    from alloclab.cli_reports import open_store
+
+    p = alloclab(real["db"], "report", "99", check=False)
+    assert p.returncode == 2 and "No experiment 99" in p.stderr and "alloclab experiments" in p.stderr
+    with pytest.raises(AlloclabError, match="No database at"):
+        open_store(tmp_path / "none.db")
+
+
+# --- formatting on synthetic stores ------------------------------------------------------------
+
+@pytest.fixture
+def three(tmp_path):
+    store, exp = synthetic(tmp_path / "s.db", THREE)
+    return analyze(store.load(exp))
+
+
+def test_markdown_tables_line_up_and_carry_the_verdicts(three):
+    md = export(three, "md")
+    table = [x for x in md.splitlines() if x.startswith("|")]
+    assert len({len(x) for x in table}) == 1  # padded: reads as a table in a plain-text mail
+    assert table[0].split("|")[2].strip() == "glibc (baseline)"
+    ops = next(x for x in table if x.startswith("| ops"))
+    assert "+30.0% [" in ops and "**better**" in ops
+    assert "host:       testhost: Test CPU, 2 cores, 4.0 GiB" in md
+    assert "Every variant verified" in md
+
+
+def test_warnings_are_grouped_not_repeated(tmp_path):
+    store, exp = synthetic(tmp_path / "s.db", THREE, runs=3)
+    md = export(analyze(store.load(exp)), "md")
+    assert md.count("**too-few-runs**") == 1
+    assert "  - every variant, every metric: 3 run(s)" in md
+
+
+def test_ineffective_allocator_is_prominent(tmp_path):
+    vs = [variant("glibc", "glibc"), variant("jemalloc", "jemalloc", {"LD_PRELOAD": JEMALLOC}, speed=1.3,
+                                             status="ineffective")]
+    store, exp = synthetic(tmp_path / "s.db", vs)
+    a = analyze(store.load(exp))
+    md = export(a, "md")
+    # Above the tables, in bold, not a footnote.
+    assert "**Allocator INEFFECTIVE for jemalloc (prog 1)" in md.split("### ")[0]
+    html = export(a, "html")
+    assert '<section id="verification" class="banner bad">Allocator INEFFECTIVE' in html
+    assert '<td class="status-ineffective">INEFFECTIVE</td>' in html
+
+
+def test_csv_has_one_row_per_run_with_every_metric(three):
+    rows = list(csv.DictReader(io.StringIO(export(three, "csv"))))
+    e = three.experiment
+    assert len(rows) == len(e.runs)
+    assert {"ops", "wall_s", "peak_rss_mb", "variant", "block", "warmup", "status"} <= set(rows[0])
+    assert [r["variant"] for r in rows[:3]] == ["glibc", "jemalloc", "mimalloc"]
+    assert float(rows[1]["ops"]) == e.runs[1]["metrics"]["ops"]
+
+
+def test_json_is_versioned_and_complete(three):
+    d = json.loads(export(three, "json"))
+    assert d["schema"] == 1 and d["generator"].startswith("alloclab ")
+    assert d["analysis"]["alpha"] == 0.05 and d["baseline"] == "glibc"
+    assert len(d["runs"]) == len(three.experiment.runs)
+    assert d["runs"][0]["rss_series"][-1][1] > 0
+    ops = d["results"][0]["metrics"][0]
+    assert ops["name"] == "ops" and ops["primary"] is True
+    assert ops["cells"][0]["comparison"] is None and ops["cells"][1]["comparison"]["verdict"] == "better"
+    assert d["results"][0]["verification"]["jemalloc"]["status"] == "verified"
+    assert d["recommendation"]["workloads"][0]["pick"] == 1
+
+
+def test_html_is_self_contained_with_charts(three):
+    html = export(three, "html")
+    assert html.count("<svg ") == 7  # ops, wall_s, cpu_s, minflt, peak RSS, speed/memory, RSS over time
+    assert "<script" not in html and "<link" not in html and "<img" not in html
+    # Nothing is fetched: every reference is inside the file (an anchor or a data: URI).
+    refs = re.findall(r'\b(?:href|src)="([^"]*)"', html)
+    assert refs and all(r.startswith(("#", "data:")) for r in refs), refs
+    assert "https://" not in html and "<metadata>" not in html
+    # Every SVG has ids of its own: many charts share one document.
+    ids = re.findall(r'\bid="([^"]+)"', html)
+    assert len(ids) == len(set(ids))
+    assert export(three, "html").split("Generated by")[0] == html.split("Generated by")[0]  # reproducible
+
+
+def test_sweep_curves_are_drawn_from_the_config(tmp_path):
+    vs = [variant("glibc", "glibc"),
+          variant("jemalloc narenas=1", "jemalloc", {"LD_PRELOAD": JEMALLOC, "MALLOC_CONF": "narenas:1"}, speed=1.1),
+          variant("jemalloc narenas=4", "jemalloc", {"LD_PRELOAD": JEMALLOC, "MALLOC_CONF": "narenas:4"}, speed=1.2)]
+    sweep = {"tunable": "narenas", "points": [{"variant": "jemalloc narenas=1", "value": 1},
+                                              {"variant": "jemalloc narenas=4", "value": 4}]}
+    store, exp = synthetic(tmp_path / "t.db", vs, config={"sweep": sweep})
+    html = export(analyze(store.load(exp)), "html")
+    assert '<section id="sweep">' in html
+    assert html.count('aria-label="ops against narenas: prog 1"') == 1
+    assert html.count('aria-label="peak_rss_mb against narenas: prog 1"') == 1
+    two = (("prog 16", ["prog", "16"]), ("prog 64", ["prog", "64"]))
+    param = {"param": "size", "points": [{"workload": 0, "value": 16}, {"workload": 1, "value": 64}]}
+    store, exp = synthetic(tmp_path / "p.db", THREE, workloads=two, config={"sweep": param})
+    html = export(analyze(store.load(exp)), "html")
+    assert 'aria-label="ops against size"' in html and '<section id="overall">' in html
+
+
+def test_malformed_sweep_is_skipped_with_a_note(tmp_path):
+    store, exp = synthetic(tmp_path / "m.db", THREE, config={"sweep": {"tunable": "x", "points": "nope"}})
+    html = export(analyze(store.load(exp)), "html")
+    assert "1 recorded sweep(s) had no points" in html and html.count("<svg ") == 7
+
+
+def test_write_report_and_format_errors(three, tmp_path):
+    path = write_report(three, "md", tmp_path / "out.md", Options())
+    assert path.read_text().startswith("## alloclab: prog 1")
+    assert format_for("x.html") == "html" and format_for("x.MD") == "md"
+    with pytest.raises(AlloclabError, match="Cannot tell the report format"):
+        format_for("report.pdf")
+    with pytest.raises(AlloclabError, match="Unknown report format 'xml'"):
+        export(three, "xml")
+    with pytest.raises(AlloclabError, match="Cannot write the report"):
+        write_report(three, "md", tmp_path / "no" / "such" / "dir.md")
+
+
+def test_diff_needs_a_shared_workload_and_label(tmp_path):
+    _, a = synthetic(tmp_path / "d.db", THREE)
+    _, b = synthetic(tmp_path / "d.db", THREE, workloads=(("other 2", ["other", "2"]),))
+    _, c = synthetic(tmp_path / "d.db", [variant("x"), variant("y")])
+    _, moved = synthetic(tmp_path / "d.db", THREE, workloads=(("/opt/bin/prog 1", ["/opt/bin/prog", "1"]),),
+                         base_speed=1100.0)
+    store = Store(tmp_path / "d.db")
+    with pytest.raises(AlloclabError, match="share no workload"):
+        diff_experiments(store.load(a), store.load(b))
+    with pytest.raises(AlloclabError, match="no variant label in common"):
+        diff_experiments(store.load(a), store.load(c))
+    d = diff_experiments(store.load(a), store.load(moved))
+    assert "run the same program from different paths" in d.notes[0]
+    ops = d.workloads[0].rows[0]
+    assert ops.metric == "ops" and [c.label for c in ops.cells] == ["glibc", "jemalloc", "mimalloc"]
+    assert all(c.comparison.ratio == pytest.approx(1.1) and c.comparison.verdict == "better" for c in ops.cells)
+
+
+def test_an_experiment_without_runs_still_reports(tmp_path):
+    from types import SimpleNamespace
+
+    from alloclab.metrics import STANDARD
+    from test_recommend import MACHINE
+
+    store = Store(tmp_path / "e.db")
+    exp = store.new_experiment("compare", "prog", {"runs": 3}, MACHINE)
+    store.add_workload(exp, 0, "prog", ["prog"], {}, {}, list(STANDARD))
+    for i, label in enumerate(("glibc", "jemalloc")):
+        store.add_variant(exp, i, SimpleNamespace(label=label, spec=label, env={}, settings=[], notes=[],
+                                                  allocator=SimpleNamespace(name=label), library=None), "1")
+    store.finish(exp, "interrupted")
+    a = analyze(store.load(exp))
+    for fmt in ("terminal", "md", "html", "json", "csv"):
+        assert export(a, fmt)
+    assert "Nothing to recommend for prog: no run succeeded" in export(a, "md")
+    assert "This experiment is interrupted" in export(a, "html")
