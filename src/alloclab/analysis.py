@@ -16,6 +16,7 @@ from .store import Experiment
 # Shown by default; the rest of the standard measures appear with details=True.
 HEADLINE_STANDARD = ("wall_s", "cpu_s", "peak_rss_mb")
 DEFAULT_STANDARD = HEADLINE_STANDARD + ("minflt",)
+BOOTSTRAP_BUDGET = 400_000  # resampled values per group and comparison
 
 
 @dataclass
@@ -72,6 +73,12 @@ class Analysis:
     min_effect: float
 
 
+def bootstrap_size(*ns: int) -> int:
+    """2000 resamples for the run counts experiments have; fewer for thousands of runs per cell,
+    where the interval is narrow anyway and the resampling would dominate a report's time."""
+    return int(min(2000, max(400, BOOTSTRAP_BUDGET // max(1, max(ns)))))
+
+
 def _values(runs: list[dict], metric: str) -> tuple[list[float], list[int]]:
     vals, blocks = [], []
     for r in runs:
@@ -109,7 +116,8 @@ def analyze(exp: Experiment, baseline: str | int | None = None, alpha: float = 0
             for c in cells:
                 if c.variant_idx != base:
                     c.comparison = stats.compare(cells[base].values, c.values, bool(d["higher_is_better"]),
-                                                 alpha=alpha, min_effect=min_effect)
+                                                 alpha=alpha, min_effect=min_effect,
+                                                 n_boot=bootstrap_size(len(cells[base].values), len(c.values)))
             rows.append(MetricRow(d["name"], d["unit"], bool(d["higher_is_better"]), d["source"],
                                   bool(d["primary_metric"]), cells))
         workloads.append(WorkloadResult(

@@ -14,6 +14,7 @@ import typer
 from rich.table import Table
 
 from . import catalog as cat
+from .report import check_format_option
 from .cli_app import DbOption, app, console, err, percent, run_experiment, show
 from .errors import AlloclabError
 from .metrics import parse_metric_option
@@ -91,7 +92,7 @@ def compare(
     until_precise: Optional[str] = typer.Option(None, "--until-precise", help="Add interleaved blocks until every primary metric's median CI half-width is below this, e.g. 2%."),
     max_runs: int = typer.Option(50, "--max-runs", help="With --until-precise: at most this many runs per variant."),
     max_seconds: float = typer.Option(1800, "--max-seconds", help="With --until-precise: stop adding blocks after this long."),
-    report: Optional[str] = typer.Option(None, "--report", help="Render the results as terminal, md, html, json or csv."),
+    report: Optional[str] = typer.Option(None, "--report", callback=check_format_option, help="Render the results as terminal, md, html, json or csv."),
     report_file: Optional[Path] = typer.Option(None, "--report-file", help="Write the --report there (default: stdout; the format follows the suffix if --report is not given)."),
     max_rss_increase: Optional[str] = typer.Option(None, "--max-rss-increase", help="Memory budget of the recommendation, e.g. 10%."),
     param: list[str] = typer.Option([], "--param", "-p", help="NAME=VALUES substituted for {NAME} in the command's arguments; lists (1,2,4) and ranges (1..16*2) sweep."),
@@ -112,7 +113,7 @@ def compare(
     workloads = sweep.command_workloads(command, params, metrics, shell)
     sweeps += sweep.param_sweeps(workloads, params.swept)
     store = Store(db)
-    console.print(f"Storing results in {store.path.resolve()}")
+    err.print(f"Storing results in {store.path.resolve()}", highlight=False)
     settings = Settings(runs=runs, warmup=warmup, timeout_s=timeout, seed=seed, verify=not no_verify,
                         kind="compare", title=" ".join(command),
                         until_precise=percent(until_precise) if until_precise else None,

@@ -68,7 +68,7 @@ def profile_command(
     workload = command_workload(command, metrics, shell)
     variants = parse_variants(allocator)
     store = Store(db)
-    console.print(f"Storing results in {store.path.resolve()}")
+    err.print(f"Storing results in {store.path.resolve()}", highlight=False)
     if access.note:
         err.print(f"[yellow]note:[/] {access.note}", highlight=False)
     settings = Settings(runs=timed_runs, warmup=1, timeout_s=timeout, seed=seed, verify=not no_verify,

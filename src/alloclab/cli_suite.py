@@ -11,7 +11,8 @@ from rich.table import Table
 
 from . import catalog as cat, cli_sweep, sweep
 from .analysis import analyze, summarize_variants, winners
-from .cli_app import DbOption, app, console, percent, run_experiment, show
+from .report import check_format_option
+from .cli_app import DbOption, app, console, err, percent, run_experiment, show
 from .runner import Settings
 from .stats import format_comparison
 from .store import Store
@@ -88,8 +89,9 @@ def suite(
     profile_runs: int = typer.Option(3, "--profile-runs", help="Profiled runs per variant with --profile."),
     call_graph: bool = typer.Option(False, "--call-graph", "-g", help="With --profile: record call graphs."),
     ablate: Optional[str] = typer.Option(None, "--ablate", help="VARIANT with several settings: baseline, each alone, all together."),
-    report: Optional[str] = typer.Option(None, "--report", help="Also render the results as md, html, json or csv."),
+    report: Optional[str] = typer.Option(None, "--report", callback=check_format_option, help="Also render the results as md, html, json or csv."),
     report_file: Optional[Path] = typer.Option(None, "--report-file", help="Write the --report there."),
+    max_rss_increase: Optional[str] = typer.Option(None, "--max-rss-increase", help="Memory budget of the recommendation, e.g. 10%."),
 ) -> None:
     """Run the built-in workloads (modelled on real allocator-bound programs) under each variant."""
     if list_:
@@ -104,7 +106,7 @@ def suite(
     specs = specs or default_variants()
     sweeps += sweep.param_sweeps(workloads, params.swept)
     store = Store(db)
-    console.print(f"Storing results in {store.path.resolve()}")
+    err.print(f"Storing results in {store.path.resolve()}", highlight=False)
     settings = Settings(runs=runs, warmup=warmup, timeout_s=timeout, seed=seed, kind="suite",
                         title="suite: " + ", ".join(names) + (" (quick)" if quick else ""),
                         extra_config=sweep.sweep_config(sweeps))
@@ -113,7 +115,7 @@ def suite(
         check_profiling()
     exp_id = run_experiment(store, workloads, specs, settings)
     show(store, exp_id, details=details, min_effect=percent(min_effect), report_format=report,
-         report_file=report_file)
+         report_file=report_file, max_rss_increase=percent(max_rss_increase) if max_rss_increase else None)
     print_summary(store, exp_id, percent(min_effect))
     if sweeps:
         cli_sweep.show_sweeps(store, exp_id, min_effect=percent(min_effect))

@@ -48,6 +48,7 @@ __all__ = [
 ]
 
 # Thresholds used by cell_findings; module constants so reports can quote them.
+OUTLIER_MIN_N = 5
 OUTLIER_Z = 3.5            # Iglewicz & Hoaglin's recommended modified z-score cut-off
 DRIFT_P = 0.01
 DRIFT_MIN_BLOCKS = 6
@@ -122,8 +123,8 @@ def _finite(values: Iterable[float] | None) -> np.ndarray:
 def _median_sorted(x: np.ndarray) -> float:
     """Median of sorted finite data, without overflow for huge values.
 
-    ``a/2 + b/2`` rounds to the same double as ``(a+b)/2`` but cannot overflow,
-    so ci_low <= median <= ci_high holds for any finite input.
+    Computed so that it cannot overflow or underflow, so min <= median <= max and
+    ci_low <= median <= ci_high hold for any finite input.
     """
     n = x.size
     if n == 0:
@@ -131,7 +132,12 @@ def _median_sorted(x: np.ndarray) -> float:
     mid = n // 2
     if n % 2:
         return float(x[mid])
-    return float(x[mid - 1] / 2 + x[mid] / 2)
+    a, b = float(x[mid - 1]), float(x[mid])
+    if a == b:
+        return a  # also keeps subnormals, which halving would flush to zero
+    if (a < 0) != (b < 0):
+        return (a + b) / 2  # opposite signs cannot overflow
+    return a + (b - a) / 2  # same sign: the difference cannot overflow
 
 
 def _seed(*groups: np.ndarray, tag: str = "") -> int:
@@ -525,6 +531,8 @@ def _warmup_trend(x: np.ndarray) -> Finding | None:
 
 
 def _outliers(x: np.ndarray) -> Finding | None:
+    if x.size < OUTLIER_MIN_N:
+        return None  # with a handful of runs every spread looks like an outlier
     z = modified_zscores(x)
     flagged = x[np.abs(z) > OUTLIER_Z]
     if flagged.size == 0:
