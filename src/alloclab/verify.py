@@ -262,9 +262,11 @@ def maps_mention(pid: int, needle: str) -> bool | None:
     """Is a file whose path contains `needle` mapped into the process? None if unreadable."""
     try:
         with open(f"/proc/{pid}/maps", "rb") as fh:
-            return needle.encode() in fh.read()
+            maps = fh.read()
     except OSError:
         return None
+    # A zombie (exited, not yet reaped) has no mappings at all: that says nothing.
+    return (needle.encode() in maps) if maps else None
 
 
 def mapped_marker(variant) -> str:

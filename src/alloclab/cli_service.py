@@ -1,0 +1,112 @@
+"""`alloclab run FILE.toml | recipe:NAME` and `alloclab recipes`: experiments from files."""
+
+from __future__ import annotations
+
+import dataclasses
+from pathlib import Path
+from typing import Optional
+
+import typer
+from rich.table import Table
+
+from . import catalog as cat
+from . import experiment_file, service
+from .cli_app import DbOption, app, console, err, percent, run_experiment, show
+from .errors import AlloclabError
+from .runner import Settings
+from .store import Store
+from .variants import parse_variant
+
+DEFAULT_RUNS = 5
+
+
+def _params(items: list[str]) -> dict[str, str]:
+    out = {}
+    for item in items:
+        key, sep, value = item.partition("=")
+        if not sep or not key:
+            raise AlloclabError(f"Cannot read --param '{item}': write NAME=VALUE, e.g. --param scale=1.")
+        out[key.strip()] = value.strip()
+    return out
+
+
+def _default_variants(ef: experiment_file.ExperimentFile) -> list[str]:
+    """The file's variants whose allocator is installed; the others are named, not silently dropped."""
+    catalog = cat.load_catalog()
+    keep, skipped = [], []
+    for spec in ef.variants:
+        try:
+            parse_variant(spec, catalog)
+            keep.append(spec)
+        except AlloclabError as exc:
+            if "is not installed" not in str(exc):
+                raise
+            skipped.append(spec)
+    if skipped:
+        err.print(f"[yellow]Skipping variants whose allocator is not installed: {', '.join(skipped)} "
+                  f"(`alloclab allocators` shows the install line).[/]", highlight=False)
+    return keep
+
+
+@app.command("run")
+def run_file(
+    target: str = typer.Argument(..., metavar="FILE.toml|recipe:NAME", help="An experiment file, or recipe:NAME (see `alloclab recipes`)."),
+    allocator: list[str] = typer.Option([], "-a", "--allocator", help="Variant NAME[:VAR=VALUE,...][@LABEL]; repeat. Default: the file's variants, else every installed allocator."),
+    param: list[str] = typer.Option([], "--param", "-p", help="Override a parameter of the file: NAME=VALUE; repeat."),
+    runs: Optional[int] = typer.Option(None, "--runs", "-n", help=f"Measured runs per variant (default: the file's, else {DEFAULT_RUNS})."),
+    warmup: Optional[int] = typer.Option(None, "--warmup", help="Warm-up blocks, discarded (default: the file's, else 1)."),
+    timeout: Optional[float] = typer.Option(None, "--timeout", help="Kill a run's client (or command) after this many seconds."),
+    seed: int = typer.Option(1, "--seed", help="Seed of the randomized run order."),
+    no_verify: bool = typer.Option(False, "--no-verify", help="Skip the LD_DEBUG verification run."),
+    idle: Optional[float] = typer.Option(None, "--idle", help="Service mode: seconds of rest after the load before the last memory reading (default: the file's)."),
+    keep: bool = typer.Option(False, "--keep", help="Keep the working directory (data, logs) and print where it is."),
+    db: Path = DbOption,
+    export_json: Optional[Path] = typer.Option(None, "--export-json", help="Write raw samples and metadata as JSON."),
+    details: bool = typer.Option(False, "--details", help="Show every standard measure."),
+    min_effect: str = typer.Option("0%", "--min-effect", help="Smaller significant effects print as ~."),
+) -> None:
+    """Run an experiment file: a server under each allocator variant while a client drives load
+    (or a command under each variant), with setup and teardown around it."""
+    ef = experiment_file.resolve(target)
+    ef.check_requirements()
+    params = ef.with_params(_params(param))
+    if idle is not None:
+        if ef.service is None or idle < 0:
+            raise AlloclabError("--idle applies to a file with a [service], and cannot be negative.")
+        ef.service = dataclasses.replace(ef.service, idle=idle)
+    variants = allocator or _default_variants(ef)
+    store = Store(db)
+    console.print(f"Storing results in {store.path.resolve()}")
+    workloads, session = service.workloads(ef, params, keep=keep,
+                                           note=lambda text: err.print(f"[yellow]{text}[/]", highlight=False))
+    settings = Settings(runs=runs if runs is not None else ef.runs or DEFAULT_RUNS,
+                        warmup=warmup if warmup is not None else (ef.warmup if ef.warmup is not None else 1),
+                        timeout_s=timeout, seed=seed, verify=not no_verify, kind="run", title=ef.name)
+    try:
+        exp_id = run_experiment(store, workloads, variants, settings)
+    finally:
+        session.cleanup()  # also done by the runner; here for errors raised before it started
+    show(store, exp_id, details=details, min_effect=percent(min_effect), export_json=export_json)
+    if keep and session.workdir is not None:
+        console.print(f"Working directory kept: {session.workdir}")
+
+
+@app.command()
+def recipes() -> None:
+    """List the shipped experiment recipes and what each needs installed."""
+    t = Table(title="Recipes", show_lines=True)
+    for col in ("recipe", "what it measures", "needs", "parameters (default)"):
+        t.add_column(col)
+    missing_all: set[str] = set()
+    for name in experiment_file.recipe_names():
+        ef = experiment_file.resolve(experiment_file.RECIPE_PREFIX + name)
+        missing = ef.missing()
+        missing_all |= {r.package for r in missing}
+        needs = "\n".join(f"{r.program} ({r.package}): " + ("[green]found[/]" if r.present() else "[red]missing[/]")
+                          for r in ef.requires)
+        params = ", ".join(f"{k}={v}" for k, v in ef.params.items())
+        t.add_row(f"recipe:{name}", ef.description, needs, params)
+    console.print(t)
+    if missing_all:
+        console.print(f"To install what is missing: apt-get install -y {' '.join(sorted(missing_all))}")
+    console.print("Run one with `alloclab run recipe:NAME`; override a parameter with --param NAME=VALUE.")

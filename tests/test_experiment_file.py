@@ -1,0 +1,242 @@
+"""Experiment files: schema validation with file:line:key errors, placeholders, params, recipes.
+
+Pure logic on the parser; the end-to-end runs of the same files are in test_service_e2e.py."""
+
+from __future__ import annotations
+
+import socket
+import textwrap
+
+import pytest
+
+from alloclab import experiment_file as xf
+from alloclab import service
+from alloclab.errors import AlloclabError
+
+GOOD = """\
+[experiment]
+name = "toy"
+variants = ["glibc"]
+
+[params]
+n = 3
+label = "x"
+
+[service]
+command = ["server", "--port", "{port}", "--dir", "{data_dir}"]
+ready = { tcp = true }
+stop = { signal = "SIGINT" }
+data_dir = "data"
+reset_data = true
+
+[[setup]]
+command = ["mkdir", "{data_dir}"]
+
+[[client]]
+name = "a"
+command = ["client", "{port}", "-n", "{n}", "{recipe_dir}/x", "{{literal}}"]
+metrics = [{ name = "ops", regex = "ops: ([\\\\d.]+)", unit = "ops/s" }]
+
+[[client]]
+name = "b"
+command = ["client", "{port}"]
+[[client.metrics]]
+name = "lat"
+json = "summary.lat"
+higher = false
+unit = "ms"
+"""
+
+
+def write(tmp_path, text: str, name: str = "exp.toml"):
+    path = tmp_path / name
+    path.write_text(textwrap.dedent(text))
+    return path
+
+
+def error_of(tmp_path, text: str) -> str:
+    with pytest.raises(AlloclabError) as info:
+        xf.load(write(tmp_path, text))
+    return str(info.value)
+
+
+def test_a_good_file_parses(tmp_path):
+    ef = xf.load(write(tmp_path, GOOD))
+    assert ef.name == "toy" and ef.mode == "service" and ef.variants == ["glibc"]
+    assert ef.service.ready == "tcp" and ef.service.stop_signal.name == "SIGINT"
+    assert ef.service.lifetime == "run" and ef.service.reset_data and ef.service.data_dir == "data"
+    assert [ld.name for ld in ef.loads] == ["a", "b"]
+    a, b = ef.loads
+    assert a.metrics[0].regex == "ops: ([\\d.]+)" and a.metrics[0].higher
+    assert b.metrics[0].json == "summary.lat" and not b.metrics[0].higher
+    defs = ef.metric_defs(b)
+    assert defs[0].source == "json" and defs[0].pattern == "summary.lat"
+    assert ef.recipe_dir == tmp_path.resolve()
+
+
+def test_unknown_key_names_file_line_and_key(tmp_path):
+    msg = error_of(tmp_path, GOOD.replace("reset_data = true", "reset_data = true\nstop_timout = 5"))
+    line = GOOD.splitlines().index("reset_data = true") + 2
+    assert f"exp.toml:{line}: unknown key 'stop_timout' in [service]" in msg
+    assert "stop_timeout" in msg  # the known keys are listed
+
+
+def test_unknown_key_in_an_array_of_tables_and_an_inline_table(tmp_path):
+    text = GOOD.replace('json = "summary.lat"', 'json = "summary.lat"\nhigher_is = true')
+    msg = error_of(tmp_path, text)
+    line = text.splitlines().index("higher_is = true") + 1
+    assert f":{line}: unknown key 'higher_is' in [client[1].metrics[0]]" in msg
+    text = GOOD.replace('ready = { tcp = true }', 'ready = { tcp = true, tcpp = 1 }')
+    msg = error_of(tmp_path, text)
+    line = text.splitlines().index('ready = { tcp = true, tcpp = 1 }') + 1
+    assert f":{line}: unknown key 'tcpp'" in msg
+    text = GOOD.replace('unit = "ops/s" }', 'unit = "ops/s", better = "higher" }')
+    msg = error_of(tmp_path, text)
+    assert "unknown key 'better' in [client[0].metrics[0]]" in msg
+    assert f":{[i for i, ln in enumerate(text.splitlines(), 1) if 'better' in ln][0]}:" in msg
+
+
+def test_unknown_placeholder_is_an_error_with_its_line(tmp_path):
+    text = GOOD.replace('"{port}", "-n"', '"{prot}", "-n"')
+    msg = error_of(tmp_path, text)
+    line = [i for i, ln in enumerate(text.splitlines(), 1) if "{prot}" in ln][0]
+    assert f"exp.toml:{line}: unknown placeholder '{{prot}}'" in msg
+    assert "{port}" in msg and "[params]" in msg
+
+
+def test_placeholders_that_cannot_apply_are_errors(tmp_path):
+    no_service = """
+    [[command]]
+    command = ["tool", "{port}"]
+    """
+    assert "no [service] to give it a port" in error_of(tmp_path, no_service)
+    files_with_port = GOOD + '\n[files]\n"conf" = "port {port}"\n'
+    assert "cannot use '{port}'" in error_of(tmp_path, files_with_port)
+
+
+def test_type_and_shape_errors(tmp_path):
+    assert "must be a number" in error_of(tmp_path, GOOD.replace("reset_data = true", 'reset_data = true\nidle = "long"'))
+    assert "non-empty list of strings" in error_of(tmp_path, GOOD.replace('command = ["mkdir", "{data_dir}"]',
+                                                                             'command = "mkdir data"'))
+    assert "exactly one probe" in error_of(tmp_path, GOOD.replace("ready = { tcp = true }",
+                                                                  'ready = { tcp = true, log = "up" }'))
+    assert "unknown signal 'SIGFOO'" in error_of(tmp_path, GOOD.replace('"SIGINT"', '"SIGFOO"'))
+    assert "needs exactly one of regex, json or ratio" in error_of(
+        tmp_path, GOOD.replace('json = "summary.lat"', 'json = "summary.lat"\nregex = "x"'))
+    assert "does not compile" in error_of(tmp_path, GOOD.replace('"ops: ([\\\\d.]+)"', '"ops: ("'))
+    assert "needs the key 'ready'" in error_of(tmp_path, GOOD.replace("ready = { tcp = true }\n", ""))
+    assert "not valid TOML" in error_of(tmp_path, GOOD + "\n[service\n")
+    block_with_port = GOOD.replace("reset_data = true", 'reset_data = true\nlifetime = "block"\nport = 7000')
+    assert "needs a port of its own" in error_of(tmp_path, block_with_port)
+    assert "[[client]] entries need a [service]" in error_of(tmp_path, '[[client]]\ncommand = ["x"]\n')
+
+
+def test_params_override_with_types(tmp_path):
+    ef = xf.load(write(tmp_path, GOOD))
+    assert ef.with_params({"n": "7"}) == {"n": 7, "label": "x"}
+    with pytest.raises(AlloclabError, match="'n' is a int"):
+        ef.with_params({"n": "seven"})
+    with pytest.raises(AlloclabError, match="has no parameter 'm'.*n, label|has no parameter 'm'.*label, n"):
+        ef.with_params({"m": "1"})
+
+
+def test_substitution_is_per_argv_element_and_never_a_shell(tmp_path):
+    values = {"port": 5, "workdir": "/w d", "n": 3}
+    argv = xf.substitute_argv(["x", "{workdir}/f", "-p{port}", "{{n}}", "a;{n}"], values)
+    assert argv == ["x", "/w d/f", "-p5", "{n}", "a;3"]
+    with pytest.raises(AlloclabError, match="'{nope}'"):
+        xf.substitute("{nope}", values)
+
+
+def test_every_shipped_recipe_parses_with_its_requirements(tmp_path):
+    names = xf.recipe_names()
+    assert {"postgres-partitions", "redis", "qemu-img"} <= set(names)
+    pg = xf.resolve("recipe:postgres-partitions")
+    assert "glibc:MALLOC_TOP_PAD_=64M" in pg.variants and pg.run_as == "postgres"
+    assert pg.params["scale"] == 10 and pg.params["partitions"] == 1000
+    assert [ld.name for ld in pg.loads] == ["1 client", "2 clients"]
+    assert any("--partitions={partitions}" in s.command for s in pg.setup)
+    assert "aid_copy = :aid" in pg.files["join.sql"]
+    redis = xf.resolve("recipe:redis")
+    assert {m.name for m in redis.loads[0].metrics} >= {"set_rps", "get_rps", "lpush_rps", "lrange_100_rps"}
+    qemu = xf.resolve("recipe:qemu-img")
+    assert qemu.mode == "command" and [ld.name for ld in qemu.loads] == ["qcow2", "raw"]
+    assert all(r.package for ef in (pg, redis, qemu) for r in ef.requires)
+    with pytest.raises(AlloclabError, match="No recipe named 'nope'.*postgres-partitions"):
+        xf.resolve("recipe:nope")
+
+
+def test_missing_program_names_the_install_line(tmp_path):
+    ef = xf.load(write(tmp_path, """
+    [experiment]
+    requires = [{ program = "no-such-server-here", package = "no-such-package" }]
+    [[command]]
+    command = ["no-such-server-here"]
+    """))
+    with pytest.raises(AlloclabError, match="apt-get install -y no-such-package"):
+        ef.check_requirements()
+
+
+def test_ratio_metrics_are_computed_from_the_output():
+    spec = xf.MetricSpec("ops", "ops/s", True, True, ratio=(r"Sending (\d+) read", r"in ([\d.]+) seconds"))
+    text = "Sending 20000 read requests, 4096 bytes each\nRun completed in 0.250 seconds.\n"
+    assert service.derived_values((spec,), text) == {"ops": 80000.0}
+    assert service.derived_values((spec,), "Sending 20000 read requests") == {}
+
+
+def test_client_environment_never_gets_the_variant():
+    env = {"PATH": "/bin", "LD_PRELOAD": "/lib/libjemalloc.so.2", "MALLOC_CONF": "narenas:1",
+           "LD_DEBUG": "bindings", "LD_DEBUG_OUTPUT": "/tmp/ld", "FOO": "1", "HOME": "/root"}
+    clean = service.clean_env(env, {"LD_PRELOAD": "/lib/libjemalloc.so.2", "FOO": "1"})
+    assert clean == {"PATH": "/bin", "HOME": "/root"}
+
+
+def test_run_as_wraps_argv_and_hands_the_variant_to_the_program_alone():
+    ident = service.Identity(("setpriv", "--reuid=101", "--regid=104", "--init-groups", "--"), "postgres", 101, 104)
+    argv = ident.argv(["/usr/lib/postgresql/15/bin/postgres", "-D", "d"], {"LD_PRELOAD": "/x.so"})
+    assert argv[:5] == ["setpriv", "--reuid=101", "--regid=104", "--init-groups", "--"]
+    assert argv[5].endswith("env") and argv[6:] == ["LD_PRELOAD=/x.so", "/usr/lib/postgresql/15/bin/postgres", "-D", "d"]
+    assert service.Identity().argv(["a"], {"X": "1"}) == ["a"]
+
+
+def test_port_checks_use_real_sockets():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        s.listen()
+        port = s.getsockname()[1]
+        assert service.port_in_use(port) and service.tcp_accepts(port)
+    assert not service.port_in_use(port) and not service.tcp_accepts(port)
+    assert service.free_port() > 0
+
+
+def test_key_locator_follows_nested_arrays_of_tables():
+    text = textwrap.dedent("""\
+    [a]
+    x = 1
+    [[b]]
+    y = 1
+    [[b.c]]
+    z = 1
+    [[b]]
+    y = 2
+    [[b.c]]
+    z = 2
+    [[b.c]]
+    z = 3
+    w = '''
+    fake = 1
+    '''
+    """)
+    loc = xf.KeyLocator(text)
+    assert loc.line_of(("a", "x")) == 2
+    assert loc.line_of(("b", 1, "y")) == 8
+    assert loc.line_of(("b", 1, "c", 1, "z")) == 12
+    assert loc.line_of(("b", 0, "c", 0, "z")) == 6
+    assert ("fake",) not in loc.where and ("b", 1, "c", 1, "fake") not in loc.where
+
+
+def test_a_single_bracket_client_table_gets_a_precise_fix(tmp_path):
+    text = GOOD.replace("[[client]]\nname = \"b\"", "[clientx]\nname = \"b\"").replace("[[client.metrics]]", "[clientx.metrics]")
+    assert "unknown key 'clientx'" in error_of(tmp_path, text)
+    single = '[service]\ncommand = ["s"]\nready = { tcp = true }\n[client]\ncommand = ["c"]\n'
+    assert "Write [[client]] (double brackets)" in error_of(tmp_path, single)
