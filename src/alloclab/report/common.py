@@ -156,7 +156,7 @@ def _where(pairs: list[tuple[int, str]], a: Analysis, metrics: list[str]) -> str
     by_variant = {vi: {m for v, m in pairs if v == vi} for vi in variants}
     if all(ms == {""} for ms in by_variant.values()):
         return "every variant" if len(variants) == len(a.labels) > 1 else ", ".join(a.labels[v] for v in variants)
-    if all(ms >= set(metrics) for ms in by_variant.values()):
+    if len(metrics) > 1 and all(ms >= set(metrics) for ms in by_variant.values()):
         who = "every variant" if len(variants) == len(a.labels) > 1 else ", ".join(a.labels[v] for v in variants)
         return f"{who}, every metric"
     metric_sets = {frozenset(ms) for ms in by_variant.values()}
@@ -166,11 +166,12 @@ def _where(pairs: list[tuple[int, str]], a: Analysis, metrics: list[str]) -> str
     return "; ".join(f"{a.labels[vi]} / {', '.join(m for m in metrics if m in by_variant[vi])}" for vi in variants)
 
 
-def warning_groups(a: Analysis, w, details: bool = False, limit: int | None = None) -> list[WarningGroup]:
+def warning_groups(a: Analysis, w, details: bool = False, limit: int | None = None,
+                   only: set[str] | None = None) -> list[WarningGroup]:
     """Findings grouped by kind, most serious first; at most `limit` lines per kind (the rest
-    counted in a last line)."""
+    counted in a last line); with `only`, the findings of those metrics (and the per-variant ones)."""
     rows = shown_rows(w, details)
-    metrics = [r.name for r in rows]
+    metrics = [r.name for r in rows if only is None or r.name in only]
     groups: dict[str, WarningGroup] = {}
     places: dict[tuple[str, str], list[tuple[int, str]]] = {}
     for vi, metric, f in findings_for(w):
@@ -183,7 +184,8 @@ def warning_groups(a: Analysis, w, details: bool = False, limit: int | None = No
     if limit:
         for g in groups.values():
             if len(g.lines) > limit:
-                g.lines[limit:] = [("", f"... and {len(g.lines) - limit} more of the same kind (all in --format json)")]
+                g.lines[limit:] = [("...", f"and {len(g.lines) - limit} more of the same kind (all with --details "
+                                           f"or --format json)")]
     rank = {c: i for i, c in enumerate(FINDING_ORDER)}
     return sorted(groups.values(), key=lambda g: rank.get(g.code, len(rank)))
 

@@ -50,15 +50,27 @@ def workload_table(a: Analysis, w, details: bool = False) -> Table:
 
 def notes(a: Analysis, w, details: bool = False) -> list[Text]:
     out = []
+    plain = []  # verified, and nothing to say beyond where malloc was bound
     for vi, v in w.verification.items():
+        extra = [n for n in v["notes"] if not n.startswith("malloc and free bound to")]
+        if v["status"] == "verified" and not extra and not details:
+            plain.append(a.labels[vi])
+            continue
         for reason in v["reasons"]:
             out.append(Text(f"{a.labels[vi]}: allocator INEFFECTIVE: {reason}", style="bold red"))
-        for note in v["notes"]:
+        for note in (v["notes"] if details else extra):
             out.append(Text(f"{a.labels[vi]}: {note}", style="dim"))
+    if plain:
+        out.insert(0, Text(f"verified (malloc and free bound to the variant's allocator in every process): "
+                           f"{', '.join(plain)}", style="dim"))
     for line in failed_run_lines(a, w):
         out.append(Text(line, style="red"))
     # One line per kind of warning, so that fifty cells with too few runs read as one problem.
-    for g in warning_groups(a, w, details):
+    # Without --details, only the primary metric's (and per-variant) warnings: the rest is noise
+    # about rows the reader did not ask to see.
+    primary = w.primary()
+    only = None if details or primary is None else {primary.name}
+    for g in warning_groups(a, w, details, limit=None if details else 4, only=only):
         for where, message in g.lines:
             out.append(Text(f"{where}: {message}.", style="bold yellow" if g.serious else "yellow"))
         out.append(Text(f"  -> {g.advice}", style="dim"))
