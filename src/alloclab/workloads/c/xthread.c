@@ -10,9 +10,9 @@
  * puts it in the freeing thread's cache (memory migrates between threads),
  * jemalloc/mimalloc hand it back to the owner's bin/page with atomics.
  *
- * Shape: `--submitters` threads each submit ops/submitters requests,
- * round-robin into one bounded queue per completion thread (mutex + condvars,
- * as a simple I/O queue would have).  Completers drain their queue in batches
+ * Shape: `--submitters` threads each submit ops/submitters requests, in
+ * batches of 32, round-robin into one bounded queue per completion thread
+ * (mutex + condvars, as a simple I/O queue would have).  Completers drain their queue in batches
  * and free what they take.  Buffer sizes are skewed to small (log-uniform
  * 64 B..16 KB by default).  Every 16th request carries its submit timestamp so
  * submit-to-free latency can be reported without timing every operation.
@@ -26,6 +26,9 @@
 
 #define QCAP 256          /* bounded queue: back-pressure like a real I/O queue depth */
 #define BATCH 64          /* completers take up to this many requests per lock */
+#define SUBMIT_BATCH 32   /* submitters hand over this many per lock, as an I/O stack batches
+                             submissions; one lock and wake-up per request would make the
+                             workload measure futexes and context switches, not the allocator */
 #define SAMPLE_EVERY 16   /* latency sampled on 1 in 16 requests */
 
 typedef struct request {
@@ -54,14 +57,16 @@ static long long nsub, ncomp, ops, min_size, max_size;
 static sizedist_t sizes;
 static pthread_barrier_t start_barrier;
 
-static void queue_push(queue *q, request *r)
+static void queue_push_batch(queue *q, request **rs, unsigned n)
 {
     pthread_mutex_lock(&q->mu);
-    while (q->count == QCAP)
-        pthread_cond_wait(&q->not_full, &q->mu);
-    q->ring[(q->head + q->count) % QCAP] = r;
-    if (q->count++ == 0)
-        pthread_cond_signal(&q->not_empty);
+    for (unsigned i = 0; i < n; i++) {
+        while (q->count == QCAP)
+            pthread_cond_wait(&q->not_full, &q->mu);
+        q->ring[(q->head + q->count) % QCAP] = rs[i];
+        if (q->count++ == 0)
+            pthread_cond_signal(&q->not_empty);
+    }
     pthread_mutex_unlock(&q->mu);
 }
 
@@ -89,6 +94,9 @@ static void *submitter(void *arg)
     long long my_ops = ops / nsub + (id < ops % nsub);
     rng_t rng;
     rng_seed(&rng, (uint64_t)cl_seed, (uint64_t)id);
+    request *pending[SUBMIT_BATCH];
+    unsigned npending = 0;
+    long long target = id % ncomp;
     pthread_barrier_wait(&start_barrier);
     for (long long i = 0; i < my_ops; i++) {
         request *r = malloc(sizeof *r);
@@ -102,7 +110,12 @@ static void *submitter(void *arg)
         r->id = (uint64_t)i;
         r->t_submit = (i % SAMPLE_EVERY == 0) ? now_ns() : 0;
         extra_work(cl_extra_work);
-        queue_push(&queues[(i + id) % ncomp], r);
+        pending[npending++] = r;
+        if (npending == SUBMIT_BATCH || i == my_ops - 1) {
+            queue_push_batch(&queues[target], pending, npending);
+            npending = 0;
+            target = (target + 1) % ncomp;  /* batches go round-robin to the completers */
+        }
     }
     return NULL;
 }
