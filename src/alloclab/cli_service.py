@@ -64,6 +64,9 @@ def run_file(
     export_json: Optional[Path] = typer.Option(None, "--export-json", help="Write raw samples and metadata as JSON."),
     details: bool = typer.Option(False, "--details", help="Show every standard measure."),
     min_effect: str = typer.Option("0%", "--min-effect", help="Smaller significant effects print as ~."),
+    profile: bool = typer.Option(False, "--profile", help="Afterwards, profile each variant with perf record: the allocator's share of the server's CPU (the server's process tree, not the client)."),
+    profile_runs: int = typer.Option(3, "--profile-runs", help="Profiled runs per variant with --profile."),
+    call_graph: bool = typer.Option(False, "--call-graph", "-g", help="With --profile: record call graphs."),
 ) -> None:
     """Run an experiment file: a server under each allocator variant while a client drives load
     (or a command under each variant), with setup and teardown around it."""
@@ -79,14 +82,27 @@ def run_file(
     console.print(f"Storing results in {store.path.resolve()}")
     workloads, session = service.workloads(ef, params, keep=keep,
                                            note=lambda text: err.print(f"[yellow]{text}[/]", highlight=False))
+    if profile:
+        from . import profile as prof
+        from .cli_profile import check_profiling
+        check_profiling()
+        if profile_runs < 1:
+            raise AlloclabError(f"--profile-runs must be at least 1 (got {profile_runs}).")
+        for w in workloads:
+            prof.check_profilable(w)
     settings = Settings(runs=runs if runs is not None else ef.runs or DEFAULT_RUNS,
                         warmup=warmup if warmup is not None else (ef.warmup if ef.warmup is not None else 1),
                         timeout_s=timeout, seed=seed, verify=not no_verify, kind="run", title=ef.name)
     try:
         exp_id = run_experiment(store, workloads, variants, settings)
+        show(store, exp_id, details=details, min_effect=percent(min_effect), export_json=export_json)
+        if profile:
+            from .cli_profile import profile_after
+            # The session is set up afresh for the profiled runs (the runner cleaned it up).
+            profile_after(store, exp_id, workloads, variants, runs=profile_runs, call_graph=call_graph,
+                          timeout_s=timeout)
     finally:
         session.cleanup()  # also done by the runner; here for errors raised before it started
-    show(store, exp_id, details=details, min_effect=percent(min_effect), export_json=export_json)
     if keep and session.workdir is not None:
         console.print(f"Working directory kept: {session.workdir}")
 

@@ -32,6 +32,7 @@ from . import machine, plan
 from .errors import AlloclabError, Interrupted
 from .measure import RunInterrupted, RunResult, run_once
 from .metrics import extract
+from .service import ServiceExecutor
 from .variants import Variant
 from .workload import Workload
 
@@ -257,6 +258,7 @@ class RunProfile:
     unresolved: dict[str, list[float]] = field(default_factory=dict)   # dso -> [its share, fraction unresolved]
     error: str | None = None
     metric: float | None = None        # the workload's own throughput metric, read from this run
+    commands: dict[str, float] = field(default_factory=dict)          # process name (comm) -> fraction
 
 
 def attribute(samples: Iterable[Sample], attribution: Attribution, call_graph: bool,
@@ -269,10 +271,12 @@ def attribute(samples: Iterable[Sample], attribution: Attribution, call_graph: b
     from_alloc = 0
     syms: dict[str, int] = {}
     by_dso: dict[str, list[int]] = {}
+    comms: dict[str, int] = {}
     for s in samples:
         w = s.period or 1
         total += w
         count += 1
+        comms[s.comm] = comms.get(s.comm, 0) + w
         cat, kind, entered_from_alloc = attribution.classify(s)
         cats[cat] += w
         if kind:
@@ -296,6 +300,7 @@ def attribute(samples: Iterable[Sample], attribution: Attribution, call_graph: b
         kernel_mm_from_allocator=frac(from_alloc) if call_graph else None,
         allocator_symbols={k: frac(v) for k, v in sorted(syms.items(), key=lambda kv: -kv[1])[:20]},
         unresolved={d: [frac(w), bad / w] for d, (w, bad) in by_dso.items() if bad},
+        commands={k: frac(v) for k, v in sorted(comms.items(), key=lambda kv: -kv[1])[:10]},
     )
 
 
@@ -489,17 +494,26 @@ def wrap_perf_record(argv: list[str], env: dict[str, str], variant_env: dict[str
     """perf runs without the variant's settings; `env` hands them to the program alone."""
     clean = {k: v for k, v in env.items() if k not in variant_env}
     settings = [f"{k}={v}" for k, v in variant_env.items()]
-    graph = ["--call-graph", CALL_GRAPH] if call_graph else []
-    # No BPF program symbols (reading them costs perf about a second per run) and no build-id
-    # cache: the data is read back at once, and ~/.debug is not filled with copies of binaries.
-    wrapped = [perf, "record", "-q", "--no-bpf-event", "--no-buildid", "--no-buildid-cache", "-e", event,
-               "-F", str(frequency), *graph, "-o", str(out), "--", "env", *settings, *argv]
+    wrapped = [*perf_record_prefix(out, event=event, frequency=frequency, call_graph=call_graph, perf=perf),
+               "env", *settings, *argv]
     return wrapped, clean
 
 
+def perf_record_prefix(out: Path, *, event: str, frequency: int, call_graph: bool, perf: str = "perf") -> list[str]:
+    """`perf record ... -o OUT --`, to put in front of the program."""
+    graph = ["--call-graph", CALL_GRAPH] if call_graph else []
+    # No BPF program symbols (reading them costs perf about a second per run) and no build-id
+    # cache: the data is read back at once, and ~/.debug is not filled with copies of binaries.
+    return [perf, "record", "-q", "--no-bpf-event", "--no-buildid", "--no-buildid-cache", "-e", event,
+            "-F", str(frequency), *graph, "-o", str(out), "--"]
+
+
 def perf_script(perf: str, data: Path, timeout_s: float = 600) -> list[str]:
+    # perf refuses a file that neither we nor root own unless forced: a server run as another
+    # user (run_as) writes its perf.data as that user.
+    force = ["--force"] if data.stat().st_uid not in (os.geteuid(), 0) else []
     try:
-        proc = subprocess.run([perf, "script", "--no-inline", "-F", SCRIPT_FIELDS, "-i", str(data)],
+        proc = subprocess.run([perf, "script", *force, "--no-inline", "-F", SCRIPT_FIELDS, "-i", str(data)],
                               capture_output=True, text=True, timeout=timeout_s)
     except subprocess.TimeoutExpired:
         raise AlloclabError(f"`perf script` took over {timeout_s:g} s on {data}; profile a shorter run or "
@@ -516,8 +530,19 @@ def command_of(workload: Workload) -> tuple[list[str], str | None]:
     if argv is None:
         raise AlloclabError(
             f"Workload '{workload.name}' is not a plain command (its executor is "
-            f"{type(workload.executor).__name__}); profiling supports commands and built-in workloads.")
+            f"{type(workload.executor).__name__}); profiling supports commands, built-in workloads and "
+            f"experiment files with a [service] (the server is profiled).")
     return list(argv), getattr(workload.executor, "cwd", None)
+
+
+def is_service(workload: Workload) -> bool:
+    return isinstance(workload.executor, ServiceExecutor)
+
+
+def check_profilable(workload: Workload) -> None:
+    """Refuse, before any run, a workload that profiling cannot run."""
+    if not is_service(workload):
+        command_of(workload)
 
 
 def _perf_failed(result: RunResult, data: Path) -> bool:
@@ -553,8 +578,13 @@ def profile_workload(workload: Workload, variants: list[Variant], runs: int = 3,
         raise AlloclabError(f"--runs must be at least 1 for profiling (got {runs}).")
     check_frequency(frequency)
     access = access or perf_access()
+    service = is_service(workload)
+    if service and workload.executor.session.identity.uid not in (None, 0):
+        # perf runs in front of the server as run_as, with that user's rights, not ours: with
+        # perf_event_paranoid 2 it would silently drop kernel samples.
+        access = perf_access(is_privileged=False)
     event = sampling_event(access)
-    argv, cwd = command_of(workload)
+    argv, cwd = (None, None) if service else command_of(workload)
     workload.program()
     base_env = dict(os.environ) if base_env is None else base_env
     metric = next((m for m in workload.metrics if m.primary), workload.metrics[0] if workload.metrics else None)
@@ -573,13 +603,21 @@ def profile_workload(workload: Workload, variants: list[Variant], runs: int = 3,
     jobs = plan.schedule(len(cells), runs, 0, seed, verify=False)
     root = Path(tempfile.mkdtemp(prefix="alloclab-profile-"))
     try:
-        fixed = _perf_fixed_cost(access, event, frequency, call_graph, root / "fixed", base_env)
+        fixed = None if service else _perf_fixed_cost(access, event, frequency, call_graph, root / "fixed", base_env)
         for c in cells:
-            c.summary.perf_fixed_s = fixed
+            # A client's wall time does not include perf starting and stopping with the server.
+            c.summary.perf_fixed_s = None if service else fixed
+        if service:
+            workload.executor.prepare()
         for n, job in enumerate(jobs):
             cell = cells[job.cell]
             advance(f"profile {workload.name[:24]} | {cell.variant.label} ({job.block + 1}/{runs})")
             tmp = root / f"run-{n}"
+            if service:
+                _profile_service_run(cell, workload, metric, tmp, access, event, frequency, call_graph,
+                                     timeout_s, base_env, plain=baseline is None)
+                shutil.rmtree(tmp, ignore_errors=True)
+                continue
             _profile_one(cell, argv, cwd, workload, metric, tmp, access, event, frequency, call_graph,
                          timeout_s, base_env)
             if baseline is None:
@@ -599,6 +637,8 @@ def profile_workload(workload: Workload, variants: list[Variant], runs: int = 3,
         stop.summaries = [_finish(c.summary) for c in cells]
         raise stop from None
     finally:
+        if service:
+            workload.executor.cleanup()
         shutil.rmtree(root, ignore_errors=True)
     return [_finish(c.summary) for c in cells]
 
@@ -639,6 +679,54 @@ def _profile_one(cell: _Cell, argv, cwd, workload: Workload, metric, tmp: Path, 
     if metric:
         prof.metric = extract(metric, result.stdout + "\n" + result.stderr)
     cell.summary.runs.append(prof)
+
+
+def _profile_service_run(cell: _Cell, workload: Workload, metric, tmp: Path, access: PerfAccess, event: str,
+                         frequency: int, call_graph: bool, timeout_s: float | None, base_env: dict, *,
+                         plain: bool) -> None:
+    """One service run with perf record in front of the server: the samples are the server's
+    process tree (perf follows its children), never the load client's."""
+    v = cell.variant
+    env = v.apply(base_env) | workload.env
+    written: list[Path] = []
+
+    def wrap(server_dir: Path) -> list[str]:
+        # The server's own directory: run_as may write there, where it may not write to ours.
+        written.append(server_dir / "perf.data")
+        return perf_record_prefix(written[-1], event=event, frequency=frequency, call_graph=call_graph,
+                                  perf=access.perf)
+
+    tmp.mkdir(parents=True, exist_ok=True)
+    result = workload.executor.execute(env, v.env, tmp, timeout_s=timeout_s, mapped_marker=None, perf_file=None,
+                                       server_wrap=wrap)
+    data = written[-1] if written else None
+    no_data = data is None or not data.exists() or data.stat().st_size == 0
+    if result.status == "error" or (no_data and result.status != "timeout"):
+        # The same server ran in the timed runs: with no perf data, perf itself is what failed.
+        raise AlloclabError(
+            f"perf record failed in front of the server under {v.label}: {result.error or result.status}"
+            f" ({_run_error(result)}). If perf says it is not allowed, see kernel.perf_event_paranoid "
+            f"(alloclab will not change it); if it is missing, `{PERF_INSTALL}`.")
+    if result.status != "ok":
+        cell.summary.runs.append(RunProfile(result.status, result.wall_s, error=result.error))
+    else:
+        samples = parse_perf_script(perf_script(access.perf, data))
+        prof = attribute(samples, Attribution(str(v.library) if v.library else None), call_graph,
+                         result.status, result.wall_s)
+        if metric:
+            prof.metric = extract(metric, result.stdout + "\n" + result.stderr)
+        cell.summary.runs.append(prof)
+    if data is not None:
+        data.unlink(missing_ok=True)  # can be large; the server's directory lives until the session ends
+    if plain:
+        (tmp / "plain").mkdir()
+        r = workload.executor.execute(env, v.env, tmp / "plain", timeout_s=timeout_s, mapped_marker=None,
+                                      perf_file=None)
+        if r.status == "ok":
+            values = {"wall_s": r.wall_s, "cpu_s": r.user_s + r.sys_s}
+            if metric:
+                values[metric.name] = extract(metric, r.stdout + "\n" + r.stderr)
+            cell.summary.plain.append(values)
 
 
 def _finish(s: ProfileSummary) -> ProfileSummary:

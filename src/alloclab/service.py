@@ -60,6 +60,11 @@ _TICK = os.sysconf("SC_CLK_TCK")
 _PAGE_KB = os.sysconf("SC_PAGE_SIZE") // 1024
 
 
+# A hook that puts a wrapper (perf record) in front of one server: given the server's own
+# directory (writable by run_as), it returns the argv to insert before the server program.
+ServerWrap = Callable[[Path], list[str]]
+
+
 class ServiceFailed(Exception):
     """The server did not start, died, or misbehaved; the run fails with this message and log tail."""
 
@@ -399,8 +404,9 @@ class Server:
     """One server process tree, started by the launcher, with its probe and stop method."""
 
     def __init__(self, session: "Session", serial: int, port: int, data_dir: Path | None,
-                 extra_env: dict[str, str], mapped_marker: str | None):
+                 extra_env: dict[str, str], mapped_marker: str | None, wrap: ServerWrap | None = None):
         self.s = session
+        self.wrap = wrap
         self.serial = serial
         self.port = port
         self.data_dir = data_dir
@@ -449,7 +455,13 @@ class Server:
                 f"{self.s.ef.path} so that alloclab picks a free port.")
         argv = substitute_argv(svc.command, self.values())
         env = self.s.identity.env(self.s.base_clean)
-        if self.s.identity.wrapper:
+        if self.wrap is not None:
+            # The variant's settings go through `env` after the wrapper, so that they reach the
+            # server alone (perf is not preloaded); the wrapper runs as run_as, like the server.
+            settings = [f"{k}={v}" for k, v in self.extra_env.items()]
+            argv = [*self.wrap(self.dir), shutil.which("env") or "/usr/bin/env", *settings, *argv]
+            argv = self.s.identity.argv(argv)
+        elif self.s.identity.wrapper:
             argv = self.s.identity.argv(argv, self.extra_env)
         else:
             env = env | self.extra_env
@@ -475,6 +487,10 @@ class Server:
         if self.main_pid is None and self.tree.root is not None:
             with contextlib.suppress(psutil.Error):
                 kids = self.tree.root.children()
+                if kids and self.wrap is not None:
+                    # Signals go to the server, which perf forks, not to perf: perf would pass on
+                    # SIGTERM whatever the configured stop signal is.
+                    kids = kids[0].children()
                 if kids:
                     self.main_pid = kids[0].pid
 
@@ -667,8 +683,16 @@ class Session:
     # --- once per experiment -------------------------------------------------------------------
 
     def prepare(self) -> None:
-        if self.prepared:
+        if self.prepared and not self.cleaned:
             return
+        if self.cleaned:
+            # Used again after cleanup (profiling after the timed runs): a fresh working
+            # directory, with setup run again, as for a new experiment.
+            self.cleaned = False
+            self.servers.clear()
+            self.block_cells.clear()
+            self.starting = None
+            self.setup_port = None
         self.prepared = True
         self.check_commands()
         self.workdir = Path(tempfile.mkdtemp(prefix=f"alloclab-{re.sub(r'[^A-Za-z0-9_-]', '', self.ef.name)[:30]}-"))
@@ -776,12 +800,13 @@ class Session:
     # --- servers -------------------------------------------------------------------------------
 
     def _new_server(self, port: int, data_dir: Path | None, extra_env: dict[str, str],
-                    mapped_marker: str | None) -> Server:
+                    mapped_marker: str | None, wrap: ServerWrap | None = None) -> Server:
         self.serial += 1
-        self.starting = Server(self, self.serial, port, data_dir, extra_env, mapped_marker)
+        self.starting = Server(self, self.serial, port, data_dir, extra_env, mapped_marker, wrap)
         return self.starting
 
-    def start_server(self, extra_env: dict[str, str], mapped_marker: str | None) -> Server:
+    def start_server(self, extra_env: dict[str, str], mapped_marker: str | None,
+                     wrap: ServerWrap | None = None) -> Server:
         svc = self.ef.service
         port = svc.port or free_port()
         data_dir = self.base_data_dir()
@@ -791,7 +816,7 @@ class Session:
             self._copy_tree(self.base_data_dir(), data_dir)
         elif data_dir is not None and svc.reset_data:
             self._copy_tree(self.private / "pristine", data_dir)
-        server = self._new_server(port, data_dir, extra_env, mapped_marker)
+        server = self._new_server(port, data_dir, extra_env, mapped_marker, wrap)
         server.start()
         self.starting = None
         return server
@@ -891,7 +916,10 @@ class ServiceExecutor:
     def cleanup(self) -> None:
         self.session.cleanup()
 
-    def execute(self, env, variant_env, workdir, *, timeout_s, mapped_marker, perf_file) -> RunResult:
+    def execute(self, env, variant_env, workdir, *, timeout_s, mapped_marker, perf_file,
+                server_wrap: ServerWrap | None = None) -> RunResult:
+        """One run; with server_wrap, the server is started under that wrapper for this run alone
+        (a fresh server even with lifetime = "block", stopped after the run)."""
         s = self.session
         clean = clean_env(env, variant_env)
         extra = {k: v for k, v in env.items() if clean.get(k) != v}
@@ -900,8 +928,11 @@ class ServiceExecutor:
         result = RunResult("ok", 0.0)
         try:
             try:
-                server, shared = s.server_for(tuple(sorted(variant_env.items())), "LD_DEBUG" in env,
-                                              self.index, extra, mapped_marker)
+                if server_wrap is not None:
+                    server = s.start_server(extra, mapped_marker, server_wrap)
+                else:
+                    server, shared = s.server_for(tuple(sorted(variant_env.items())), "LD_DEBUG" in env,
+                                                  self.index, extra, mapped_marker)
             except ServiceFailed as exc:
                 failed = s.starting
                 if failed is not None:

@@ -1,0 +1,51 @@
+"""`alloclab run --profile` end to end: perf record in front of a real server (Debian's
+redis-server) under real allocators, driven by the real client, through the real CLI."""
+
+from __future__ import annotations
+
+import shutil
+
+import pytest
+
+from alloclab import experiment_file as xf
+from alloclab import profile as prof
+from conftest import require_allocator
+from test_service_e2e import require_programs, scratch  # noqa: F401  (scratch is a fixture)
+
+pytestmark = pytest.mark.e2e
+
+
+def test_run_profile_samples_the_server_tree_not_the_client(cli, store_of, scratch):  # noqa: F811
+    ef = xf.resolve("recipe:redis")
+    require_programs(ef)
+    require_allocator("jemalloc")
+    if not shutil.which("perf"):
+        pytest.skip(f"perf is not installed ({prof.PERF_INSTALL})")
+    p = cli("run", "recipe:redis", "-a", "glibc", "-a", "jemalloc", "--runs", "1", "--idle", "0", "--no-verify",
+            "-p", "requests=5000", "-p", "clients=5", "--profile", "--profile-runs", "1")
+    assert p.returncode == 0, p.stdout + p.stderr
+    assert "Where the CPU goes: redis" in p.stdout
+    store = store_of(cli.db)
+    summaries = prof.load_profiles(store, store.load().id)
+    assert [s.variant for s in summaries] == ["glibc", "jemalloc"]
+    for s in summaries:
+        assert len(s.runs) == 1
+        run = s.runs[0]
+        assert run.status == "ok" and run.error is None
+        assert run.samples > 100
+        assert sum(run.shares.values()) == pytest.approx(1.0)
+        assert set(run.shares) == set(prof.CATEGORIES)
+        # The server's tree is sampled (redis-server and its own threads), never the load client.
+        assert next(iter(run.commands)) == "redis-server"
+        assert run.commands["redis-server"] > 0.5
+        assert not any(c.startswith("redis-benchmark") for c in run.commands)
+        # The client's own metric was read from the profiled run, and plain runs are the baseline.
+        assert run.metric and run.metric > 0
+        assert s.plain and s.plain[0]["set_rps"] > 0
+        assert s.perf_fixed_s is None  # the client's wall time does not include perf's start/stop
+    jemalloc = summaries[1]
+    # Preloaded jemalloc is the variant's library: its samples in redis-server are allocator time.
+    assert jemalloc.allocator[0] > 0
+    assert all(sym.endswith("[libjemalloc.so.2]") for sym, _ in jemalloc.top_symbols())
+    # The session was set up again for the profiled runs and removed after them.
+    assert list(scratch.iterdir()) == []
