@@ -188,7 +188,7 @@ def render_terminal(d: Diff, console: Console) -> None:
     for note in d.notes:
         console.print(Text(note, style="yellow"))
     console.print(Text("Each cell: median in A -> median in B; under it B against A with its bootstrap 95% interval and "
-                       "the Holm-adjusted Mann-Whitney p, or ~ when not significant.", style="dim"))
+                       "the Holm-adjusted Mann-Whitney p, or ~ when not significant (adjusted p >= 0.05, or the interval includes no change).", style="dim"))
 
 
 def render_markdown(d: Diff) -> str:

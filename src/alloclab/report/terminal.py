@@ -107,7 +107,7 @@ def render(a: Analysis, console: Console, details: bool = False, max_rss_increas
         console.print(Group(workload_table(a, w, details), *notes(a, w, details)))
         console.print()
     console.print(Text("Each cell: median; under it the change against the baseline with its 95% interval and "
-                       "Holm-adjusted Mann-Whitney p, or ~ when not significant. * marks the primary metric.",
+                       "Holm-adjusted Mann-Whitney p, or ~ when not significant (adjusted p >= 0.05, or the interval includes no change). * marks the primary metric.",
                        style="dim"))
     console.print()
     console.print(Text("Recommendation", style="bold underline"))
