@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import math
 from dataclasses import dataclass, field
 
 from rich.console import Console
@@ -14,6 +13,7 @@ from rich.table import Table
 from rich.text import Text
 
 from .. import stats
+from .jsonout import json_safe
 from ..analysis import DEFAULT_STANDARD
 from ..errors import AlloclabError
 from ..store import Experiment
@@ -217,18 +217,8 @@ def render_markdown(d: Diff) -> str:
     return "\n".join(out).rstrip() + "\n"
 
 
-def _clean(obj):
-    if isinstance(obj, float) and not math.isfinite(obj):
-        return None
-    if isinstance(obj, dict):
-        return {k: _clean(v) for k, v in obj.items()}
-    if isinstance(obj, (list, tuple)):
-        return [_clean(v) for v in obj]
-    return obj
-
-
 def render_json(d: Diff) -> str:
-    return json.dumps(_clean({
+    return json.dumps(json_safe({
         "schema": 1, "a": d.a.id, "b": d.b.id, "labels": d.labels, "alpha": d.alpha,
         "changes": [{"what": w, "a": va, "b": vb} for w, va, vb in d.changes], "notes": d.notes,
         "workloads": [dataclasses.asdict(w) for w in d.workloads]}), indent=1)

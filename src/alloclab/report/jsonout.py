@@ -20,13 +20,14 @@ SUFFIX = ".json"
 JSON_SCHEMA_VERSION = 1
 
 
-def _clean(obj):
+def json_safe(obj):
+    """NaN and infinities become null: JSON has no spelling for them."""
     if isinstance(obj, float) and not math.isfinite(obj):
         return None
     if isinstance(obj, dict):
-        return {k: _clean(v) for k, v in obj.items()}
+        return {k: json_safe(v) for k, v in obj.items()}
     if isinstance(obj, (list, tuple)):
-        return [_clean(v) for v in obj]
+        return [json_safe(v) for v in obj]
     return obj
 
 
@@ -85,7 +86,7 @@ def analysis_dict(a: Analysis, max_rss_increase: float | None = None, runs: bool
         } for row in w.rows],
     } for w in a.workloads]
     out["recommendation"] = dataclasses.asdict(recommend(a, max_rss_increase))
-    out = _clean(out)
+    out = json_safe(out)
     if runs:
         out["runs"] = [_run(r) for r in a.experiment.runs]
     return out
