@@ -10,7 +10,8 @@ import typer
 from rich.table import Table
 
 from . import catalog as cat
-from . import experiment_file, service
+from . import cli_sweep, experiment_file, service, sweep
+from .report import check_format_option
 from .cli_app import DbOption, app, console, err, percent, run_experiment, show
 from .errors import AlloclabError
 from .runner import Settings
@@ -51,7 +52,7 @@ def _default_variants(ef: experiment_file.ExperimentFile) -> list[str]:
 @app.command("run")
 def run_file(
     target: str = typer.Argument(..., metavar="FILE.toml|recipe:NAME", help="An experiment file, or recipe:NAME (see `alloclab recipes`)."),
-    allocator: list[str] = typer.Option([], "-a", "--allocator", help="Variant NAME[:VAR=VALUE,...][@LABEL]; repeat. Default: the file's variants, else every installed allocator."),
+    allocator: list[str] = typer.Option([], "-a", "--allocator", help="Variant NAME[:VAR=VALUE,...]\\[@LABEL], may sweep ({0,64M}, 128K..256M*4); repeat. Default: the file's variants, else every installed allocator."),
     param: list[str] = typer.Option([], "--param", "-p", help="Override a parameter of the file: NAME=VALUE; repeat."),
     runs: Optional[int] = typer.Option(None, "--runs", "-n", help=f"Measured runs per variant (default: the file's, else {DEFAULT_RUNS})."),
     warmup: Optional[int] = typer.Option(None, "--warmup", help="Warm-up blocks, discarded (default: the file's, else 1)."),
@@ -67,6 +68,10 @@ def run_file(
     profile: bool = typer.Option(False, "--profile", help="Afterwards, profile each variant with perf record: the allocator's share of the server's CPU (the server's process tree, not the client)."),
     profile_runs: int = typer.Option(3, "--profile-runs", help="Profiled runs per variant with --profile."),
     call_graph: bool = typer.Option(False, "--call-graph", "-g", help="With --profile: record call graphs."),
+    ablate: Optional[str] = typer.Option(None, "--ablate", help="VARIANT with several settings: baseline, each alone, all together."),
+    report: Optional[str] = typer.Option(None, "--report", callback=check_format_option, help="Also render the results as md, html, json or csv."),
+    report_file: Optional[Path] = typer.Option(None, "--report-file", help="Write the --report there."),
+    max_rss_increase: Optional[str] = typer.Option(None, "--max-rss-increase", help="Memory budget of the recommendation, e.g. 10%."),
 ) -> None:
     """Run an experiment file: a server under each allocator variant while a client drives load
     (or a command under each variant), with setup and teardown around it."""
@@ -77,9 +82,11 @@ def run_file(
         if ef.service is None or idle < 0:
             raise AlloclabError("--idle applies to a file with a [service], and cannot be negative.")
         ef.service = dataclasses.replace(ef.service, idle=idle)
-    variants = allocator or _default_variants(ef)
+    # -a may sweep a tunable (glibc:MALLOC_TOP_PAD_={0,8M,64M}) like compare's.
+    variants, sweeps = sweep.plan_variants(allocator, ablate)
+    variants = variants or _default_variants(ef)
     store = Store(db)
-    console.print(f"Storing results in {store.path.resolve()}")
+    err.print(f"Storing results in {store.path.resolve()}", highlight=False)
     workloads, session = service.workloads(ef, params, keep=keep,
                                            note=lambda text: err.print(f"[yellow]{text}[/]", highlight=False))
     if profile:
@@ -92,10 +99,15 @@ def run_file(
             prof.check_profilable(w)
     settings = Settings(runs=runs if runs is not None else ef.runs or DEFAULT_RUNS,
                         warmup=warmup if warmup is not None else (ef.warmup if ef.warmup is not None else 1),
-                        timeout_s=timeout, seed=seed, verify=not no_verify, kind="run", title=ef.name)
+                        timeout_s=timeout, seed=seed, verify=not no_verify, kind="run", title=ef.name,
+                        extra_config=sweep.sweep_config(sweeps))
     try:
         exp_id = run_experiment(store, workloads, variants, settings)
-        show(store, exp_id, details=details, min_effect=percent(min_effect), export_json=export_json)
+        show(store, exp_id, details=details, min_effect=percent(min_effect), export_json=export_json,
+             report_format=report, report_file=report_file,
+             max_rss_increase=percent(max_rss_increase) if max_rss_increase else None)
+        if sweeps:
+            cli_sweep.show_sweeps(store, exp_id, min_effect=percent(min_effect))
         if profile:
             from .cli_profile import profile_after
             # The session is set up afresh for the profiled runs (the runner cleaned it up).
