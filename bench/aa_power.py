@@ -27,8 +27,8 @@ Holm over a family of one comparison changes nothing), at the default --runs 10:
     the spread and flatter the power).  Whole blocks are drawn, so the a/b/ewN runs of a
     resampled experiment were measured next to each other, as in a real one.
 
-The extra-work values are calibrated first (a short ladder experiment, slope of the median
-slowdown per unit) to aim at the --targets; the table reports the slowdown actually realized,
+The extra-work values are calibrated first (slowdown per unit, from one large step) to aim at
+the --targets; the table reports the slowdown actually realized,
 measured on the whole pool.  Usage:  .venv/bin/python bench/aa_power.py [--help]
 """
 
@@ -45,7 +45,6 @@ from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 
 import numpy as np
-from scipy.stats import theilslopes
 
 from alloclab import analysis, machine, stats
 from alloclab.runner import Experiment, Progress, Settings
@@ -59,7 +58,7 @@ ENV_VAR = "ALLOCLAB_BENCH_EXTRA_WORK"
 # A fixed script: the program and its arguments arrive as "$@", the amount of extra work from
 # the variant's environment; no user text is ever part of it.
 WRAPPER = f'exec "$@" --extra-work="${{{ENV_VAR}:-0}}"'
-LADDER = (1, 2, 3, 4, 5, 6, 8, 10, 12, 16, 24, 32)
+CALIBRATION_STEP = 32
 DEFAULT_RUNS = 10  # alloclab compare's default --runs
 
 
@@ -111,25 +110,25 @@ def slowdown(ratio: float, higher_is_better: bool) -> float:
 
 def calibrate(store: Store, workload: Workload, metric: MetricDef, targets: list[float], runs: int,
               seed: int) -> tuple[list[int], dict]:
-    """Extra-work values aimed at each target slowdown, from a short ladder experiment.
+    """Extra-work values aimed at each target slowdown.
 
-    The slowdown per unit of extra work is the Theil-Sen slope of the median slowdowns over the
-    ladder: robust to a few noisy steps, and carried by the large steps whose effect dwarfs the
-    noise.  Small amounts of extra work partly overlap with the allocator's own work in the
-    CPU pipeline, so they cost less than the slope says; that is why the table reports the
-    slowdown each value actually realized, not the target.  The values strictly increase, so
-    the scan always covers distinct effects."""
-    specs = ["glibc@ew0"] + [f"glibc:{ENV_VAR}={e}@ew{e}" for e in LADDER]
+    The slowdown per unit comes from one large step (CALIBRATION_STEP units, roughly doubling
+    the simple workload's time), whose effect dwarfs the run-to-run noise, so a few runs
+    measure it well; a ladder of small steps drowns in noise on a busy machine.  Small
+    amounts of extra work may partly overlap with the allocator's own work in the CPU
+    pipeline and cost less than the slope says: that is why the table reports the slowdown
+    each value actually realized, not the target.  The values strictly increase, so the scan
+    always covers distinct effects."""
+    specs = ["glibc@ew0", f"glibc:{ENV_VAR}={CALIBRATION_STEP}@ew{CALIBRATION_STEP}"]
     exp_id = run_core(store, workload, specs, runs, 1, seed, False, "calibration")
     cells, _ = primary_cells(store, exp_id, metric.name)
-    base = float(np.median(cells["ew0"]))
-    measured = [slowdown(float(np.median(cells[f"ew{e}"])) / base, metric.higher_is_better) for e in LADDER]
-    per_unit = float(theilslopes([0.0, *measured], [0, *LADDER]).slope)
+    ratio = float(np.median(cells[f"ew{CALIBRATION_STEP}"])) / float(np.median(cells["ew0"]))
+    per_unit = slowdown(ratio, metric.higher_is_better) / CALIBRATION_STEP
     chosen: list[int] = []
     for t in sorted(targets):
         e = max(1, round(t / per_unit)) if per_unit > 0 else 1
         chosen.append(max(e, chosen[-1] + 1) if chosen else e)
-    return chosen, {"ladder": list(LADDER), "median_slowdown": measured, "slowdown_per_unit": per_unit}
+    return chosen, {"step": CALIBRATION_STEP, "runs": runs, "slowdown_per_unit": per_unit}
 
 
 # --- resampling --------------------------------------------------------------------------------
@@ -179,9 +178,9 @@ def parse_args(argv=None):
     p.add_argument("--n", type=int, action="append", default=None,
                    help="runs per variant in resampled experiments (repeatable; default: 10 and 20)")
     p.add_argument("--resamples", type=int, default=1000, help="resampled experiments per row and n")
-    p.add_argument("--targets", default="1,2,3,5,10,20,50,100", help="slowdowns to aim at, in percent")
+    p.add_argument("--targets", default="1,2,3,5,10,20,35,50,100", help="slowdowns to aim at, in percent")
     p.add_argument("--extra-work", default=None, help="comma-separated extra-work values (skips calibration)")
-    p.add_argument("--calibration-runs", type=int, default=4, help="runs per ladder step")
+    p.add_argument("--calibration-runs", type=int, default=8, help="runs of each calibration variant")
     p.add_argument("--seed", type=int, default=1)
     p.add_argument("--workers", type=int, default=os.cpu_count() or 1, help="processes for the resampling")
     p.add_argument("--json", type=Path, help="write every number here as JSON")
@@ -210,8 +209,8 @@ def main(argv=None) -> int:
         targets = [float(t) / 100 for t in args.targets.split(",")]
         extra, report["calibration"] = calibrate(store, workload, metric, targets, args.calibration_runs, args.seed)
         cal = report["calibration"]
-        print(f"calibration: {cal['slowdown_per_unit']:+.2%} per unit of extra work; median slowdowns "
-              + ", ".join(f"{e}: {m:+.1%}" for e, m in zip(cal["ladder"], cal["median_slowdown"])), file=sys.stderr)
+        print(f"calibration: {cal['slowdown_per_unit']:+.2%} per unit of extra work "
+              f"(median of {cal['runs']} runs with {cal['step']} units against {cal['runs']} without)", file=sys.stderr)
     specs = variant_specs(extra)
     labels = ["a", "b"] + [f"ew{e}" for e in extra]
     t_cal = time.monotonic()
@@ -289,7 +288,7 @@ def print_report(r: dict) -> None:
           f"(metric {r['metric']}, {'higher' if r['higher_is_better'] else 'lower'} is better)")
     print(f"real runs: {r['runs_total']} ({r['experiments']} experiments x {n_variants} variants x "
           f"({r['runs_per_variant']} measured + 1 warm-up/verification) blocks"
-          + (", plus the calibration ladder" if r["calibration"] else "") + ")")
+          + (", plus the calibration runs" if r["calibration"] else "") + ")")
     print(f"resampled: {r['resamples']} experiments per row and n, n blocks drawn with replacement from "
           f"{r['pool_blocks']} measured blocks")
     print(f"time: {r['seconds']['total']:.0f} s (calibration {r['seconds']['calibration']:.0f}, real runs "
