@@ -178,7 +178,7 @@ def parse_args(argv=None):
     p.add_argument("--n", type=int, action="append", default=None,
                    help="runs per variant in resampled experiments (repeatable; default: 10 and 20)")
     p.add_argument("--resamples", type=int, default=1000, help="resampled experiments per row and n")
-    p.add_argument("--targets", default="1,2,3,5,10,20,35,50,100", help="slowdowns to aim at, in percent")
+    p.add_argument("--targets", default="1,2,3,5,10,20,50,70,100", help="slowdowns to aim at, in percent")
     p.add_argument("--extra-work", default=None, help="comma-separated extra-work values (skips calibration)")
     p.add_argument("--calibration-runs", type=int, default=8, help="runs of each calibration variant")
     p.add_argument("--seed", type=int, default=1)
