@@ -190,9 +190,9 @@ class Experiment:
                     if len(block0) == len(self.cells) and all(r.status == "timeout" for r in block0):
                         raise AlloclabError(
                             f"Every run of the first block timed out (--timeout {s.timeout_s:g} s), under every "
-                            f"variant: the limit is too short for this command, whatever the allocator. Raise "
-                            f"--timeout or make the workload smaller. The runs so far are kept in "
-                            f"{self.store.path} as experiment {self.exp_id}.")
+                            f"variant: the limit is too short for this command, whatever the allocator (last "
+                            f"error: {result.error}). Raise --timeout or make the workload smaller. The runs "
+                            f"so far are kept in {self.store.path} as experiment {self.exp_id}.")
                     if len(block0) == len(self.cells) and all(r.status != "ok" for r in block0):
                         raise AlloclabError(
                             f"Every run of the first block failed, under every variant: the command itself "
