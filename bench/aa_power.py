@@ -28,8 +28,9 @@ Holm over a family of one comparison changes nothing), at the default --runs 10:
     resampled experiment were measured next to each other, as in a real one.
 
 The extra-work values are calibrated first (slowdown per unit, from one large step) to aim at
-the --targets; the table reports the slowdown actually realized,
-measured on the whole pool.  Usage:  .venv/bin/python bench/aa_power.py [--help]
+the --targets; the table reports the slowdown actually realized, measured on the whole pool.
+Default runtime: 3-5 minutes on 2 cores.  Results and method: docs/statistics.md.
+Usage:  .venv/bin/python bench/aa_power.py [--help]
 """
 
 from __future__ import annotations
@@ -47,8 +48,9 @@ from pathlib import Path
 import numpy as np
 
 from alloclab import analysis, machine, stats
-from alloclab.runner import Experiment, Progress, Settings
+from alloclab.errors import AlloclabError
 from alloclab.metrics import MetricDef
+from alloclab.runner import Experiment, Progress, Settings
 from alloclab.store import Store
 from alloclab.variants import parse_variants
 from alloclab.workload import Workload
@@ -76,17 +78,19 @@ def variant_specs(extra_work: list[int]) -> list[str]:
     return ["glibc@a", "glibc@b"] + [f"glibc:{ENV_VAR}={e}@ew{e}" for e in extra_work]
 
 
-class Quiet(Progress):
-    def __init__(self, tag: str):
-        super().__init__(note=lambda text: print(f"  [{tag}] {text}", file=sys.stderr)
-                         if "not a known tunable" not in text else None)
+def quiet_progress(tag: str) -> Progress:
+    """No progress bar; notes on stderr, less the expected one about our pass-through variable."""
+    def note(text: str) -> None:
+        if ENV_VAR not in text:
+            print(f"  [{tag}] {text}", file=sys.stderr)
+    return Progress(note=note)
 
 
 def run_core(store: Store, workload: Workload, specs: list[str], runs: int, warmup: int,
              seed: int, verify: bool, tag: str) -> int:
     settings = Settings(runs=runs, warmup=warmup, seed=seed, verify=verify, kind="compare",
                         title=f"aa_power {tag}")
-    return Experiment(store, [workload], parse_variants(specs), settings, Quiet(tag)).run()
+    return Experiment(store, [workload], parse_variants(specs), settings, quiet_progress(tag)).run()
 
 
 def primary_cells(store: Store, exp_id: int, metric: str) -> tuple[dict[str, list[float]], dict]:
@@ -188,44 +192,23 @@ def parse_args(argv=None):
     return p.parse_args(argv)
 
 
-def main(argv=None) -> int:
-    args = parse_args(argv)
-    ns = args.n or [DEFAULT_RUNS, 2 * DEFAULT_RUNS]
-    t0 = time.monotonic()
-    load_start = os.getloadavg()
-    params = dict(kv.split("=", 1) for kv in args.param)
-    workload, metric = wrapped_workload(args.workload, params)
-    tmp = tempfile.TemporaryDirectory(prefix="aa_power-")
-    store = Store(args.db or Path(tmp.name) / "aa_power.db")
-    report: dict = {"machine": {k: v for k, v in machine.snapshot().items()
-                                if k in ("cpu_model", "cores", "usable_cores", "kernel", "os", "glibc", "governor", "thp")},
-                    "workload": workload.argv[4:], "metric": metric.name,
-                    "higher_is_better": metric.higher_is_better, "load_start": list(load_start)}
+def run_real(store: Store, workload: Workload, metric: MetricDef, extra: list[int],
+             args) -> tuple[list[dict], np.ndarray, int]:
+    """The repeated real experiments, each exactly as `alloclab compare --runs 10` runs it.
 
-    if args.extra_work:
-        extra = sorted({int(e) for e in args.extra_work.split(",")})
-        report["calibration"] = None
-    else:
-        targets = [float(t) / 100 for t in args.targets.split(",")]
-        extra, report["calibration"] = calibrate(store, workload, metric, targets, args.calibration_runs, args.seed)
-        cal = report["calibration"]
-        print(f"calibration: {cal['slowdown_per_unit']:+.2%} per unit of extra work "
-              f"(median of {cal['runs']} runs with {cal['step']} units against {cal['runs']} without)", file=sys.stderr)
+    Returns one record per experiment, the pool of complete blocks (one column per label), and
+    the number of runs made."""
     specs = variant_specs(extra)
     labels = ["a", "b"] + [f"ew{e}" for e in extra]
-    t_cal = time.monotonic()
-
-    # Real experiments, each exactly as `alloclab compare --runs 10` would run it.
     real: list[dict] = []
     pool_rows: list[list[float]] = []
-    n_runs_total = 0
+    n_runs = 0
     for i in range(args.experiments):
         exp_id = run_core(store, workload, specs, args.runs, 1, args.seed + 100 + i, True, f"experiment {i + 1}")
         exp = store.load(exp_id)
-        n_runs_total += len(exp.runs)
+        n_runs += len(exp.runs)
         cells, blocks = primary_cells(store, exp_id, metric.name)
-        verdicts = {lab: stats.compare(cells["a"], cells[lab], metric.higher_is_better)
-                    for lab in labels[1:]}
+        verdicts = {lab: stats.compare(cells["a"], cells[lab], metric.higher_is_better) for lab in labels[1:]}
         real.append({"id": exp_id, "load": [r["extra"].get("load") for r in exp.runs],
                      "median": {lab: float(np.median(cells[lab])) for lab in labels},
                      "verdicts": {lab: c.verdict for lab, c in verdicts.items()},
@@ -235,41 +218,83 @@ def main(argv=None) -> int:
         print(f"experiment {i + 1}/{args.experiments}: " + ", ".join(
             f"{lab} {c.verdict} ({slowdown(c.ratio, metric.higher_is_better):+.1%}, p={c.p_value:.3f})"
             for lab, c in verdicts.items()), file=sys.stderr)
-    t_real = time.monotonic()
+    return real, np.asarray(pool_rows, dtype=float), n_runs
 
-    pool = np.asarray(pool_rows, dtype=float)
-    resampled = {n: resample(pool, labels, n, args.resamples, args.seed + n, metric.higher_is_better, args.workers)
-                 for n in ns}
-    t_res = time.monotonic()
 
+def table_rows(pool: np.ndarray, labels: list[str], extra: list[int], real: list[dict],
+               resampled: dict[int, dict[str, list[str]]], higher_is_better: bool) -> list[dict]:
     rows = []
     for j, lab in enumerate(labels):
         col = pool[:, j]
-        whole = stats.compare(pool[:, 0], col, metric.higher_is_better) if j else None
-        real_v = [e["verdicts"][lab] for e in real] if j else []
         row = {"label": lab, "extra_work": 0 if j < 2 else extra[j - 2], "n_pool": int(col.size),
                "median": float(np.median(col)), "min": float(col.min()), "max": float(col.max()),
                "cv": float(np.std(col, ddof=1) / np.mean(col)) if col.size > 1 else math.nan}
-        if whole:
-            row |= {"slowdown": slowdown(whole.ratio, metric.higher_is_better),
-                    "slowdown_ci": sorted(slowdown(x, metric.higher_is_better) for x in (whole.ci_low, whole.ci_high)),
-                    "real": {"same": real_v.count("same"), "worse": real_v.count("worse"),
-                             "better": real_v.count("better"), "n": len(real_v)},
+        if j:
+            # The realized effect: the whole pool of this variant against the whole baseline pool.
+            whole = stats.compare(pool[:, 0], col, higher_is_better)
+            real_v = [e["verdicts"][lab] for e in real]
+            row |= {"slowdown": slowdown(whole.ratio, higher_is_better),
+                    "slowdown_ci": sorted(slowdown(x, higher_is_better) for x in (whole.ci_low, whole.ci_high)),
+                    "real": {v: real_v.count(v) for v in ("same", "worse", "better")} | {"n": len(real_v)},
                     "resampled": {n: {v: r[lab].count(v) for v in ("same", "worse", "better")} | {"n": len(r[lab])}
                                   for n, r in resampled.items()}}
         rows.append(row)
-    load_end = os.getloadavg()
-    report |= {"extra_work": extra, "experiments": args.experiments, "runs_per_variant": args.runs,
-               "runs_total": n_runs_total, "pool_blocks": int(pool.shape[0]), "resamples": args.resamples,
-               "pool": {"labels": labels, "blocks": pool.tolist()},
-               "ns": ns, "rows": rows, "real": real, "load_end": list(load_end),
-               "seconds": {"calibration": t_cal - t0, "real": t_real - t_cal, "resampling": t_res - t_real,
-                           "total": time.monotonic() - t0}}
+    return rows
+
+
+def benchmark(args, store: Store) -> dict:
+    ns = args.n or [DEFAULT_RUNS, 2 * DEFAULT_RUNS]
+    t0 = time.monotonic()
+    load_start = os.getloadavg()
+    try:
+        params = dict(kv.split("=", 1) for kv in args.param)
+    except ValueError:
+        raise AlloclabError(f"--param takes KEY=VALUE (e.g. --param iters=50000), got {args.param}.") from None
+    workload, metric = wrapped_workload(args.workload, params)
+    report: dict = {"machine": {k: v for k, v in machine.snapshot().items()
+                                if k in ("cpu_model", "cores", "usable_cores", "kernel", "os", "glibc", "governor", "thp")},
+                    "workload": workload.argv[4:], "metric": metric.name,
+                    "higher_is_better": metric.higher_is_better, "load_start": list(load_start)}
+    if args.extra_work:
+        extra = sorted({int(e) for e in args.extra_work.split(",")})
+        report["calibration"] = None
+    else:
+        targets = [float(t) / 100 for t in args.targets.split(",")]
+        extra, cal = calibrate(store, workload, metric, targets, args.calibration_runs, args.seed)
+        report["calibration"] = cal
+        print(f"calibration: {cal['slowdown_per_unit']:+.2%} per unit of extra work (median of {cal['runs']} "
+              f"runs with {cal['step']} units against {cal['runs']} without)", file=sys.stderr)
+    labels = ["a", "b"] + [f"ew{e}" for e in extra]
+    t_cal = time.monotonic()
+    real, pool, n_runs = run_real(store, workload, metric, extra, args)
+    t_real = time.monotonic()
+    resampled = {n: resample(pool, labels, n, args.resamples, args.seed + n, metric.higher_is_better, args.workers)
+                 for n in ns}
+    t_res = time.monotonic()
+    return report | {
+        "extra_work": extra, "experiments": args.experiments, "runs_per_variant": args.runs,
+        "runs_total": n_runs, "pool_blocks": int(pool.shape[0]), "resamples": args.resamples, "ns": ns,
+        "rows": table_rows(pool, labels, extra, real, resampled, metric.higher_is_better),
+        "pool": {"labels": labels, "blocks": pool.tolist()}, "real": real, "load_end": list(os.getloadavg()),
+        "seconds": {"calibration": t_cal - t0, "real": t_real - t_cal, "resampling": t_res - t_real,
+                    "total": time.monotonic() - t0}}
+
+
+def main(argv=None) -> int:
+    args = parse_args(argv)
+    try:
+        with tempfile.TemporaryDirectory(prefix="aa_power-") as tmp:
+            store = Store(args.db or Path(tmp) / "aa_power.db")
+            try:
+                report = benchmark(args, store)
+            finally:
+                store.close()
+    except AlloclabError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return exc.exit_code
     print_report(report)
     if args.json:
         args.json.write_text(json.dumps(report, indent=1, default=str))
-    store.close()
-    tmp.cleanup()
     return 0
 
 

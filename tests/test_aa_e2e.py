@@ -52,8 +52,9 @@ def test_same_allocator_under_two_labels_is_no_significant_difference(cli, store
 
 
 def test_injected_slowdown_is_worse_with_the_right_sign(cli, store_of, simple):
-    # 48 units of extra work per malloc+free pair roughly doubles the ~20-40 ns pair (bench/aa_power.py
-    # calibrates it); the test requires at least +30%, measured.
+    # One unit of extra work costs about 2.5-3% of a malloc+free pair on the development VM
+    # (docs/statistics.md), so 48 units about double the time per pair; the test requires at
+    # least +30%, measured, so that it says nothing about effects the noise could hide.
     p = cli("compare", "-a", "glibc@base", "-a", f"glibc:{EXTRA_VAR}=48@slow", "--runs", "6",
             "-m", NS, "-m", RATE, "--", *WRAPPER, *simple)
     assert p.returncode == 0, p.stderr
