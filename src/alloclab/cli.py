@@ -14,8 +14,11 @@ import typer
 from rich.table import Table
 
 from . import catalog as cat
-from .report import check_format_option
-from .cli_app import DbOption, app, console, err, percent, run_experiment, show
+from .cli_app import (
+    AblateOption, CallGraphOption, DbOption, MaxRssIncreaseOption, MinEffectOption,
+    ProfileRunsOption, ReportFileOption, ReportOption, app, console, err, percent, percent_or_none,
+    run_experiment, show,
+)
 from .errors import AlloclabError
 from .metrics import parse_metric_option
 from .runner import Settings
@@ -88,18 +91,18 @@ def compare(
     db: Path = DbOption,
     export_json: Optional[Path] = typer.Option(None, "--export-json", help="Write raw samples and metadata as JSON."),
     details: bool = typer.Option(False, "--details", help="Show every standard measure."),
-    min_effect: str = typer.Option("0%", "--min-effect", help="Smaller significant effects print as ~."),
+    min_effect: str = MinEffectOption,
     until_precise: Optional[str] = typer.Option(None, "--until-precise", help="Add interleaved blocks until every primary metric's median CI half-width is below this, e.g. 2%."),
     max_runs: int = typer.Option(50, "--max-runs", help="With --until-precise: at most this many runs per variant."),
     max_seconds: float = typer.Option(1800, "--max-seconds", help="With --until-precise: stop adding blocks after this long."),
-    report: Optional[str] = typer.Option(None, "--report", callback=check_format_option, help="Render the results as terminal, md, html, json or csv."),
-    report_file: Optional[Path] = typer.Option(None, "--report-file", help="Write the --report there (default: stdout; the format follows the suffix if --report is not given)."),
-    max_rss_increase: Optional[str] = typer.Option(None, "--max-rss-increase", help="Memory budget of the recommendation, e.g. 10%."),
+    report: Optional[str] = ReportOption,
+    report_file: Optional[Path] = ReportFileOption,
+    max_rss_increase: Optional[str] = MaxRssIncreaseOption,
     param: list[str] = typer.Option([], "--param", "-p", help="NAME=VALUES substituted for {NAME} in the command's arguments; lists (1,2,4) and ranges (1..16*2) sweep."),
     profile: bool = typer.Option(False, "--profile", help="Afterwards, profile each variant with perf record: the allocator's share of CPU."),
-    profile_runs: int = typer.Option(3, "--profile-runs", help="Profiled runs per variant with --profile."),
-    call_graph: bool = typer.Option(False, "--call-graph", "-g", help="With --profile: record call graphs."),
-    ablate: Optional[str] = typer.Option(None, "--ablate", help="VARIANT with several settings: run the baseline, each setting alone and all together."),
+    profile_runs: int = ProfileRunsOption,
+    call_graph: bool = CallGraphOption,
+    ablate: Optional[str] = AblateOption,
 ) -> None:
     """Run CMD under each allocator variant and compare speed and memory.
 
@@ -123,7 +126,7 @@ def compare(
         check_profiling()
     exp_id = run_experiment(store, workloads, specs, settings)
     show(store, exp_id, details=details, min_effect=percent(min_effect), export_json=export_json,
-         report_format=report, report_file=report_file, max_rss_increase=percent(max_rss_increase) if max_rss_increase else None)
+         report_format=report, report_file=report_file, max_rss_increase=percent_or_none(max_rss_increase))
     if sweeps:
         cli_sweep.show_sweeps(store, exp_id, min_effect=percent(min_effect))
     if profile:

@@ -26,6 +26,23 @@ err = Console(stderr=True, width=None if sys.stderr.isatty() else 160)
 
 DbOption = typer.Option(DEFAULT_DB, "--db", help="SQLite database of results (created if missing).")
 
+# Options shared by the commands that run experiments (compare, suite, run).
+MinEffectOption = typer.Option("0%", "--min-effect", help="Smaller significant effects print as ~.")
+ProfileRunsOption = typer.Option(3, "--profile-runs", help="Profiled runs per variant with --profile.")
+CallGraphOption = typer.Option(False, "--call-graph", "-g", help="With --profile: record call graphs.")
+AblateOption = typer.Option(None, "--ablate", help="VARIANT with several settings: run the baseline, each setting alone and all together.")
+ReportFileOption = typer.Option(None, "--report-file", help="Write the --report there (the format follows the suffix if --report is not given).")
+MaxRssIncreaseOption = typer.Option(None, "--max-rss-increase", help="Memory budget of the recommendation, e.g. 10%.")
+
+
+def _check_report_format(value: str | None) -> str | None:
+    from .report import check_format_option  # the exporters load matplotlib: only when asked
+    return check_format_option(value)
+
+
+ReportOption = typer.Option(None, "--report", callback=_check_report_format,
+                            help="Render the results as terminal, md, html, json or csv.")
+
 
 # --- running experiments ----------------------------------------------------------------------
 
@@ -66,6 +83,10 @@ def show(store: Store, exp_id: int, *, details: bool = False, min_effect: float 
     # On stdout only under the table: a report piped to a file must stay clean.
     (console if fmt == "terminal" or report_file is not None else err).print(
         f"Results stored in {store.path} (experiment {exp_id}).")
+
+
+def percent_or_none(text: str | None) -> float | None:
+    return percent(text) if text else None
 
 
 def percent(text: str) -> float:

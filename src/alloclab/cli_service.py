@@ -11,8 +11,11 @@ from rich.table import Table
 
 from . import catalog as cat
 from . import cli_sweep, experiment_file, service, sweep
-from .report import check_format_option
-from .cli_app import DbOption, app, console, err, percent, run_experiment, show
+from .cli_app import (
+    AblateOption, CallGraphOption, DbOption, MaxRssIncreaseOption, MinEffectOption,
+    ProfileRunsOption, ReportFileOption, ReportOption, app, console, err, percent, percent_or_none,
+    run_experiment, show,
+)
 from .errors import AlloclabError
 from .runner import Settings
 from .store import Store
@@ -64,14 +67,14 @@ def run_file(
     db: Path = DbOption,
     export_json: Optional[Path] = typer.Option(None, "--export-json", help="Write raw samples and metadata as JSON."),
     details: bool = typer.Option(False, "--details", help="Show every standard measure."),
-    min_effect: str = typer.Option("0%", "--min-effect", help="Smaller significant effects print as ~."),
+    min_effect: str = MinEffectOption,
     profile: bool = typer.Option(False, "--profile", help="Afterwards, profile each variant with perf record: the allocator's share of the server's CPU (the server's process tree, not the client)."),
-    profile_runs: int = typer.Option(3, "--profile-runs", help="Profiled runs per variant with --profile."),
-    call_graph: bool = typer.Option(False, "--call-graph", "-g", help="With --profile: record call graphs."),
-    ablate: Optional[str] = typer.Option(None, "--ablate", help="VARIANT with several settings: baseline, each alone, all together."),
-    report: Optional[str] = typer.Option(None, "--report", callback=check_format_option, help="Also render the results as md, html, json or csv."),
-    report_file: Optional[Path] = typer.Option(None, "--report-file", help="Write the --report there."),
-    max_rss_increase: Optional[str] = typer.Option(None, "--max-rss-increase", help="Memory budget of the recommendation, e.g. 10%."),
+    profile_runs: int = ProfileRunsOption,
+    call_graph: bool = CallGraphOption,
+    ablate: Optional[str] = AblateOption,
+    report: Optional[str] = ReportOption,
+    report_file: Optional[Path] = ReportFileOption,
+    max_rss_increase: Optional[str] = MaxRssIncreaseOption,
 ) -> None:
     """Run an experiment file: a server under each allocator variant while a client drives load
     (or a command under each variant), with setup and teardown around it."""
@@ -105,7 +108,7 @@ def run_file(
         exp_id = run_experiment(store, workloads, variants, settings)
         show(store, exp_id, details=details, min_effect=percent(min_effect), export_json=export_json,
              report_format=report, report_file=report_file,
-             max_rss_increase=percent(max_rss_increase) if max_rss_increase else None)
+             max_rss_increase=percent_or_none(max_rss_increase))
         if sweeps:
             cli_sweep.show_sweeps(store, exp_id, min_effect=percent(min_effect))
         if profile:

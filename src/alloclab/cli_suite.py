@@ -11,8 +11,11 @@ from rich.table import Table
 
 from . import catalog as cat, cli_sweep, sweep
 from .analysis import analyze, summarize_variants, winners
-from .report import check_format_option
-from .cli_app import DbOption, app, console, err, percent, run_experiment, show
+from .cli_app import (
+    AblateOption, CallGraphOption, DbOption, MaxRssIncreaseOption, MinEffectOption,
+    ProfileRunsOption, ReportFileOption, ReportOption, app, console, err, percent, percent_or_none,
+    run_experiment, show,
+)
 from .runner import Settings
 from .stats import format_comparison
 from .store import Store
@@ -84,14 +87,14 @@ def suite(
     list_: bool = typer.Option(False, "--list", help="List the built-in workloads and exit."),
     db: Path = DbOption,
     details: bool = typer.Option(False, "--details"),
-    min_effect: str = typer.Option("0%", "--min-effect"),
+    min_effect: str = MinEffectOption,
     profile: bool = typer.Option(False, "--profile", help="Afterwards, profile each variant with perf record: the allocator's share of CPU."),
-    profile_runs: int = typer.Option(3, "--profile-runs", help="Profiled runs per variant with --profile."),
-    call_graph: bool = typer.Option(False, "--call-graph", "-g", help="With --profile: record call graphs."),
-    ablate: Optional[str] = typer.Option(None, "--ablate", help="VARIANT with several settings: baseline, each alone, all together."),
-    report: Optional[str] = typer.Option(None, "--report", callback=check_format_option, help="Also render the results as md, html, json or csv."),
-    report_file: Optional[Path] = typer.Option(None, "--report-file", help="Write the --report there."),
-    max_rss_increase: Optional[str] = typer.Option(None, "--max-rss-increase", help="Memory budget of the recommendation, e.g. 10%."),
+    profile_runs: int = ProfileRunsOption,
+    call_graph: bool = CallGraphOption,
+    ablate: Optional[str] = AblateOption,
+    report: Optional[str] = ReportOption,
+    report_file: Optional[Path] = ReportFileOption,
+    max_rss_increase: Optional[str] = MaxRssIncreaseOption,
 ) -> None:
     """Run the built-in workloads (modelled on real allocator-bound programs) under each variant."""
     if list_:
@@ -115,7 +118,7 @@ def suite(
         check_profiling()
     exp_id = run_experiment(store, workloads, specs, settings)
     show(store, exp_id, details=details, min_effect=percent(min_effect), report_format=report,
-         report_file=report_file, max_rss_increase=percent(max_rss_increase) if max_rss_increase else None)
+         report_file=report_file, max_rss_increase=percent_or_none(max_rss_increase))
     print_summary(store, exp_id, percent(min_effect))
     if sweeps:
         cli_sweep.show_sweeps(store, exp_id, min_effect=percent(min_effect))
