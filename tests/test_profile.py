@@ -23,10 +23,11 @@ from alloclab.callgrind import count, self_costs
 from alloclab.cli_profile import render_profiles, sparkline
 from alloclab.errors import AlloclabError
 from alloclab.metrics import MetricDef
-from alloclab.profile import (Attribution, Frame, ProfileSummary, RunProfile, Sample, attribute, counters_of,
+from alloclab.profile import (Attribution, Frame, ProfileSummary, RunProfile, Sample, _finish, attribute, counters_of,
                               headline, load_profiles, parse_perf_script, perf_access, perf_script,
                               profile_workload, sampling_event, store_profiles, wrap_perf_record)
 from alloclab.store import Store
+from alloclab.workloads import builtin
 from alloclab.variants import parse_variants
 from alloclab.workload import Workload
 from conftest import ALLOCLAB, require_allocator
@@ -100,6 +101,16 @@ def test_call_graphs_tell_the_kernel_work_apart():
     assert a.classify(Sample("p", 1, 1, populate))[1] == "mmap"     # the outermost entry wins
     teardown = [_k("zap_pte_range"), _k("unmap_vmas"), _k("exit_mmap"), _k("do_exit")]
     assert a.classify(Sample("p", 1, 1, teardown))[0] == "kernel_other"
+    arena_lock = [_k("finish_task_switch"), _k("schedule"), _k("futex_wait"), _k("__x64_sys_futex"),
+                  _u("__lll_lock_wait_private"), _u("_int_free"), _u("completer", "/tmp/prog")]
+    assert a.classify(Sample("p", 1, 1, arena_lock)) == ("kernel_other", None, True)
+    queue_wait = [_k("finish_task_switch"), _k("futex_wait"), _u("pthread_cond_wait"), _u("queue_pop", "/tmp/prog")]
+    assert a.classify(Sample("p", 1, 1, queue_wait)) == ("kernel_other", None, False)
+    r = attribute([Sample("p", 1, 2, [_u("malloc")]), Sample("p", 1, 1, brk), Sample("p", 1, 1, arena_lock),
+                   Sample("p", 1, 1, queue_wait), Sample("p", 1, 1, fault_in_app)], a, call_graph=True)
+    assert r.kernel_mm_from_allocator == pytest.approx(1 / 6) and r.kernel_other_from_allocator == pytest.approx(1 / 6)
+    s = ProfileSummary("w", "glibc", 0, None, "cpu-clock", 999, True, True, [r])
+    assert s.allocator_with_kernel() == pytest.approx((4 / 6, 4 / 6, 4 / 6))    # malloc + brk + arena lock
 
 
 def test_shares_are_weighted_by_period_and_unresolved_dsos_are_counted():
@@ -169,6 +180,19 @@ def test_summary_spread_overheads_and_headline():
     assert s.allocator_seconds() == pytest.approx(0.084 * 0.5)      # share x unprofiled CPU time
     t = _summary("tcmalloc", [0.011, 0.013])
     assert headline([s, t]) == "glibc 8.4% (8.1-8.7) -> tcmalloc 1.2% (1.1-1.3)"
+
+
+def test_samples_standing_for_too_little_cpu_time_get_a_note():
+    s = _summary("glibc", [0.08, 0.09])
+    assert s.coverage() is None and not _finish(s).notes      # no sampled time known: no claim
+    for r, sampled in zip(s.runs, (0.45, 0.47)):
+        r.sampled_s = sampled
+    assert s.coverage() == pytest.approx(0.46 / 0.5)
+    assert not _finish(s).notes
+    for r in s.runs:
+        r.sampled_s = 0.1
+    (note,) = _finish(s).notes
+    assert "20% of the CPU time" in note and "1.0 ms" in note and "Raise --frequency" in note
 
 
 def test_profiles_are_stored_with_the_experiment(tmp_path):
@@ -298,6 +322,19 @@ def test_glibc_spends_a_larger_share_in_the_allocator_than_tcmalloc(build):
     top = tc.top_symbols()
     assert "libtcmalloc_minimal" in top[0][0], top
     assert sum(share for name, share in top if "libtcmalloc_minimal" in name) > 0.8 * sum(s for _, s in top), top
+
+
+def test_short_lived_threads_are_undersampled_and_the_profile_says_so():
+    needs_perf()
+    # larson retiring its threads every 2,000 replacements: each lives ~0.1 ms, a tenth of the
+    # 1 ms sampling period; perf's per-thread timer restarts with every thread and misses most.
+    short = builtin.workload("larson", {"ops-per-round": "2000", "rounds": "2000"})
+    long = builtin.workload("larson", {"rounds": "8"})   # the default: a few ms per thread
+    s_short, = profile_workload(short, parse_variants(["glibc"]), runs=1, frequency=999)
+    s_long, = profile_workload(long, parse_variants(["glibc"]), runs=1, frequency=999)
+    assert s_short.coverage() < 0.6 and any("perf missed part of it" in n for n in s_short.notes), s_short.notes
+    assert s_long.coverage() > 0.6, (s_long.coverage(), s_long.notes)
+    assert not any("perf missed" in n for n in s_long.notes)
 
 
 def test_call_graphs_find_brk_and_faults_entered_from_glibc_malloc(build):

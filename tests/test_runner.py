@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import sqlite3
+import subprocess
+import sys
 
 import pytest
 
@@ -48,3 +50,32 @@ def test_store_is_versioned_and_keeps_every_run(build, cli):
     assert db.execute("SELECT count(*) FROM metrics WHERE name='peak_rss_mb'").fetchone()[0] == 3
     series = db.execute("SELECT rss_series FROM runs LIMIT 1").fetchone()[0]
     assert series.startswith("[")
+
+
+@pytest.mark.e2e
+def test_other_work_is_told_apart_from_the_workloads_own_threads(cli, store_of):
+    """The runs record how much CPU other processes took: a 32-thread workload alone leaves that
+    near zero (though it drives the load average far above the core count); two spinning
+    processes started beside it show up as about the cores they took."""
+    def other_cpu():
+        e = store_of(cli.db).load()
+        values = [r["extra"]["other_cpu"] for r in e.runs if not r["warmup"] and r["status"] == "ok"]
+        assert len(values) == 3
+        return sorted(values)[1]
+
+    args = ("suite", "-w", "threadcache", "--quick", "--runs", "3", "--warmup", "0", "-a", "glibc")
+    cli(*args, check=True)
+    alone = other_cpu()
+    spin = [sys.executable, "-c", "while True: pass"]
+    spinners = [subprocess.Popen(spin) for _ in range(2)]
+    try:
+        cli.db.unlink()
+        p = cli(*args, check=True)
+    finally:
+        for s in spinners:
+            s.kill()
+            s.wait()
+    busy = other_cpu()
+    assert alone < 0.3, alone
+    assert busy > 0.6 and busy > alone + 0.4, (alone, busy)
+    assert "other processes used up to" in p.stdout + p.stderr

@@ -419,6 +419,16 @@ def test_high_load():
     assert "high-load" not in codes(S.cell_findings([1.0] * 10, load_avg=[5.0], n_cores=None))
 
 
+def test_competing_cpu_is_judged_without_the_runs_own_threads():
+    # A 32-thread workload drives the load average to 30 by itself; what counts is other work.
+    assert "high-load" not in codes(S.cell_findings([1.0] * 10, load_avg=[30.0], n_cores=2, other_cpu=[0.05, 0.1]))
+    (f,) = [f for f in S.cell_findings([1.0] * 10, load_avg=[0.1], n_cores=2, other_cpu=[0.1, 0.9, 0.3])
+            if f.code == "high-load"]
+    assert "up to 0.90 cores of 2" in f.message and "median 0.30" in f.message
+    # Without the measure (services, old data) the load average still decides.
+    assert "high-load" in codes(S.cell_findings([1.0] * 10, load_avg=[5.0], n_cores=2, other_cpu=[]))
+
+
 def test_failed_and_all_failed():
     partly = S.cell_findings([1.0] * 10, n_failed=2)
     assert "failed-runs" in codes(partly) and "all-failed" not in codes(partly)

@@ -152,6 +152,10 @@ def render_profiles(console, summaries: list[prof.ProfileSummary]) -> None:
                       f"-F {first.frequency_hz}{graph}; median of {max(len(s.ok_runs) for s in group)} "
                       f"profiled runs, min-max in brackets)", highlight=False)
         console.print(f"Allocator share of CPU: {escape(prof.headline(group))}", highlight=False)
+        if all(s.allocator_with_kernel() for s in group):
+            console.print("With the kernel work entered from allocator code (faults, brk/mmap/madvise, lock "
+                          "waits): " + " -> ".join(f"{escape(s.variant)} {prof.spread_text(s.allocator_with_kernel())}"
+                                                   for s in group), highlight=False)
         t = Table(show_lines=False)
         cols = ["variant", "allocator", "allocator CPU s/run", "kernel mm", "rest", "samples/run",
                 "top allocator symbols", "profiled vs plain"]
@@ -164,7 +168,7 @@ def render_profiles(console, summaries: list[prof.ProfileSummary]) -> None:
         for s in group:
             secs = s.allocator_seconds()
             row = [escape(s.variant), prof.spread_text(s.allocator), "-" if secs is None else f"{secs:.3f}",
-                   _kernel_text(s), prof.spread_text(s.rest()),
+                   _kernel_text(s), _rest_text(s),
                    str(int(statistics.median([r.samples for r in s.ok_runs]))) if s.ok_runs else "0",
                    escape(_top_text(s)) or "-",
                    escape(_overhead_text(s))]
@@ -207,6 +211,14 @@ def _kernel_text(s: prof.ProfileSummary) -> str:
     from_alloc = s.kernel_from_allocator()
     if from_alloc is not None:
         text += f"\nentered from allocator code {prof.pct(from_alloc)}"
+    return text
+
+
+def _rest_text(s: prof.ProfileSummary) -> str:
+    text = prof.spread_text(s.rest())
+    locks = s.kernel_other_from_allocator()
+    if locks:
+        text += f"\nof which kernel entered from allocator code (lock waits) {prof.pct(locks)}"
     return text
 
 

@@ -45,6 +45,16 @@ def usable_cores() -> int:
         return os.cpu_count() or 1
 
 
+def busy_cpu_s() -> float | None:
+    """CPU seconds the whole machine has spent busy since boot (all CPUs, /proc/stat)."""
+    line = (_read("/proc/stat") or "").partition("\n")[0].split()
+    if not line or line[0] != "cpu":
+        return None
+    # user nice system idle iowait irq softirq steal: all but idle and iowait are busy.
+    t = [int(v) for v in line[1:9]]
+    return (sum(t) - t[3] - t[4]) / os.sysconf("SC_CLK_TCK")
+
+
 @functools.cache
 def perf_counters() -> tuple[bool, str]:
     """Can `perf stat` count hardware events here? Detected once; never an error."""

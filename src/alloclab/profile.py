@@ -108,6 +108,8 @@ CATEGORIES = ("allocator", "kernel_mm", "kernel_other", "user_other")
 CALL_GRAPH = "dwarf"
 DEFAULT_FREQUENCY = 999      # off the round numbers, so sampling does not lock step with timers
 TIMING_OK = 0.02             # profiled runs slower than this may not stand in for timed runs
+CLOCK_EVENTS = ("cpu-clock", "task-clock")  # software timers whose sample period is nanoseconds
+LOW_COVERAGE = 0.6           # samples standing for less of the program's CPU time than this get a note
 FEW_SAMPLES = 200            # below this a share moves by whole percents from noise alone
 UNRESOLVED_NOTE = 0.2        # a DSO with this fraction of samples lacking symbols gets a note
 PARANOID_FILE = "/proc/sys/kernel/perf_event_paranoid"
@@ -183,10 +185,12 @@ class Attribution:
         # One frame: no call graph (or it could not be unwound), so the leaf alone must tell.
         kernel = [f for f in sample.frames if f.kernel]
         kind = _leaf_kind(leaf.sym) if len(sample.frames) == 1 else _chain_kind(kernel)
-        if kind is None:
-            return "kernel_other", None, False
         user = [f for f in sample.frames if not f.kernel]
-        return "kernel_mm", kind, any(self.is_allocator(f) for f in user)
+        from_allocator = any(self.is_allocator(f) for f in user)
+        # Kernel work outside memory management entered from allocator code is mostly its locks:
+        # futex waits and the context switches they cost (glibc's arena mutexes, tcmalloc's spin
+        # locks falling back to sleeping).
+        return ("kernel_other" if kind is None else "kernel_mm"), kind, from_allocator
 
 
 def _leaf_kind(sym: str) -> str | None:
@@ -259,16 +263,19 @@ class RunProfile:
     error: str | None = None
     metric: float | None = None        # the workload's own throughput metric, read from this run
     commands: dict[str, float] = field(default_factory=dict)          # process name (comm) -> fraction
+    sampled_s: float | None = None     # CPU time the samples stand for (clock events: periods in ns)
+    kernel_other_from_allocator: float | None = None                  # call graphs only: lock waits etc.
 
 
 def attribute(samples: Iterable[Sample], attribution: Attribution, call_graph: bool,
-              status: str = "ok", wall_s: float = 0.0) -> RunProfile:
+              status: str = "ok", wall_s: float = 0.0, clock_event: bool = False) -> RunProfile:
     """Shares of the sampled CPU time (weighted by period) per category, kind and symbol."""
     total = 0
     count = 0
     cats = dict.fromkeys(CATEGORIES, 0)
     kinds: dict[str, int] = {}
     from_alloc = 0
+    other_from_alloc = 0
     syms: dict[str, int] = {}
     by_dso: dict[str, list[int]] = {}
     comms: dict[str, int] = {}
@@ -282,6 +289,8 @@ def attribute(samples: Iterable[Sample], attribution: Attribution, call_graph: b
         if kind:
             kinds[kind] = kinds.get(kind, 0) + w
             from_alloc += w if entered_from_alloc else 0
+        elif cat == "kernel_other" and entered_from_alloc:
+            other_from_alloc += w
         leaf = s.frames[0]
         if cat == "allocator":
             key = f"{clean_symbol(leaf.sym)} [{os.path.basename(leaf.dso)}]"
@@ -298,10 +307,16 @@ def attribute(samples: Iterable[Sample], attribution: Attribution, call_graph: b
         shares={k: frac(v) for k, v in cats.items()},
         kernel_mm_kinds={k: frac(v) for k, v in sorted(kinds.items(), key=lambda kv: -kv[1])},
         kernel_mm_from_allocator=frac(from_alloc) if call_graph else None,
+        kernel_other_from_allocator=frac(other_from_alloc) if call_graph else None,
         allocator_symbols={k: frac(v) for k, v in sorted(syms.items(), key=lambda kv: -kv[1])[:20]},
         unresolved={d: [frac(w), bad / w] for d, (w, bad) in by_dso.items() if bad},
         commands={k: frac(v) for k, v in sorted(comms.items(), key=lambda kv: -kv[1])[:10]},
+        sampled_s=total / 1e9 if clock_event else None,
     )
+
+
+def is_clock_event(event: str) -> bool:
+    return event.split(":", 1)[0] in CLOCK_EVENTS
 
 
 # --- the summary of one variant ------------------------------------------------------------------
@@ -370,9 +385,27 @@ class ProfileSummary:
     def kernel_kinds(self) -> dict[str, float]:
         return self.mean_of(lambda r: r.kernel_mm_kinds)
 
+    def coverage(self) -> float | None:
+        """CPU time the samples stand for over the CPU time of the unprofiled runs (medians)."""
+        sampled = [r.sampled_s for r in self.ok_runs if r.sampled_s]
+        cpu = [p["cpu_s"] for p in self.plain if p.get("cpu_s")]
+        return statistics.median(sampled) / statistics.median(cpu) if sampled and cpu else None
+
     def kernel_from_allocator(self) -> float | None:
         values = [r.kernel_mm_from_allocator for r in self.ok_runs if r.kernel_mm_from_allocator is not None]
         return statistics.median(values) if values else None
+
+    def kernel_other_from_allocator(self) -> float | None:
+        values = [r.kernel_other_from_allocator for r in self.ok_runs
+                  if r.kernel_other_from_allocator is not None]
+        return statistics.median(values) if values else None
+
+    def allocator_with_kernel(self) -> tuple[float, float, float] | None:
+        """The allocator's code plus every kernel sample entered from it (memory work, lock waits):
+        all the CPU the allocator is answerable for. Call graphs only."""
+        values = [r.shares.get("allocator", 0) + r.kernel_mm_from_allocator + (r.kernel_other_from_allocator or 0)
+                  for r in self.ok_runs if r.kernel_mm_from_allocator is not None]
+        return (statistics.median(values), min(values), max(values)) if values else None
 
     def _medians(self, key: str) -> tuple[float, float] | None:
         prof = [v for v in (getattr(r, key) if key == "metric" else r.wall_s for r in self.ok_runs) if v]
@@ -675,7 +708,7 @@ def _profile_one(cell: _Cell, argv, cwd, workload: Workload, metric, tmp: Path, 
         return
     samples = parse_perf_script(perf_script(access.perf, data))
     prof = attribute(samples, Attribution(str(v.library) if v.library else None), call_graph,
-                     result.status, result.wall_s)
+                     result.status, result.wall_s, clock_event=is_clock_event(event))
     if metric:
         prof.metric = extract(metric, result.stdout + "\n" + result.stderr)
     cell.summary.runs.append(prof)
@@ -712,7 +745,7 @@ def _profile_service_run(cell: _Cell, workload: Workload, metric, tmp: Path, acc
     else:
         samples = parse_perf_script(perf_script(access.perf, data))
         prof = attribute(samples, Attribution(str(v.library) if v.library else None), call_graph,
-                         result.status, result.wall_s)
+                         result.status, result.wall_s, clock_event=is_clock_event(event))
         if metric:
             prof.metric = extract(metric, result.stdout + "\n" + result.stderr)
         cell.summary.runs.append(prof)
@@ -739,6 +772,13 @@ def _finish(s: ProfileSummary) -> ProfileSummary:
     if ok and min(r.samples for r in ok) < FEW_SAMPLES:
         s.notes.append(f"Fewer than {FEW_SAMPLES} samples in a run: shares move by whole percents from noise. "
                        f"Run the program longer or raise --frequency.")
+    cover = s.coverage()
+    if cover is not None and cover < LOW_COVERAGE:
+        s.notes.append(
+            f"Under {s.variant} the samples stand for {cover:.0%} of the CPU time the program uses unprofiled: "
+            f"perf missed part of it (threads that live shorter than the sampling period, "
+            f"{1e3 / s.frequency_hz:.1f} ms, are barely sampled), so the shares describe the longer-lived "
+            f"threads. Raise --frequency.")
     worst: dict[str, list[float]] = {}
     for r in ok:
         for dso, (share, bad) in r.unresolved.items():

@@ -171,6 +171,7 @@ class Experiment:
                 tmp.mkdir()
                 env, perf_file = self._env(w, v, job, tmp)
                 self.progress.advance(f"{w.name[:30]} | {v.label}" + (" (warm-up)" if job.warmup else ""))
+                busy0 = machine.busy_cpu_s()
                 try:
                     result = w.executor.execute(env, v.env, tmp, timeout_s=s.timeout_s, perf_file=perf_file,
                                                 mapped_marker=verify.mapped_marker(v))
@@ -180,6 +181,9 @@ class Experiment:
                 if result.status == "error":
                     raise AlloclabError(f"Could not start the workload '{w.name}': {result.error}.")
                 extra = self._check_run(cell, job, result, tmp)
+                other = _other_cpu(w, result, busy0, machine.busy_cpu_s())
+                if other is not None:
+                    extra["other_cpu"] = other
                 values = self._metrics(cell, job, result, perf_file)
                 self._store(cell, job, result, values, extra)
                 if result.status != "ok":
@@ -264,3 +268,11 @@ class Experiment:
     def _save_verification(self) -> None:
         for (wi, vi), ev in self.evidence.items():
             self.store.set_verification(self.exp_id, wi, vi, ev.status, ev.reasons, ev.notes)
+
+
+def _other_cpu(w: Workload, result: RunResult, busy0: float | None, busy1: float | None) -> float | None:
+    """Cores' worth of CPU that other work used during the run: the machine's busy time less the
+    run's own. The load average cannot tell them apart: a run's own threads raise it too."""
+    if busy0 is None or busy1 is None or result.wall_s <= 0 or not getattr(w.executor, "accounts_all_cpu", False):
+        return None
+    return round(max(0.0, (busy1 - busy0) - (result.user_s + result.sys_s)) / result.wall_s, 3)

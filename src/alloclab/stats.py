@@ -563,6 +563,9 @@ def _drift(x: np.ndarray, blocks: np.ndarray) -> Finding | None:
     )
 
 
+COMPETING_CORES = 0.5   # other work averaging more than half a core over a run is worth a warning
+
+
 def _high_load(load_avg: float | Sequence[float] | None, n_cores: int | None) -> Finding | None:
     if load_avg is None or not n_cores:
         return None
@@ -572,6 +575,19 @@ def _high_load(load_avg: float | Sequence[float] | None, n_cores: int | None) ->
     return Finding(
         "high-load",
         f"load average reached {loads.max():.1f} on {n_cores} cores",
+        "other work competed for the CPUs; close other programs and re-run",
+    )
+
+
+def _competing_cpu(other_cpu: Sequence[float] | None, n_cores: int | None) -> Finding | None:
+    """Other work's CPU use during the runs, in cores (the machine's busy time less the runs' own)."""
+    other = _finite(other_cpu)
+    if other.size == 0 or other.max() <= COMPETING_CORES:
+        return None
+    of = f" of {n_cores}" if n_cores else ""
+    return Finding(
+        "high-load",
+        f"other processes used up to {other.max():.2f} cores{of} during the runs (median {np.median(other):.2f})",
         "other work competed for the CPUs; close other programs and re-run",
     )
 
@@ -607,6 +623,7 @@ def cell_findings(values: Iterable[float], *, alpha: float = 0.05, n_comparisons
                   durations_s: Sequence[float] | None = None,
                   load_avg: float | Sequence[float] | None = None,
                   n_cores: int | None = None, n_failed: int = 0,
+                  other_cpu: Sequence[float] | None = None,
                   cv_threshold: float = CV_THRESHOLD) -> list[Finding]:
     """Quality checks on one cell (variant x workload x metric).
 
@@ -616,10 +633,15 @@ def cell_findings(values: Iterable[float], *, alpha: float = 0.05, n_comparisons
 
     Codes: too-few-runs, high-cv, warmup-trend (see :func:`_warmup_trend`),
     outliers (modified z > 3.5, listed, never dropped), drift (Spearman of
-    value vs block, p < 0.01, >= 6 blocks), high-load (max load average >
-    n_cores; skipped when n_cores is unknown), short-runs (median duration
+    value vs block, p < 0.01, >= 6 blocks), high-load (other processes used
+    more than half a core during a run, from ``other_cpu``; without it, max
+    load average > n_cores), short-runs (median duration
     < 10 ms), failed-runs, all-failed.
     """
+    # The CPU other processes used is the better evidence; the load average, which counts the
+    # workload's own threads too, is the fallback where it was not recorded (services, old data).
+    load = (_competing_cpu(other_cpu, n_cores) if other_cpu is not None and len(other_cpu)
+            else _high_load(load_avg, n_cores))
     raw = np.asarray(list(values), dtype=float).ravel()
     keep = np.isfinite(raw)
     x = raw[keep]
@@ -634,7 +656,7 @@ def cell_findings(values: Iterable[float], *, alpha: float = 0.05, n_comparisons
                          "run the variant by hand to see why it fails (missing library, "
                          "crash, timeout)")
                  if n_failed > 0 else _too_few_runs(0, alpha, n_comparisons))
-        return [f for f in (first, _high_load(load_avg, n_cores)) if f is not None]
+        return [f for f in (first, load) if f is not None]
 
     # Extreme magnitudes (near float max) may overflow intermediate sums; the
     # checks then simply do not fire, which is the right answer for junk input.
@@ -646,7 +668,7 @@ def cell_findings(values: Iterable[float], *, alpha: float = 0.05, n_comparisons
             _warmup_trend(x),
             _outliers(x),
             _drift(x, block_idx),
-            _high_load(load_avg, n_cores),
+            load,
             _short_runs(durations_s),
         )
     return [f for f in checks if f is not None]

@@ -35,6 +35,9 @@ class Executor(Protocol):
 class CommandExecutor:
     argv: list[str]
     cwd: str | None = None
+    # The run's user+sys time covers every process it started, so the rest of the machine's
+    # busy time during the run is other work competing for the CPUs.
+    accounts_all_cpu = True
 
     def program(self) -> Path:
         return verify.resolve_command(self.argv[0])

@@ -402,6 +402,19 @@ CL_STATIC inline void touch(void *p, size_t n)
     c[n - 1] = 1;
 }
 
+/*
+ * Write the first word of a small object, as its user initialises a header
+ * or a length: one store, so the workload costs little next to the
+ * allocator, yet the object is really used (a fresh page still faults).
+ */
+CL_STATIC inline void touch_first(void *p, size_t n)
+{
+    if (n >= sizeof(uint64_t))
+        *(volatile uint64_t *)p = (uint64_t)n;
+    else
+        memset(p, 0xA5, n);
+}
+
 /* ------------------------------------------------------------------------ */
 /* Allocator release call, found at run time without linking any allocator.  */
 /* ------------------------------------------------------------------------ */
