@@ -8,7 +8,7 @@ import re
 
 import numpy as np
 import pytest
-from hypothesis import given, settings
+from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 from scipy import stats as sp
 
@@ -465,3 +465,15 @@ def test_precise_enough():
     assert not S.precise_enough(loose, 0.02)
     assert not S.precise_enough([1.0, 2.0], 0.5)      # CI undefined at n = 2
     assert not S.precise_enough([0.0] * 10, 0.02)     # relative width undefined
+
+
+@settings(max_examples=150, deadline=None)
+@given(st.lists(st.integers(0, 4), min_size=2, max_size=7), st.lists(st.integers(0, 5), min_size=2, max_size=7))
+def test_exact_tied_mann_whitney_matches_scipys_permutation_test(a, b):
+    """Our enumeration of tied midranks is the same null distribution as scipy's (slow) exact
+    permutation test: the same p-value to the last bit that matters."""
+    a, b = np.asarray(a, dtype=float), np.asarray(b, dtype=float)
+    assume(not np.all(np.concatenate([a, b]) == a[0]))
+    expected = sp.mannwhitneyu(a, b, alternative="two-sided",
+                               method=sp.PermutationMethod(n_resamples=np.inf)).pvalue
+    assert S._exact_tied_p(a, b) == pytest.approx(min(expected, 1.0), abs=1e-12)
