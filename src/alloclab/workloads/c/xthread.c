@@ -11,15 +11,17 @@
  * back to the owner's bin/page with atomics.
  *
  * Shape: `--submitters` threads each submit ops/submitters requests in
- * batches of `--batch` (as an I/O stack batches submissions: io_uring, aio,
- * librbd's op queue), round-robin to one bounded queue per completion thread.
- * Completers take whole batches and free what they take.  Buffer sizes are
- * skewed to small (log-uniform 64 B..16 KB by default).
+ * batches of `--batch` (128 by default, as an I/O stack batches submissions:
+ * io_uring, aio, librbd's op queue), round-robin to one bounded queue of 8
+ * batches per completion thread.  Completers take whole batches and free
+ * what they take.  Buffer sizes are skewed to small (log-uniform 64 B..16 KB
+ * by default).
  *
- * The hand-off is deliberately cheap (one lock and at most one wake-up per
- * batch) and the completer does not read the buffers: a workload that spent
- * its time in futexes, context switches and cache misses of its own would
- * measure itself, not the allocator.
+ * The hand-off is deliberately cheap (one lock per batch, a sleeping side
+ * woken only at half a queue) and the completer frees what the completion
+ * entry names without reading the request or the buffer: a workload that
+ * spent its time in futexes, context switches and cache misses of its own
+ * would measure itself, not the allocator.
  *
  * Latency: on 1 request in 64, the time spent inside the allocator for that
  * request is measured: malloc of the request and its buffer on the submitter
@@ -34,22 +36,32 @@
  */
 #include "common.h"
 
-#define QDEPTH 4          /* batches in flight per queue: back-pressure like an I/O queue depth */
+#define QDEPTH 8          /* batches in flight per queue: back-pressure like an I/O queue depth */
+#define WAKE_AT (QDEPTH / 2) /* a sleeping side is woken only at half a queue: fewer, larger wake-ups */
 #define MAX_BATCH 4096
 #define SAMPLE_EVERY 64   /* allocator latency sampled on 1 in 64 requests */
 
 typedef struct request {
-    uint64_t alloc_ns;    /* time in malloc for this request; 0 = not sampled */
     size_t len;
     char *buf;
     uint64_t id;
-    char pad[32];         /* a request struct is more than a pointer: ~64 B */
+    char pad[40];         /* a request struct is more than a pointer: ~64 B */
 } request;
+
+/* What travels through the queue: like an I/O completion entry, it names what to
+ * release, so the completer frees without reading the (cold) request itself: the
+ * cache misses of a remote free are then the allocator's, as they are in a free
+ * that reads or writes the freed object's memory. */
+typedef struct {
+    request *req;
+    char *buf;
+    uint64_t alloc_ns;    /* time in malloc for this request; 0 = not sampled */
+} handoff;
 
 typedef struct {
     pthread_mutex_t mu;
     pthread_cond_t not_empty, not_full;
-    request **slot[QDEPTH];   /* each slot holds one batch of `batch` requests */
+    handoff *slot[QDEPTH];    /* each slot holds one batch of `batch` requests */
     unsigned len[QDEPTH];
     unsigned head, count;
     int closed;
@@ -65,7 +77,7 @@ static sizedist_t sizes;
 static pthread_barrier_t start_barrier;
 
 /* Hand a whole batch over: one lock, at most one wake-up. */
-static void queue_push(queue *q, request **rs, unsigned n)
+static void queue_push(queue *q, const handoff *rs, unsigned n)
 {
     pthread_mutex_lock(&q->mu);
     while (q->count == QDEPTH)
@@ -73,13 +85,15 @@ static void queue_push(queue *q, request **rs, unsigned n)
     unsigned i = (q->head + q->count) % QDEPTH;
     memcpy(q->slot[i], rs, n * sizeof *rs);
     q->len[i] = n;
-    q->count++;
-    pthread_cond_signal(&q->not_empty); /* free of charge when nobody waits */
+    /* The completer sleeps only on an empty queue; waking it for every batch would cost a
+     * context switch per batch, which on few cores is what the workload would measure. */
+    if (++q->count == WAKE_AT)
+        pthread_cond_signal(&q->not_empty);
     pthread_mutex_unlock(&q->mu);
 }
 
 /* Take one batch into `out`; returns 0 when the queue is closed and empty. */
-static unsigned queue_pop(queue *q, request **out)
+static unsigned queue_pop(queue *q, handoff *out)
 {
     pthread_mutex_lock(&q->mu);
     while (q->count == 0 && !q->closed)
@@ -89,10 +103,10 @@ static unsigned queue_pop(queue *q, request **out)
         n = q->len[q->head];
         memcpy(out, q->slot[q->head], n * sizeof *out);
         q->head = (q->head + 1) % QDEPTH;
-        q->count--;
-        /* Every pop: several submitters may wait on one queue, and signalling only
-         * on the full -> not-full transition would strand all but one of them. */
-        pthread_cond_signal(&q->not_full);
+        /* Submitters wait only on a full queue, so the count passes WAKE_AT on its way
+         * down after any wait began; broadcast, as several submitters may share a queue. */
+        if (--q->count == WAKE_AT)
+            pthread_cond_broadcast(&q->not_full);
     }
     pthread_mutex_unlock(&q->mu);
     return n;
@@ -104,7 +118,7 @@ static void *submitter(void *arg)
     long long my_ops = ops / nsub + (id < ops % nsub);
     rng_t rng;
     rng_seed(&rng, (uint64_t)cl_seed, (uint64_t)id);
-    request **pending = cl_check(malloc((size_t)batch * sizeof *pending), "malloc");
+    handoff *pending = cl_check(malloc((size_t)batch * sizeof *pending), "malloc");
     unsigned npending = 0;
     long long target = id % ncomp;
     pthread_barrier_wait(&start_barrier);
@@ -117,13 +131,12 @@ static void *submitter(void *arg)
         uint64_t t1 = sampled ? now_ns() : 0;
         if (!r || !buf)
             cl_die("malloc");
-        r->alloc_ns = sampled ? (t1 - t0) | 1 : 0;  /* | 1: a sampled request is never 0 */
         r->len = len;
         r->buf = buf;
-        touch(buf, len); /* the submitter fills the write buffer */
         r->id = (uint64_t)i;
+        touch(buf, len); /* the submitter fills the write buffer */
         extra_work(cl_extra_work);
-        pending[npending++] = r;
+        pending[npending++] = (handoff){r, buf, sampled ? (t1 - t0) | 1 : 0};  /* | 1: never 0 */
         if (npending == (unsigned)batch || i == my_ops - 1) {
             queue_push(&queues[target], pending, npending);
             npending = 0;
@@ -137,23 +150,22 @@ static void *submitter(void *arg)
 static void *completer(void *arg)
 {
     queue *q = arg;
-    request **got = cl_check(malloc((size_t)batch * sizeof *got), "malloc");
+    handoff *got = cl_check(malloc((size_t)batch * sizeof *got), "malloc");
     unsigned n;
     pthread_barrier_wait(&start_barrier);
     while ((n = queue_pop(q, got)) > 0) {
         for (unsigned i = 0; i < n; i++) {
-            request *r = got[i];
-            uint64_t a = r->alloc_ns;
-            if (a) {
+            const handoff *h = &got[i];
+            if (h->alloc_ns) {
                 uint64_t t0 = now_ns();
-                free(r->buf);
-                free(r);
+                free(h->buf);
+                free(h->req);
                 uint64_t t1 = now_ns();
                 if (q->nlat < q->cap_lat)
-                    q->lat[q->nlat++] = a + (t1 - t0);
+                    q->lat[q->nlat++] = h->alloc_ns + (t1 - t0);
             } else {
-                free(r->buf);
-                free(r);
+                free(h->buf);
+                free(h->req);
             }
         }
         q->done += n;
@@ -165,7 +177,7 @@ static void *completer(void *arg)
 int main(int argc, char **argv)
 {
     long long threads = 2;
-    nsub = 2, ncomp = 2, ops = 2000000, min_size = 64, max_size = 16384, batch = 256;
+    nsub = 2, ncomp = 2, ops = 2000000, min_size = 64, max_size = 16384, batch = 128;
     cl_flag flags[] = {
         {"submitters", CL_INT, &nsub, 1, 1024, "threads that allocate requests", 0},
         {"completers", CL_INT, &ncomp, 1, 1024, "threads that free requests", 0},
@@ -192,7 +204,7 @@ int main(int argc, char **argv)
         pthread_cond_init(&q->not_empty, NULL);
         pthread_cond_init(&q->not_full, NULL);
         for (int i = 0; i < QDEPTH; i++)
-            q->slot[i] = cl_check(malloc((size_t)batch * sizeof **q->slot), "malloc");
+            q->slot[i] = cl_check(malloc((size_t)batch * sizeof *q->slot[i]), "malloc");
         q->cap_lat = cap;
         q->lat = cl_check(malloc(cap * sizeof *q->lat), "malloc");
         memset(q->lat, 0, cap * sizeof *q->lat); /* fault the pages in now */
