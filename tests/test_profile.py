@@ -65,6 +65,9 @@ def _u(sym, dso=LIBC):
     (_u("__memmove_avx512_unaligned_erms"), "user_other"),
     (_u("[unknown]"), "user_other"),                     # stripped libc: cannot tell malloc apart
     (_u("malloc", "/tmp/own_malloc"), "user_other"),     # the program's own malloc is not glibc's
+    (_u("malloc@plt", "/tmp/prog"), "allocator"),        # the stub a program calls malloc through
+    (_u("operator delete[]@plt", "/tmp/prog"), "allocator"),
+    (_u("memcpy@plt", "/tmp/prog"), "user_other"),
     (_k("clear_page_erms"), "kernel_mm"),
     (_k("do_anonymous_page"), "kernel_mm"),
     (_k("__do_sys_brk"), "kernel_mm"),
@@ -298,7 +301,7 @@ def test_parsed_shares_match_perf_report_on_a_real_recording(build, tmp_path):
     assert int(re.search(r"# Samples: (\d+)", rep).group(1)) == len(samples) == r.samples
     rows = re.findall(r"^\s+([\d.]+)%\s+(\S+)\s+\[[.k]\]\s+(.+?)\s*$", rep, re.MULTILINE)
     glibc_malloc = sum(float(p) for p, dso, sym in rows
-                       if dso == "libc.so.6" and Attribution(None).is_allocator(_u(sym)))
+                       if (dso == "libc.so.6" or sym.endswith("@plt")) and Attribution(None).is_allocator(_u(sym)))
     assert r.shares["allocator"] * 100 == pytest.approx(glibc_malloc, abs=0.5)
     assert r.shares["allocator"] > 0.3          # churn does little but malloc and free
     assert {"_int_malloc [libc.so.6]", "_int_free [libc.so.6]"} <= set(r.allocator_symbols)
