@@ -305,7 +305,8 @@ def attribute(samples: Iterable[Sample], attribution: Attribution, call_graph: b
             other_from_alloc += w
         leaf = s.frames[0]
         if cat == "allocator":
-            key = f"{clean_symbol(leaf.sym)} [{os.path.basename(leaf.dso)}]"
+            plt = "@plt" if leaf.sym.endswith("@plt") else ""   # not the program's own malloc
+            key = f"{clean_symbol(leaf.sym)}{plt} [{os.path.basename(leaf.dso)}]"
             syms[key] = syms.get(key, 0) + w
         if not leaf.kernel:
             seen = by_dso.setdefault(leaf.dso, [0, 0])
