@@ -203,6 +203,6 @@ def test_overall_needs_better_somewhere_and_worse_nowhere(tmp_path):
     o = rec.overall
     assert o.scope == "overall" and o.pick == 1
     assert o.points[2].speed_verdict == "worse"
-    assert o.sentence.startswith("Use jemalloc for all 2 workloads: geomean speed-up x1.149")
-    assert "faster in 2 and slower in 0 of 2 workloads" in o.sentence
+    assert o.sentence.startswith("Use jemalloc for all 2 workloads: geomean of the primary-metric ratios x1.149")
+    assert "better in 2 and worse in 0 of 2 workloads" in o.sentence
     assert o.apply.env_line == f"LD_PRELOAD={JEMALLOC} CMD"

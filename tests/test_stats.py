@@ -425,8 +425,10 @@ def test_competing_cpu_is_judged_without_the_runs_own_threads():
     (f,) = [f for f in S.cell_findings([1.0] * 10, load_avg=[0.1], n_cores=2, other_cpu=[0.1, 0.9, 0.3])
             if f.code == "high-load"]
     assert "up to 0.90 cores of 2" in f.message and "median 0.30" in f.message
-    # Without the measure (services, old data) the load average still decides.
-    assert "high-load" in codes(S.cell_findings([1.0] * 10, load_avg=[5.0], n_cores=2, other_cpu=[]))
+    # Runs too short to measure it say nothing; without the measure at all (services, old data)
+    # the load average still decides.
+    assert "high-load" not in codes(S.cell_findings([1.0] * 10, load_avg=[5.0], n_cores=2, other_cpu=[]))
+    assert "high-load" in codes(S.cell_findings([1.0] * 10, load_avg=[5.0], n_cores=2, other_cpu=None))
 
 
 def test_failed_and_all_failed():

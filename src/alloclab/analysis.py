@@ -110,7 +110,9 @@ def analyze(exp: Experiment, baseline: str | int | None = None, alpha: float = 0
                     durations_s=[r["wall_s"] for r in runs if r["status"] == "ok"],
                     load_avg=[r["extra"].get("load") for r in runs if r["extra"].get("load") is not None],
                     n_cores=cores, n_failed=n_failed,
-                    other_cpu=[r["extra"]["other_cpu"] for r in runs if r["extra"].get("other_cpu") is not None])
+                    # Recorded (possibly None: too short to tell) for commands; absent for services.
+                    other_cpu=([r["extra"]["other_cpu"] for r in runs if r["extra"].get("other_cpu") is not None]
+                               if any("other_cpu" in r["extra"] for r in runs) else None))
                 cells.append(Cell(vi, vals, blocks, summary, findings=findings))
             if not any(c.values for c in cells):
                 continue  # e.g. hardware counters on a machine without them

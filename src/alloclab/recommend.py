@@ -267,9 +267,11 @@ def _overall(a: Analysis, choices: list[Choice], budget: float | None) -> Choice
         ratios = [p.rss_ratio for p in per]
         worst_rss = max(ratios) if ratios and all(math.isfinite(r) for r in ratios) else math.nan
         n = len(per)
-        speed_text = "" if base else (f"geomean speed-up x{speed:.3f}, significantly faster in "
-                                      f"{verdicts.count('better')} and slower in {verdicts.count('worse')} of {n} "
-                                      f"workloads")
+        # Every workload's primary metric counts here, memory ones too (reclaim, fragment), so
+        # this is not the speed-only geomean of the summary table.
+        speed_text = "" if base else (f"geomean of the primary-metric ratios x{speed:.3f} (>1 better), "
+                                      f"significantly better in {verdicts.count('better')} and worse in "
+                                      f"{verdicts.count('worse')} of {n} workloads")
         rss_text = "" if base else (f"geomean peak RSS x{rss:.3f}, significantly lower in "
                                     f"{rss_verdicts.count('better')} and higher in {rss_verdicts.count('worse')} "
                                     f"of {n} workloads")
@@ -281,7 +283,7 @@ def _overall(a: Analysis, choices: list[Choice], budget: float | None) -> Choice
     scope = f"all {len(choices)} workloads"
     pick, reason, sentence = _decide(a, scope, points, "the primary metrics", True, budget,
                                      lambda p: p.speed_text, lambda p: p.rss_text, _runs_hint(a, a.workloads))
-    choice = Choice("overall", "geomean speed-up", True, points, front, pick, reason, sentence)
+    choice = Choice("overall", "geomean of the primary-metric ratios", True, points, front, pick, reason, sentence)
     if pick is not None:
         choice.apply = how_to_apply(a, pick, None)
         choice.caveats = _caveats(a, a.workloads, pick)

@@ -181,9 +181,8 @@ class Experiment:
                 if result.status == "error":
                     raise AlloclabError(f"Could not start the workload '{w.name}': {result.error}.")
                 extra = self._check_run(cell, job, result, tmp)
-                other = _other_cpu(w, result, busy0, machine.busy_cpu_s())
-                if other is not None:
-                    extra["other_cpu"] = other
+                if getattr(w.executor, "accounts_all_cpu", False):
+                    extra["other_cpu"] = _other_cpu(result, busy0, machine.busy_cpu_s())
                 values = self._metrics(cell, job, result, perf_file)
                 self._store(cell, job, result, values, extra)
                 if result.status != "ok":
@@ -270,9 +269,13 @@ class Experiment:
             self.store.set_verification(self.exp_id, wi, vi, ev.status, ev.reasons, ev.notes)
 
 
-def _other_cpu(w: Workload, result: RunResult, busy0: float | None, busy1: float | None) -> float | None:
+OTHER_CPU_MIN_WALL_S = 0.25   # /proc/stat counts in 10 ms ticks per CPU: shorter runs are all error
+
+
+def _other_cpu(result: RunResult, busy0: float | None, busy1: float | None) -> float | None:
     """Cores' worth of CPU that other work used during the run: the machine's busy time less the
-    run's own. The load average cannot tell them apart: a run's own threads raise it too."""
-    if busy0 is None or busy1 is None or result.wall_s <= 0 or not getattr(w.executor, "accounts_all_cpu", False):
+    run's own. The load average cannot tell them apart: a run's own threads raise it too.
+    None where the run is too short to tell."""
+    if busy0 is None or busy1 is None or result.wall_s < OTHER_CPU_MIN_WALL_S:
         return None
     return round(max(0.0, (busy1 - busy0) - (result.user_s + result.sys_s)) / result.wall_s, 3)

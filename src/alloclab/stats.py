@@ -662,8 +662,7 @@ def cell_findings(values: Iterable[float], *, alpha: float = 0.05, n_comparisons
     """
     # The CPU other processes used is the better evidence; the load average, which counts the
     # workload's own threads too, is the fallback where it was not recorded (services, old data).
-    load = (_competing_cpu(other_cpu, n_cores) if other_cpu is not None and len(other_cpu)
-            else _high_load(load_avg, n_cores))
+    load = _competing_cpu(other_cpu, n_cores) if other_cpu is not None else _high_load(load_avg, n_cores)
     raw = np.asarray(list(values), dtype=float).ravel()
     keep = np.isfinite(raw)
     x = raw[keep]

@@ -209,7 +209,7 @@ def context(a: Analysis, options) -> dict:
     workloads = [_workload(a, w, order, c, options.details) for w, c in zip(a.workloads, rec.workloads)]
     overall_figure = None
     if len(a.workloads) > 1:
-        overall_figure = charts.pareto_chart(rec.overall, order, "geomean speed-up (x, higher is better)",
+        overall_figure = charts.pareto_chart(rec.overall, order, "geomean of the primary-metric ratios (x, higher is better)",
                                              "geomean peak RSS ratio (x, lower is better)")
     sweep, sweep_note = sweep_figures(a)
     level, sentence = verification_summary(a)
