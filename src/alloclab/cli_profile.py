@@ -152,10 +152,11 @@ def render_profiles(console, summaries: list[prof.ProfileSummary]) -> None:
                       f"-F {first.frequency_hz}{graph}; median of {max(len(s.ok_runs) for s in group)} "
                       f"profiled runs, min-max in brackets)", highlight=False)
         console.print(f"Allocator share of CPU: {escape(prof.headline(group))}", highlight=False)
-        if all(s.allocator_with_kernel() for s in group):
+        with_kernel = [s.allocator_with_kernel() for s in group]
+        if all(with_kernel):
             console.print("With the kernel work entered from allocator code (faults, brk/mmap/madvise, lock "
-                          "waits): " + " -> ".join(f"{escape(s.variant)} {prof.spread_text(s.allocator_with_kernel())}"
-                                                   for s in group), highlight=False)
+                          "waits): " + " -> ".join(f"{escape(s.variant)} {prof.spread_text(w)}"
+                                                   for s, w in zip(group, with_kernel)), highlight=False)
         t = Table(show_lines=False)
         cols = ["variant", "allocator", "allocator CPU s/run", "kernel mm", "rest", "samples/run",
                 "top allocator symbols", "profiled vs plain"]

@@ -716,9 +716,16 @@ def _profile_one(cell: _Cell, argv, cwd, workload: Workload, metric, tmp: Path, 
             f"perf record failed under {v.label}: {_run_error(result)}. If perf says it is not allowed, "
             f"see kernel.perf_event_paranoid (alloclab will not change it); if it is missing, "
             f"`{PERF_INSTALL}`.")
+    _record_profile(cell, result, data, access, event, call_graph, metric)
+
+
+def _record_profile(cell: _Cell, result: RunResult, data: Path | None, access: PerfAccess, event: str,
+                    call_graph: bool, metric) -> None:
+    """The run's attributed samples, or its failed status, into the variant's summary."""
     if result.status != "ok":
         cell.summary.runs.append(RunProfile(result.status, result.wall_s, error=result.error))
         return
+    v = cell.variant
     samples = parse_perf_script(perf_script(access.perf, data))
     prof = attribute(samples, Attribution(str(v.library) if v.library else None), call_graph,
                      result.status, result.wall_s, clock_event=is_clock_event(event))
@@ -753,15 +760,7 @@ def _profile_service_run(cell: _Cell, workload: Workload, metric, tmp: Path, acc
             f"perf record failed in front of the server under {v.label}: {result.error or result.status}"
             f" ({_run_error(result)}). If perf says it is not allowed, see kernel.perf_event_paranoid "
             f"(alloclab will not change it); if it is missing, `{PERF_INSTALL}`.")
-    if result.status != "ok":
-        cell.summary.runs.append(RunProfile(result.status, result.wall_s, error=result.error))
-    else:
-        samples = parse_perf_script(perf_script(access.perf, data))
-        prof = attribute(samples, Attribution(str(v.library) if v.library else None), call_graph,
-                         result.status, result.wall_s, clock_event=is_clock_event(event))
-        if metric:
-            prof.metric = extract(metric, result.stdout + "\n" + result.stderr)
-        cell.summary.runs.append(prof)
+    _record_profile(cell, result, data, access, event, call_graph, metric)
     if data is not None:
         data.unlink(missing_ok=True)  # can be large; the server's directory lives until the session ends
     if plain:
