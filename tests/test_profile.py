@@ -352,6 +352,18 @@ def test_call_graphs_find_brk_and_faults_entered_from_glibc_malloc(build):
     assert s.kernel_from_allocator() > 0.5 * s.kernel_mm[0]
 
 
+def test_call_graphs_charge_glibcs_contended_arena_locks_to_the_allocator():
+    needs_perf()
+    # xthread frees on other threads than it allocates: under glibc the frees contend for the
+    # owning arena's mutex, and the futex sleeps it costs are entered from _int_free.
+    w = builtin.workload("xthread")
+    (s,) = profile_workload(w, parse_variants(["glibc"]), runs=1, frequency=4999, call_graph=True)
+    locks = s.kernel_other_from_allocator()
+    assert locks and locks > 0.01, (locks, s.notes)
+    total, share = s.allocator_with_kernel()[0], s.allocator[0]
+    assert total >= share + locks - 1e-9 and total < 1
+
+
 def test_a_stripped_program_is_attributed_by_shared_object_and_says_so(build, tmp_path):
     needs_perf()
     stripped = tmp_path / "wordfreq-stripped"
