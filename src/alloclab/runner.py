@@ -171,7 +171,8 @@ class Experiment:
                 tmp.mkdir()
                 env, perf_file = self._env(w, v, job, tmp)
                 self.progress.advance(f"{w.name[:30]} | {v.label}" + (" (warm-up)" if job.warmup else ""))
-                busy0 = machine.busy_cpu_s()
+                accounts_all_cpu = getattr(w.executor, "accounts_all_cpu", False)
+                busy0 = machine.busy_cpu_s() if accounts_all_cpu else None
                 try:
                     result = w.executor.execute(env, v.env, tmp, timeout_s=s.timeout_s, perf_file=perf_file,
                                                 mapped_marker=verify.mapped_marker(v))
@@ -181,7 +182,7 @@ class Experiment:
                 if result.status == "error":
                     raise AlloclabError(f"Could not start the workload '{w.name}': {result.error}.")
                 extra = self._check_run(cell, job, result, tmp)
-                if getattr(w.executor, "accounts_all_cpu", False):
+                if accounts_all_cpu:
                     extra["other_cpu"] = _other_cpu(result, busy0, machine.busy_cpu_s())
                 values = self._metrics(cell, job, result, perf_file)
                 self._store(cell, job, result, values, extra)
