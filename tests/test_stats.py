@@ -14,8 +14,9 @@ from scipy import stats as sp
 
 from alloclab import stats as S
 
+_IV = r"\[([+-]\d+\.\d|[+-]?inf|nan), ([+-]\d+\.\d|[+-]?inf|nan)\]|\[n/a\]"
 FORMAT_RE = re.compile(
-    r"^(~ \(p=[0-9.]+\)|~ \(n/a\)|[+-]\d+\.\d% \[[+-]\d+\.\d, [+-]\d+\.\d\] p(=|<)[0-9.]+)$"
+    rf"^(\? \(n/a\)|[+-]\d+\.\d% ({_IV})|≈ within ±[0-9.e+-]+% ({_IV})|\? [+-]\d+\.\d% ({_IV})( ~\d+ more runs)?)$"
 )
 
 any_floats = st.floats(allow_nan=True, allow_infinity=True)
@@ -124,14 +125,15 @@ def test_compare_detects_ten_percent_shift_with_correct_direction(higher_is_bett
 def test_compare_identical_distributions_are_same():
     rng = np.random.default_rng(11)
     c = S.compare(rng.normal(100, 5, 20), rng.normal(100, 5, 20), higher_is_better=False)
-    assert c.verdict == "same"
+    assert c.verdict == "undecided"   # no margin given: nothing can be shown equivalent
+    assert S.compare(rng.normal(100, 1, 20), rng.normal(100, 1, 20), False, min_effect=0.05).verdict == "equivalent"
 
 
 def test_compare_identical_data_has_p_one():
     data = [3.0, 1.0, 2.0, 5.0, 4.0]
     c = S.compare(data, list(reversed(data)), higher_is_better=True)
-    assert c.p_value == 1.0 and c.ratio == 1.0 and c.verdict == "same"
-    assert S.format_comparison(c) == "~ (p=1.00)"
+    assert c.p_value == 1.0 and c.ratio == 1.0 and c.verdict == "undecided"
+    assert S.format_comparison(c).startswith("? +0.0% [")
 
 
 def test_compare_min_effect_suppresses_small_but_significant_changes():
@@ -139,7 +141,7 @@ def test_compare_min_effect_suppresses_small_but_significant_changes():
     baseline = rng.normal(100, 0.5, 20)
     candidate = rng.normal(102, 0.5, 20)
     assert S.compare(baseline, candidate, True).verdict == "better"
-    assert S.compare(baseline, candidate, True, min_effect=0.05).verdict == "same"
+    assert S.compare(baseline, candidate, True, min_effect=0.05).verdict == "equivalent"
 
 
 def test_compare_uses_exact_p_for_small_tied_samples():
@@ -154,16 +156,16 @@ def test_compare_uses_exact_p_for_small_tied_samples():
      ([0.0, 0.0, 0.0], [1.0, 2.0, 3.0]), ([0.0] * 5, [0.0] * 5),
      ([float("nan")] * 3, [1.0, 2.0, 3.0]), ([5.0] * 8, [5.0] * 8)],
 )
-def test_compare_edge_cases_never_raise_and_say_same(baseline, candidate):
+def test_compare_edge_cases_never_raise_and_say_undecided(baseline, candidate):
     c = S.compare(baseline, candidate, higher_is_better=True)
-    assert c.verdict == "same"
+    assert c.verdict == "undecided"
     assert FORMAT_RE.match(S.format_comparison(c))
 
 
 def test_compare_zero_baseline_median_is_undefined():
     c = S.compare([0.0, 0.0, 0.0, 0.0], [1.0, 2.0, 3.0, 4.0], higher_is_better=True)
-    assert math.isnan(c.ratio) and c.verdict == "same"
-    assert S.format_comparison(c) == "~ (n/a)"
+    assert math.isnan(c.ratio) and c.verdict == "undecided"
+    assert S.format_comparison(c) == "? (n/a)"
 
 
 def test_compare_is_deterministic_and_order_independent():
@@ -181,7 +183,7 @@ def test_compare_is_deterministic_and_order_independent():
 def test_a_a_false_positive_rate_and_power():
     rng = np.random.default_rng(42)
     same = sum(
-        S.compare(rng.normal(100, 5, 10), rng.normal(100, 5, 10), True, n_boot=1000).verdict == "same"
+        S.compare(rng.normal(100, 5, 10), rng.normal(100, 5, 10), True, n_boot=1000).verdict not in ("better", "worse")
         for _ in range(500)
     )
     assert same / 500 >= 0.93
@@ -231,7 +233,7 @@ def test_adjust_recomputes_verdicts_on_adjusted_p():
     nulls = [S.compare(base, rng.normal(100, 2, 5), True) for _ in range(9)]
     adjusted = S.adjust([shifted, *nulls])
     assert adjusted[0].p_adjusted == pytest.approx(min(1.0, 10 * shifted.p_value))
-    assert adjusted[0].verdict == "same"          # one of ten at n=5 can't survive Holm
+    assert adjusted[0].verdict == "undecided"     # one of ten at n=5 can't survive Holm
     assert adjusted[0].p_value == shifted.p_value  # raw p kept
     assert shifted.p_adjusted == shifted.p_value   # originals untouched (frozen copies)
 
@@ -248,13 +250,16 @@ def _comparison(**kw):
 
 
 def test_format_comparison_examples():
-    assert S.format_comparison(_comparison()) == "+4.0% [+2.1, +5.9] p=0.003"
-    assert S.format_comparison(_comparison(p_adjusted=0.0001)) == "+4.0% [+2.1, +5.9] p<0.001"
+    assert S.format_comparison(_comparison()) == "+4.0% [+2.1, +5.9]"
     # Sign is the raw change; a lower-is-better metric going down is "better" but negative.
     down = _comparison(ratio=0.9, ci_low=0.85, ci_high=0.95, higher_is_better=False)
-    assert S.format_comparison(down) == "-10.0% [-15.0, -5.0] p=0.003"
-    assert S.format_comparison(_comparison(verdict="same", p_adjusted=0.41)) == "~ (p=0.41)"
-    assert S.format_comparison(_comparison(verdict="same", ratio=math.nan)) == "~ (n/a)"
+    assert S.format_comparison(down) == "-10.0% [-15.0, -5.0]"
+    # The interval is always printed: "no difference beyond 2%" never reads like "anything".
+    assert S.format_comparison(_comparison(verdict="equivalent", ratio=1.002, ci_low=0.992, ci_high=1.011,
+                                           margin=0.02)) == "≈ within ±2% [-0.8, +1.1]"
+    assert S.format_comparison(_comparison(verdict="undecided", ratio=1.031, ci_low=0.92, ci_high=1.152,
+                                           more_runs=40)) == "? +3.1% [-8.0, +15.2] ~40 more runs"
+    assert S.format_comparison(_comparison(verdict="undecided", ratio=math.nan)) == "? (n/a)"
 
 
 @settings(max_examples=150, deadline=None)
@@ -266,7 +271,7 @@ def test_format_comparison_matches_grammar_for_real_comparisons(baseline, candid
 
 @settings(max_examples=300, deadline=None)
 @given(any_floats, any_floats, any_floats, st.one_of(st.floats(0, 1), st.just(math.nan)),
-       st.sampled_from(["better", "worse", "same"]))
+       st.sampled_from(["better", "worse", "equivalent", "undecided"]))
 def test_format_comparison_matches_grammar_for_any_fields(ratio, lo, hi, p, verdict):
     c = _comparison(ratio=ratio, ci_low=lo, ci_high=hi, p_value=p, p_adjusted=p, verdict=verdict)
     assert FORMAT_RE.match(S.format_comparison(c)), S.format_comparison(c)
@@ -412,11 +417,11 @@ def test_short_runs():
     assert "short-runs" not in codes(S.cell_findings(values, durations_s=[0.2] * 10))
 
 
-def test_high_load():
-    assert "high-load" in codes(S.cell_findings([1.0] * 10, load_avg=[0.5, 5.0], n_cores=2))
-    assert "high-load" in codes(S.cell_findings([1.0] * 10, load_avg=5.0, n_cores=2))
-    assert "high-load" not in codes(S.cell_findings([1.0] * 10, load_avg=[1.5], n_cores=2))
-    assert "high-load" not in codes(S.cell_findings([1.0] * 10, load_avg=[5.0], n_cores=None))
+def test_load_average_alone_never_warns():
+    # The program's own threads raise the load average (qemu-img's io_uring workers reached 14 on
+    # 2 cores): only CPU taken by other processes is evidence of competition.
+    assert "high-load" not in codes(S.cell_findings([1.0] * 10, load_avg=[0.5, 5.0], n_cores=2))
+    assert "high-load" not in codes(S.cell_findings([1.0] * 10, load_avg=5.0, n_cores=2))
 
 
 def test_competing_cpu_is_judged_without_the_runs_own_threads():
@@ -425,10 +430,9 @@ def test_competing_cpu_is_judged_without_the_runs_own_threads():
     (f,) = [f for f in S.cell_findings([1.0] * 10, load_avg=[0.1], n_cores=2, other_cpu=[0.1, 0.9, 0.3])
             if f.code == "high-load"]
     assert "up to 0.90 cores of 2" in f.message and "median 0.30" in f.message
-    # Runs too short to measure it say nothing; without the measure at all (services, old data)
-    # the load average still decides.
+    # Runs too short to measure it say nothing; nor does the load average without the measure.
     assert "high-load" not in codes(S.cell_findings([1.0] * 10, load_avg=[5.0], n_cores=2, other_cpu=[]))
-    assert "high-load" in codes(S.cell_findings([1.0] * 10, load_avg=[5.0], n_cores=2, other_cpu=None))
+    assert "high-load" not in codes(S.cell_findings([1.0] * 10, load_avg=[5.0], n_cores=2, other_cpu=None))
 
 
 def test_failed_and_all_failed():

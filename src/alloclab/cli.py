@@ -15,9 +15,9 @@ from rich.table import Table
 
 from . import catalog as cat
 from .cli_app import (
-    AblateOption, CallGraphOption, DbOption, MaxRssIncreaseOption, MinEffectOption,
-    ProfileRunsOption, ReportFileOption, ReportOption, app, console, err, percent, percent_or_none,
-    run_experiment, show,
+    AblateOption, CallGraphOption, DbOption, FailIfWorseOption, MaxRssIncreaseOption, MaxRunsOption,
+    MinEffectOption, ProfileRunsOption, ReportFileOption, ReportOption, app, budget_option, console,
+    decision_settings, err, gate, percent, percent_or_none, run_experiment, show,
 )
 from .errors import AlloclabError
 from .metrics import parse_metric_option
@@ -81,7 +81,7 @@ def allocators() -> None:
 def compare(
     command: list[str] = typer.Argument(..., metavar="-- CMD [ARGS]...", help="The program to run, after --."),
     allocator: list[str] = typer.Option([], "-a", "--allocator", help="Variant NAME[:VAR=VALUE,...]\\[@LABEL]; repeat. Default: every installed allocator."),
-    runs: int = typer.Option(10, "--runs", "-n", help="Measured runs per variant."),
+    runs: Optional[int] = typer.Option(None, "--runs", "-n", help="Exactly this many measured runs per variant. Default: until every comparison is decided (--budget, --max-runs)."),
     warmup: int = typer.Option(1, "--warmup", help="Warm-up blocks, discarded (the first one also verifies the allocator)."),
     metric: list[str] = typer.Option([], "--metric", "-m", help="NAME=REGEX[:higher|lower] or NAME=json:KEY; repeat."),
     timeout: Optional[float] = typer.Option(None, "--timeout", help="Kill a run (its whole process group) after this many seconds."),
@@ -92,9 +92,10 @@ def compare(
     export_json: Optional[Path] = typer.Option(None, "--export-json", help="Write raw samples and metadata as JSON."),
     details: bool = typer.Option(False, "--details", help="Show every standard measure."),
     min_effect: str = MinEffectOption,
-    until_precise: Optional[str] = typer.Option(None, "--until-precise", help="Add interleaved blocks until every primary metric's median CI half-width is below this, e.g. 2%."),
-    max_runs: int = typer.Option(50, "--max-runs", help="With --until-precise: at most this many runs per variant."),
-    max_seconds: float = typer.Option(1800, "--max-seconds", help="With --until-precise: stop adding blocks after this long."),
+    until_precise: Optional[str] = typer.Option(None, "--until-precise", help="Instead of until decided: add interleaved blocks until every primary metric's median CI half-width is below this, e.g. 2%."),
+    max_runs: Optional[int] = MaxRunsOption,
+    budget: str = budget_option("10m"),
+    fail_if_worse: Optional[str] = FailIfWorseOption,
     report: Optional[str] = ReportOption,
     report_file: Optional[Path] = ReportFileOption,
     max_rss_increase: Optional[str] = MaxRssIncreaseOption,
@@ -117,10 +118,10 @@ def compare(
     sweeps += sweep.param_sweeps(workloads, params.swept)
     store = Store(db)
     err.print(f"Storing results in {store.path.resolve()}", highlight=False)
-    settings = Settings(runs=runs, warmup=warmup, timeout_s=timeout, seed=seed, verify=not no_verify,
-                        kind="compare", title=" ".join(command),
-                        until_precise=percent(until_precise) if until_precise else None,
-                        max_runs=max_runs, max_seconds=max_seconds, extra_config=sweep.sweep_config(sweeps))
+    settings = Settings(warmup=warmup, timeout_s=timeout, seed=seed, verify=not no_verify,
+                        kind="compare", title=" ".join(command), extra_config=sweep.sweep_config(sweeps),
+                        **decision_settings(runs, max_runs, budget, min_effect, first_look=10,
+                                            default_max_runs=300, until_precise=until_precise))
     if profile:
         from .cli_profile import check_profiling
         check_profiling()
@@ -132,6 +133,7 @@ def compare(
     if profile:
         from .cli_profile import profile_after
         profile_after(store, exp_id, workloads, specs, runs=profile_runs, call_graph=call_graph, timeout_s=timeout)
+    gate(store, exp_id, fail_if_worse, percent(min_effect))
 
 
 if __name__ == "__main__":

@@ -27,7 +27,9 @@ err = Console(stderr=True, width=None if sys.stderr.isatty() else 160)
 DbOption = typer.Option(DEFAULT_DB, "--db", help="SQLite database of results (created if missing).")
 
 # Options shared by the commands that run experiments (compare, suite, run).
-MinEffectOption = typer.Option("0%", "--min-effect", help="Smaller significant effects print as ~.")
+MinEffectOption = typer.Option("2%", "--min-effect", help="Equivalence margin: a comparison whose whole interval lies within ±this is 'equivalent'.")
+FailIfWorseOption = typer.Option(None, "--fail-if-worse", help="Gate for CI and reviews, e.g. 5%: exit 1 when a variant is decided worse than the baseline by at least this on a primary metric, 3 when something stays undecided, 0 otherwise.")
+MaxRunsOption = typer.Option(None, "--max-runs", help="Until decided (or with --until-precise): at most this many runs per variant.")
 ProfileRunsOption = typer.Option(3, "--profile-runs", help="Profiled runs per variant with --profile.")
 CallGraphOption = typer.Option(False, "--call-graph", "-g", help="With --profile: record call graphs.")
 AblateOption = typer.Option(None, "--ablate", help="VARIANT with several settings: run the baseline, each setting alone and all together.")
@@ -61,7 +63,7 @@ def run_experiment(store: Store, workloads, variant_specs: list[str], settings: 
         return exp.run()
 
 
-def show(store: Store, exp_id: int, *, details: bool = False, min_effect: float = 0.0,
+def show(store: Store, exp_id: int, *, details: bool = False, min_effect: float | None = None,
          baseline: str | None = None, export_json: Path | None = None, report_format: str | None = None,
          report_file: Path | None = None, max_rss_increase: float | None = None) -> None:
     """The results of an experiment: the terminal table, or the report in `report_format` on
@@ -83,6 +85,72 @@ def show(store: Store, exp_id: int, *, details: bool = False, min_effect: float 
     # On stdout only under the table: a report piped to a file must stay clean.
     (console if fmt == "terminal" or report_file is not None else err).print(
         f"Results stored in {store.path} (experiment {exp_id}).")
+
+
+def budget_option(default: str):
+    return typer.Option(default, "--budget", help="Until decided: stop adding runs after this long, e.g. 90s, 20m, 1h.")
+
+
+def seconds(text: str) -> float:
+    """'90s', '20m', '1h30m' or a plain number of seconds."""
+    import re
+    t = text.strip().lower()
+    parts = re.fullmatch(r"(?:(\d+(?:\.\d+)?)h)?(?:(\d+(?:\.\d+)?)m)?(?:(\d+(?:\.\d+)?)s?)?", t)
+    if not t or not parts or not any(parts.groups()):
+        raise AlloclabError(f"Cannot read '{text}' as a duration; write e.g. 90s, 20m or 1h.")
+    h, m, sec = (float(g) if g else 0.0 for g in parts.groups())
+    total = h * 3600 + m * 60 + sec
+    if total <= 0:
+        raise AlloclabError(f"The budget must be longer than 0 (got '{text}'); write e.g. 90s, 20m or 1h.")
+    return total
+
+
+def decision_settings(runs: int | None, max_runs: int | None, budget: str, min_effect: str,
+                      first_look: int, default_max_runs: int, until_precise: str | None = None) -> dict:
+    """Settings of how long to measure, shared by compare, suite and run: `--runs N` means exactly N;
+    without it (and without --until-precise) blocks are added until every primary comparison is
+    decided, within --budget and --max-runs."""
+    if runs is not None and runs < 1:
+        raise AlloclabError(f"--runs must be at least 1 (got {runs}).")
+    margin = percent(min_effect)
+    if margin < 0:
+        raise AlloclabError(f"--min-effect cannot be negative (got {min_effect}).")
+    limit = max_runs if max_runs is not None else default_max_runs
+    sequential = runs is None and not until_precise
+    return dict(runs=runs if runs is not None else first_look, until_decided=sequential,
+                first_look=min(first_look, limit), max_runs=limit, max_seconds=seconds(budget), margin=margin,
+                until_precise=percent(until_precise) if until_precise else None)
+
+
+def gate(store: Store, exp_id: int, fail_if_worse: str | None, min_effect: float | None) -> None:
+    """--fail-if-worse: exit 1 when a variant is decided worse by at least the threshold on a primary
+    metric, 3 when a primary comparison stays undecided, else return (exit 0)."""
+    if not fail_if_worse:
+        return
+    from .report.common import primary_comparisons
+    threshold = percent(fail_if_worse)
+    a = analyze(store.load(exp_id), min_effect=min_effect)
+    worse, undecided = [], []
+    for w, row, vi, c in primary_comparisons(a):
+        bad = (1 - c.ratio) if row.higher_is_better else (c.ratio - 1)
+        if c.verdict == "worse" and bad >= threshold - 1e-12:
+            worse.append(f"{w.name} {row.name} {a.labels[vi]} ({stats_text(c)})")
+        elif c.verdict == "undecided":
+            undecided.append(f"{w.name} {row.name} {a.labels[vi]}")
+    if worse:
+        err.print(f"[bold red]fail-if-worse {fail_if_worse}:[/] decided worse: " + "; ".join(worse), highlight=False)
+        raise typer.Exit(1)
+    if undecided:
+        err.print(f"[yellow]fail-if-worse {fail_if_worse}:[/] undecided within the budget: " + "; ".join(undecided)
+                  + ". Give it more runs (--budget, --max-runs).", highlight=False)
+        raise typer.Exit(3)
+    err.print(f"fail-if-worse {fail_if_worse}: every primary comparison decided better, equivalent, or worse by "
+              f"less than {fail_if_worse}.", highlight=False)
+
+
+def stats_text(c) -> str:
+    from .stats import format_comparison
+    return format_comparison(c)
 
 
 def percent_or_none(text: str | None) -> float | None:

@@ -12,9 +12,9 @@ from rich.table import Table
 from . import catalog as cat
 from . import cli_sweep, experiment_file, service, sweep
 from .cli_app import (
-    AblateOption, CallGraphOption, DbOption, MaxRssIncreaseOption, MinEffectOption,
-    ProfileRunsOption, ReportFileOption, ReportOption, app, console, err, percent, percent_or_none,
-    run_experiment, show,
+    AblateOption, CallGraphOption, DbOption, FailIfWorseOption, MaxRssIncreaseOption, MaxRunsOption,
+    MinEffectOption, ProfileRunsOption, ReportFileOption, ReportOption, app, budget_option, console,
+    decision_settings, err, gate, percent, percent_or_none, run_experiment, show,
 )
 from .errors import AlloclabError
 from .runner import Settings
@@ -57,7 +57,10 @@ def run_file(
     target: str = typer.Argument(..., metavar="FILE.toml|recipe:NAME", help="An experiment file, or recipe:NAME (see `alloclab recipes`)."),
     allocator: list[str] = typer.Option([], "-a", "--allocator", help="Variant NAME[:VAR=VALUE,...]\\[@LABEL], may sweep ({0,64M}, 128K..256M*4); repeat. Default: the file's variants, else every installed allocator."),
     param: list[str] = typer.Option([], "--param", "-p", help="Override a parameter of the file: NAME=VALUE; repeat."),
-    runs: Optional[int] = typer.Option(None, "--runs", "-n", help=f"Measured runs per variant (default: the file's, else {DEFAULT_RUNS})."),
+    runs: Optional[int] = typer.Option(None, "--runs", "-n", help="Exactly this many measured runs per variant. Default: until every comparison is decided, first looking after the file's runs (else 5), within --budget and --max-runs."),
+    max_runs: Optional[int] = MaxRunsOption,
+    budget: Optional[str] = typer.Option(None, "--budget", help="Until decided: stop adding runs after this long, e.g. 20m (default: the file's, else 25m)."),
+    fail_if_worse: Optional[str] = FailIfWorseOption,
     warmup: Optional[int] = typer.Option(None, "--warmup", help="Warm-up blocks, discarded (default: the file's, else 1)."),
     timeout: Optional[float] = typer.Option(None, "--timeout", help="Kill a run's client (or command) after this many seconds."),
     seed: int = typer.Option(1, "--seed", help="Seed of the randomized run order."),
@@ -100,10 +103,12 @@ def run_file(
             raise AlloclabError(f"--profile-runs must be at least 1 (got {profile_runs}).")
         for w in workloads:
             prof.check_profilable(w)
-    settings = Settings(runs=runs if runs is not None else ef.runs or DEFAULT_RUNS,
-                        warmup=warmup if warmup is not None else (ef.warmup if ef.warmup is not None else 1),
+    settings = Settings(warmup=warmup if warmup is not None else (ef.warmup if ef.warmup is not None else 1),
                         timeout_s=timeout, seed=seed, verify=not no_verify, kind="run", title=ef.name,
-                        extra_config=sweep.sweep_config(sweeps))
+                        extra_config=sweep.sweep_config(sweeps),
+                        **decision_settings(runs, max_runs if max_runs is not None else ef.max_runs,
+                                            budget or ef.budget or "25m", min_effect,
+                                            first_look=ef.runs or DEFAULT_RUNS, default_max_runs=30))
     try:
         exp_id = run_experiment(store, workloads, variants, settings)
         show(store, exp_id, details=details, min_effect=percent(min_effect), export_json=export_json,
@@ -120,6 +125,7 @@ def run_file(
         session.cleanup()  # also done by the runner; here for errors raised before it started
     if keep and session.workdir is not None:
         console.print(f"Working directory kept: {session.workdir}")
+    gate(store, exp_id, fail_if_worse, percent(min_effect))
 
 
 @app.command()

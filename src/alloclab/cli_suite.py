@@ -12,9 +12,9 @@ from rich.table import Table
 from . import catalog as cat, cli_sweep, sweep
 from .analysis import analyze, summarize_variants, winners
 from .cli_app import (
-    AblateOption, CallGraphOption, DbOption, MaxRssIncreaseOption, MinEffectOption,
-    ProfileRunsOption, ReportFileOption, ReportOption, app, console, err, percent, percent_or_none,
-    run_experiment, show,
+    AblateOption, CallGraphOption, DbOption, FailIfWorseOption, MaxRssIncreaseOption, MaxRunsOption,
+    MinEffectOption, ProfileRunsOption, ReportFileOption, ReportOption, app, budget_option, console,
+    decision_settings, err, gate, percent, percent_or_none, run_experiment, show,
 )
 from .runner import Settings
 from .stats import format_comparison
@@ -78,7 +78,10 @@ def print_summary(store: Store, exp_id: int, min_effect: float) -> None:
 def suite(
     workload: list[str] = typer.Option([], "--workload", "-w", help="Built-in workload; repeat. Default: all."),
     allocator: list[str] = typer.Option([], "-a", "--allocator", help="Variant; repeat. Default: every installed allocator plus tuned variants."),
-    runs: int = typer.Option(6, "--runs", "-n", help="Measured runs per workload and variant (6 is the fewest at which 7 variants can differ significantly from the baseline)."),
+    runs: Optional[int] = typer.Option(None, "--runs", "-n", help="Exactly this many measured runs per workload and variant. Default: until every comparison is decided (--budget, --max-runs)."),
+    max_runs: Optional[int] = MaxRunsOption,
+    budget: str = budget_option("3m"),
+    fail_if_worse: Optional[str] = FailIfWorseOption,
     warmup: int = typer.Option(1, "--warmup"),
     quick: bool = typer.Option(False, "--quick", help="Small sizes (about 0.2-0.5 s a run)."),
     param: list[str] = typer.Option([], "--param", "-p", help="Workload parameter NAME=VALUE; lists (threads=1,2,4,8) and ranges (1..16*2) sweep."),
@@ -110,9 +113,10 @@ def suite(
     sweeps += sweep.param_sweeps(workloads, params.swept)
     store = Store(db)
     err.print(f"Storing results in {store.path.resolve()}", highlight=False)
-    settings = Settings(runs=runs, warmup=warmup, timeout_s=timeout, seed=seed, kind="suite",
+    settings = Settings(warmup=warmup, timeout_s=timeout, seed=seed, kind="suite",
                         title="suite: " + ", ".join(names) + (" (quick)" if quick else ""),
-                        extra_config=sweep.sweep_config(sweeps))
+                        extra_config=sweep.sweep_config(sweeps),
+                        **decision_settings(runs, max_runs, budget, min_effect, first_look=8, default_max_runs=80))
     if profile:
         from .cli_profile import check_profiling
         check_profiling()
@@ -125,3 +129,4 @@ def suite(
     if profile:
         from .cli_profile import profile_after
         profile_after(store, exp_id, workloads, specs, runs=profile_runs, call_graph=call_graph, timeout_s=timeout)
+    gate(store, exp_id, fail_if_worse, percent(min_effect))

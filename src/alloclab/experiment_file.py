@@ -111,6 +111,8 @@ class ExperimentFile:
     loads: list[Load]                 # clients (service mode) or commands (command mode)
     teardown: list[Step]
     locator: "KeyLocator" = field(repr=False, default=None)
+    max_runs: int | None = None       # until decided: at most this many runs per variant
+    budget: str | None = None         # until decided: stop adding runs after this long ("25m")
 
     @property
     def recipe_dir(self) -> Path:
@@ -354,7 +356,8 @@ TOP = {"experiment": "table: name, description, variants, runs, ...", "params": 
        "service": "table: the server under the variant", "client": "array of tables [[client]]",
        "command": "array of tables [[command]] (command mode)", "teardown": "array of tables [[teardown]]"}
 EXPERIMENT = {"name": "string", "description": "string", "variants": "list of variant specs",
-              "runs": "integer", "warmup": "integer", "run_as": "user name",
+              "runs": "integer (the first look of until-decided)", "max_runs": "integer",
+              "budget": "duration such as \"25m\"", "warmup": "integer", "run_as": "user name",
               "requires": "list of { program, package }"}
 STEP = {"command": "argv list", "timeout": "seconds", "service": "bool: run with the service up"}
 SERVICE = {"command": "argv list", "ready": "{ tcp = true } | { command = [...] } | { log = \"regex\" }",
@@ -443,7 +446,9 @@ def load(path: str | Path) -> ExperimentFile:
         runs=c.typed(exp, "runs", ("experiment",), int, "an integer"),
         warmup=c.typed(exp, "warmup", ("experiment",), int, "an integer"),
         run_as=run_as, requires=requires, params=dict(params), files=dict(files), setup=setup,
-        service=service, loads=loads, teardown=teardown, locator=loc)
+        service=service, loads=loads, teardown=teardown, locator=loc,
+        max_runs=c.typed(exp, "max_runs", ("experiment",), int, "an integer"),
+        budget=c.typed(exp, "budget", ("experiment",), str, "a duration such as \"25m\""))
     _check_placeholders(c, ef, data)
     return ef
 

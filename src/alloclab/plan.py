@@ -2,8 +2,8 @@
 
 Each block runs every cell (workload x variant) once, in an order shuffled by a seeded RNG;
 warm-up blocks come first and are discarded by the statistics. The order is recorded with
-every run, so it can be checked afterwards. Adaptive experiments (--until-precise) ask the
-same planner for more blocks, so the added runs stay interleaved.
+every run, so it can be checked afterwards. Adaptive experiments (--until-decided, --until-precise) ask
+the same planner for more blocks, so the added runs stay interleaved.
 """
 
 from __future__ import annotations
@@ -27,8 +27,10 @@ class Planner:
         self.rng = random.Random(seed)
         self.next_block = 0
 
-    def block(self, warmup: bool = False, verify: bool = False) -> list[Job]:
-        order = list(range(self.n_cells))
+    def block(self, warmup: bool = False, verify: bool = False, cells: list[int] | None = None) -> list[Job]:
+        """One block; `cells` narrows it to the cells still measured (a sequential experiment stops
+        running the comparisons it has decided, but keeps each block's order random)."""
+        order = list(range(self.n_cells)) if cells is None else list(cells)
         self.rng.shuffle(order)
         b = self.next_block
         self.next_block += 1

@@ -1,9 +1,11 @@
 """From an analysis to a decision: the Pareto front of speed versus peak RSS, one sentence that
 names what to use (or says nothing is worth changing), and exactly how to apply it.
 
-"Better" always means the Holm-adjusted verdict of analysis.analyze: a variant is recommended
-for speed only when its primary metric is significantly better than the baseline, and for
-memory only when its peak RSS is significantly lower while its speed is not significantly worse.
+"Better" always means the verdict of analysis.analyze (decide.py): a variant is recommended
+for speed only when its primary metric is decided better than the baseline, and for memory only
+when its peak RSS is decided lower while its speed is not decided worse. "Nothing is worth
+changing" is said only when every candidate is decided equivalent or worse; where something is
+undecided, the sentence says what, by how much it might differ, and how many runs would decide it.
 """
 
 from __future__ import annotations
@@ -27,12 +29,13 @@ class Point:
     rss: float              # workload: median peak RSS in MiB; overall: geomean peak-RSS ratio
     speed_ratio: float      # candidate / baseline (raw, not oriented); 1 for the baseline
     rss_ratio: float
-    speed_verdict: str      # better | worse | same | baseline
+    speed_verdict: str      # better | worse | equivalent | undecided | baseline
     rss_verdict: str
     speed_text: str         # change, interval, p
     rss_text: str
     status: str             # verification status
     usable: bool            # measured and not shown INEFFECTIVE
+    more_runs: int | None = None   # undecided speed: runs per variant likely to decide it
 
 
 @dataclass(frozen=True)
@@ -139,11 +142,12 @@ def _workload_points(a: Analysis, w: WorkloadResult) -> tuple[list[Point], str, 
             vi, label, speed, rc.summary.median if rc else math.nan,
             1.0 if base else (pc.comparison.ratio if pc and pc.comparison else math.nan),
             1.0 if base else (rc.comparison.ratio if rc and rc.comparison else math.nan),
-            "baseline" if base else (pc.comparison.verdict if pc and pc.comparison else "same"),
-            "baseline" if base else (rc.comparison.verdict if rc and rc.comparison else "same"),
+            "baseline" if base else (pc.comparison.verdict if pc and pc.comparison else "undecided"),
+            "baseline" if base else (rc.comparison.verdict if rc and rc.comparison else "undecided"),
             "" if base else _text(pc.comparison if pc else None),
             "" if base else _text(rc.comparison if rc else None),
-            status, math.isfinite(speed) and status != "ineffective"))
+            status, math.isfinite(speed) and status != "ineffective",
+            None if base or not (pc and pc.comparison) else pc.comparison.more_runs))
     return points, primary.name if primary else "n/a", primary.higher_is_better if primary else True
 
 
@@ -192,17 +196,21 @@ def _decide(a: Analysis, scope: str, points: list[Point], metric: str, higher_is
         over = max(faster, key=goodness)
         return None, None, (f"Nothing is worth changing for {scope}{within}: {over.label} is faster "
                             f"({describe_speed(over)}), which is over the budget.")
-    return None, None, (f"Nothing is worth changing for {scope}: no variant is significantly better than {base} "
-                        f"on {metric} or peak RSS (Holm-adjusted Mann-Whitney, alpha {a.alpha:g}){runs_hint}.")
+    open_ = [p for p in candidates if p.speed_verdict == "undecided"]
+    if open_:
+        most = max((p.more_runs or 0) for p in open_)
+        what = "; ".join(f"{p.label} {metric} {p.speed_text}" + (f" (~{p.more_runs} more runs per variant)"
+                                                                 if p.more_runs else "") for p in open_)
+        run = (f" To decide, give it about {most} more runs per variant (a larger --budget or --max-runs)"
+               if most else " More runs would not decide it at this margin; set --min-effect to the smallest "
+                            "difference that matters")
+        return None, None, (f"Undecided for {scope}: no variant is decided better than {base} yet, and "
+                            f"{len(open_)} comparison(s) are still open: {what}.{run}.")
+    return None, None, (f"Nothing is worth changing for {scope}: every variant is decided equivalent to {base} "
+                        f"(within ±{a.min_effect * 100:g}%) or worse on {metric}{runs_hint}.")
 
 
 def _runs_hint(a: Analysis, ws: list[WorkloadResult]) -> str:
-    n_cmp = max(1, len(a.labels) - 1)
-    need = stats.min_runs_for_significance(a.alpha, n_cmp)
-    fewest = min((c.summary.n for w in ws for r in w.rows[:1] for c in r.cells), default=0)
-    if fewest < need:
-        return (f"; with {fewest} runs per variant and {n_cmp} comparison(s) no difference can be significant, "
-                f"so re-run with --runs {max(need, 10)} to decide")
     return ""
 
 
@@ -215,7 +223,7 @@ def recommend_workload(a: Analysis, w: WorkloadResult, budget: float | None = No
         return f"{metric} {p.speed_text} against {a.labels[a.baseline_idx]}, peak RSS {p.rss_text}"
 
     def memory(p: Point) -> str:
-        return f"peak RSS {p.rss_text} against {a.labels[a.baseline_idx]}, {metric} {p.speed_text} (not significant)"
+        return f"peak RSS {p.rss_text} against {a.labels[a.baseline_idx]}, {metric} {p.speed_text} ({p.speed_verdict})"
 
     if not any(math.isfinite(p.speed) for p in points):
         return Choice(w.name, metric, hib, points, front, None, None,
@@ -243,6 +251,15 @@ def _geomean(ratios: list[float]) -> float:
     return math.exp(sum(logs) / len(logs)) if logs else math.nan
 
 
+def _overall_verdict(verdicts: list[str]) -> str:
+    """Across workloads: worse anywhere is worse; else better anywhere is better; else undecided
+    anywhere stays undecided; else equivalent."""
+    for v in ("worse", "better", "undecided"):
+        if v in verdicts:
+            return v
+    return "equivalent"
+
+
 def _overall(a: Analysis, choices: list[Choice], budget: float | None) -> Choice:
     """Across workloads. The decision rests on the per-workload Holm verdicts (better somewhere,
     worse nowhere); the geometric means of the ratios of medians place the variants on the
@@ -260,24 +277,23 @@ def _overall(a: Analysis, choices: list[Choice], budget: float | None) -> Choice
         rss = 1.0 if base else _geomean([p.rss_ratio for p in per])
         verdicts = [p.speed_verdict for p in per]
         rss_verdicts = [p.rss_verdict for p in per]
-        speed_verdict = "baseline" if base else (
-            "worse" if "worse" in verdicts else "better" if "better" in verdicts else "same")
-        rss_verdict = "baseline" if base else (
-            "worse" if "worse" in rss_verdicts else "better" if "better" in rss_verdicts else "same")
+        speed_verdict = "baseline" if base else _overall_verdict(verdicts)
+        rss_verdict = "baseline" if base else _overall_verdict(rss_verdicts)
         ratios = [p.rss_ratio for p in per]
         worst_rss = max(ratios) if ratios and all(math.isfinite(r) for r in ratios) else math.nan
         n = len(per)
         # Every workload's primary metric counts here, memory ones too (reclaim, fragment), so
         # this is not the speed-only geomean of the summary table.
         speed_text = "" if base else (f"geomean of the primary-metric ratios x{speed:.3f} (>1 better), "
-                                      f"significantly better in {verdicts.count('better')} and worse in "
-                                      f"{verdicts.count('worse')} of {n} workloads")
-        rss_text = "" if base else (f"geomean peak RSS x{rss:.3f}, significantly lower in "
+                                      f"decided better in {verdicts.count('better')}, worse in "
+                                      f"{verdicts.count('worse')}, equivalent in {verdicts.count('equivalent')} "
+                                      f"and undecided in {verdicts.count('undecided')} of {n} workloads")
+        rss_text = "" if base else (f"geomean peak RSS x{rss:.3f}, decided lower in "
                                     f"{rss_verdicts.count('better')} and higher in {rss_verdicts.count('worse')} "
                                     f"of {n} workloads")
         points.append(Point(vi, label, speed, rss, speed, worst_rss, speed_verdict, rss_verdict,
                             speed_text, rss_text, _worst_status([p.status for p in per]),
-                            all(p.usable for p in per)))
+                            all(p.usable for p in per), max((p.more_runs or 0) for p in per) or None))
     front = [points[i].variant_idx for i in pareto_front(
         [(p.speed if p.usable else math.nan, p.rss) for p in points])]
     scope = f"all {len(choices)} workloads"

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import random
 import shutil
 import tempfile
 import time
@@ -10,7 +11,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
 
-from . import machine, plan, verify
+from . import decide, machine, plan, verify
 from .errors import AlloclabError, Interrupted
 from .measure import RunInterrupted, RunResult
 from .metrics import HW_COUNTERS, STANDARD, extract, output_tail, standard_values
@@ -30,8 +31,12 @@ class Settings:
     kind: str = "compare"
     title: str = ""
     until_precise: float | None = None   # stop adding blocks when every CI half-width is below this
+    until_decided: bool = False          # add blocks until every primary comparison has a verdict
+    first_look: int = 10                 # --until-decided: blocks before the first look
+    margin: float = 0.02                 # equivalence margin (--min-effect)
+    alpha: float = 0.05
     max_runs: int = 50
-    max_seconds: float = 1800.0
+    max_seconds: float = 1800.0          # the budget of the adaptive modes
     extra_config: dict = field(default_factory=dict)   # e.g. the sweep structure, for reports
 
 
@@ -64,20 +69,34 @@ class Experiment:
             raise AlloclabError(f"--runs must be at least 1 (got {self.settings.runs}).")
         if self.settings.warmup < 0:
             raise AlloclabError(f"--warmup cannot be negative (got {self.settings.warmup}).")
+        if self.settings.until_decided and self.settings.max_runs < 2:
+            raise AlloclabError(f"--max-runs must be at least 2 to decide anything (got {self.settings.max_runs}).")
+        s = self.settings
+        self.design = (decide.Design.sequential(s.first_look, s.max_runs, s.alpha) if s.until_decided
+                       else decide.Design.fixed(s.runs, s.alpha))
         self.programs = [w.program() for w in self.workloads]
         self.cells = [Cell(w, v) for w in range(len(self.workloads)) for v in range(len(self.variants))]
         self.evidence: dict[tuple[int, int], verify.Evidence] = {}
         self.found_metric: set[tuple[int, str]] = set()
         self.perf_ok = machine.perf_counters()[0]
         self.exp_id: int | None = None
+        self._env_max: dict[int, int] = {}
+        self._last_pad = 0
+        self._stopped: str | None = None   # why a sequential experiment stopped adding blocks
+        self._measured = self.design.looks[0]
 
     # --- set-up ----------------------------------------------------------------------------
 
     def _record_setup(self) -> None:
         s = self.settings
         removed = removed_from_env(self.base_env)
-        config = {"runs": s.runs, "warmup": s.warmup, "until_precise": s.until_precise, "timeout_s": s.timeout_s, "seed": s.seed,
+        config = {"runs": self.design.looks[0], "warmup": s.warmup, "until_precise": s.until_precise,
+                  "until_decided": s.until_decided, "budget_s": s.max_seconds if s.until_decided else None,
+                  "max_runs": s.max_runs, "timeout_s": s.timeout_s, "seed": s.seed,
                   "verify": s.verify, "schedule": "randomized interleaved blocks",
+                  "design": self.design.to_config(), "margin": s.margin,
+                  "env_padding": "ALLOCLAB_PAD: every variant of a block gets the same environment size, "
+                                 "plus a filler of 0-4095 bytes drawn per block",
                   "removed_env": removed, "perf_counters": self.perf_ok}
         config.update(s.extra_config)
         meta = machine.snapshot(self.variants)
@@ -90,6 +109,7 @@ class Experiment:
         for c in self.cells:
             ev = verify.static_check(self.variants[c.variant_idx], self.programs[c.workload_idx])
             self.evidence[(c.workload_idx, c.variant_idx)] = ev
+        self.config = config
         if removed:
             self.progress.note("Removed inherited allocator settings from the environment of every run: "
                                + ", ".join(f"{k}={v}" for k, v in removed.items()))
@@ -97,7 +117,7 @@ class Experiment:
     # --- one job ---------------------------------------------------------------------------
 
     def _env(self, w: Workload, v: Variant, job: plan.Job, tmp: Path) -> tuple[dict, Path | None]:
-        env = v.apply(self.base_env) | w.env
+        env = pad_env(v.apply(self.base_env) | w.env, self._env_target(job))
         perf_file = None
         if job.verify:
             env |= verify.ld_debug_env(tmp / "ld")
@@ -105,10 +125,21 @@ class Experiment:
             perf_file = tmp / "perf.csv"
         return env, perf_file
 
+    def _env_target(self, job: plan.Job) -> int:
+        """The environment size every variant of this job's block gets: the largest variant's, plus a
+        filler drawn per block. A variant's LD_PRELOAD and settings lengthen the environment, which
+        moves the initial stack and can shift timings by itself (Mytkowicz et al., ASPLOS 2009)."""
+        wi = self.cells[job.cell].workload_idx
+        if wi not in self._env_max:
+            w = self.workloads[wi]
+            self._env_max[wi] = max(env_size(v.apply(self.base_env) | w.env) for v in self.variants)
+        filler = random.Random(f"{self.settings.seed}-{job.block}").randrange(4096)
+        return self._env_max[wi] + len(PAD_VAR) + 2 + filler
+
     def _check_run(self, cell: Cell, job: plan.Job, result: RunResult, tmp: Path) -> dict:
         v = self.variants[cell.variant_idx]
         ev = self.evidence[(cell.workload_idx, cell.variant_idx)]
-        extra: dict = {"load": os.getloadavg()[0], "samples": result.samples}
+        extra: dict = {"load": os.getloadavg()[0], "samples": result.samples, "env_pad": self._last_pad}
         for refusal in verify.preload_refusals(result.stderr):
             ev.fail(refusal)
             extra.setdefault("verification", []).append(refusal)
@@ -152,7 +183,7 @@ class Experiment:
         self._record_setup()
         s = self.settings
         planner = plan.Planner(len(self.cells), s.seed)
-        jobs = planner.initial(s.runs, s.warmup, s.verify)
+        jobs = planner.initial(self.design.looks[0], s.warmup, s.verify)
         self.progress_total = len(jobs)
         self.progress.start(len(jobs))
         root = Path(tempfile.mkdtemp(prefix="alloclab-"))
@@ -170,6 +201,7 @@ class Experiment:
                 tmp = root / f"run-{job.block}-{job.position}"
                 tmp.mkdir()
                 env, perf_file = self._env(w, v, job, tmp)
+                self._last_pad = len(env.get(PAD_VAR, ""))
                 self.progress.advance(f"{w.name[:30]} | {v.label}" + (" (warm-up)" if job.warmup else ""))
                 accounts_all_cpu = getattr(w.executor, "accounts_all_cpu", False)
                 busy0 = machine.busy_cpu_s() if accounts_all_cpu else None
@@ -216,14 +248,21 @@ class Experiment:
             for w in prepared:
                 w.executor.cleanup()
             self._save_verification()
+            if self.exp_id is not None and self.settings.until_decided:
+                self.store.set_config(self.exp_id, self.config | {"stopped": self._stopped or status,
+                                                                  "runs_done": self._measured})
             self.store.finish(self.exp_id, status, {"load_end": list(os.getloadavg())})
             shutil.rmtree(root, ignore_errors=True)
         return self.exp_id
 
     def _jobs(self, planner: plan.Planner, jobs: list[plan.Job], started: float):
-        """The planned jobs, then, with --until-precise, more interleaved blocks while needed."""
+        """The planned jobs, then, with --until-decided or --until-precise, more interleaved blocks
+        while needed."""
         yield from jobs
         s = self.settings
+        if s.until_decided:
+            yield from self._until_decided(planner, started)
+            return
         if not s.until_precise:
             return
         measured = s.runs
@@ -240,6 +279,54 @@ class Experiment:
             measured += 1
         self.progress.note(f"stopped at {measured} runs per cell (--max-runs {s.max_runs} / "
                            f"{s.max_seconds:g} s) before every interval was within ±{s.until_precise:.1%}")
+
+    def _until_decided(self, planner: plan.Planner, started: float):
+        """Blocks until every primary comparison has a verdict, the budget is spent, or --max-runs.
+
+        Looks happen only at the design's planned block counts (see decide.py: each look is tested
+        at alpha/K, so looking cannot inflate the false-positive rate). A decided comparison stops
+        running; a workload whose comparisons are all decided stops, so the budget goes to what is
+        still open. Blocks keep their random order and hold the baseline with every open variant."""
+        from . import analysis
+        s, design = self.settings, self.design
+        base = 0
+        open_: dict[int, set[int]] = {wi: set(range(1, len(self.variants))) for wi in range(len(self.workloads))}
+        measured, block_s, t_block = design.looks[0], 0.0, time.monotonic()
+        self._stopped = "max-runs"
+        while True:
+            if measured in design.looks:
+                a = analysis.analyze(self.store.load(self.exp_id), only_primary=True, min_effect=s.margin,
+                                     workload_idxs={wi for wi, vs in open_.items() if vs})
+                for w in a.workloads:
+                    for vi in list(open_[w.idx]):
+                        verdicts = [r.cells[vi].comparison.verdict for r in w.rows if r.cells[vi].comparison]
+                        if verdicts and all(v in decide.DECIDED for v in verdicts):
+                            open_[w.idx].discard(vi)
+                left = sum(len(vs) for vs in open_.values())
+                if not left:
+                    self._stopped = "decided"
+                    self.progress.note(f"every primary comparison decided after {measured} runs per variant")
+                    return
+                self.progress.note(f"look at {measured} runs: {left} comparison(s) undecided")
+            if measured >= design.looks[-1]:
+                self.progress.note(f"stopped at --max-runs {measured} with comparisons still undecided")
+                return
+            elapsed = time.monotonic() - started
+            if elapsed + block_s > s.max_seconds:
+                self._stopped = "budget"
+                self.progress.note(f"stopped by the {s.max_seconds:g} s budget after {measured} runs per variant, "
+                                   f"with comparisons still undecided")
+                return
+            cells = [i for i, c in enumerate(self.cells)
+                     if open_[c.workload_idx] and (c.variant_idx == base or c.variant_idx in open_[c.workload_idx])]
+            block = planner.block(cells=cells)
+            self.progress_total += len(block)
+            self.progress.start(self.progress_total)
+            t_block = time.monotonic()
+            yield from block
+            block_s = time.monotonic() - t_block
+            measured += 1
+            self._measured = measured
 
     def _imprecise_cells(self, target: float) -> list[Cell]:
         """Cells whose primary metrics' median CI is still wider than the target.
@@ -268,6 +355,21 @@ class Experiment:
     def _save_verification(self) -> None:
         for (wi, vi), ev in self.evidence.items():
             self.store.set_verification(self.exp_id, wi, vi, ev.status, ev.reasons, ev.notes)
+
+
+PAD_VAR = "ALLOCLAB_PAD"
+
+
+def env_size(env: dict[str, str]) -> int:
+    """Bytes the environment takes on the new program's stack ("KEY=VALUE\0" each)."""
+    return sum(len(k.encode()) + len(v.encode()) + 2 for k, v in env.items())
+
+
+def pad_env(env: dict[str, str], target: int) -> dict[str, str]:
+    """The environment with ALLOCLAB_PAD sized so the whole takes `target` bytes (or as near as the
+    variable's own name allows)."""
+    need = target - env_size(env) - len(PAD_VAR) - 2
+    return env | {PAD_VAR: "x" * max(0, need)}
 
 
 OTHER_CPU_MIN_WALL_S = 0.25   # /proc/stat counts in 10 ms ticks per CPU: shorter runs are all error

@@ -98,9 +98,13 @@ class Comparison:
     p_value: float          # two-sided Mann-Whitney U
     p_adjusted: float       # Holm-adjusted by adjust(); equals p_value until then
     higher_is_better: bool
-    verdict: str            # "better" | "worse" | "same"
+    verdict: str            # "better" | "worse" | "equivalent" | "undecided" (decide.VERDICTS)
     n_baseline: int
     n_candidate: int
+    margin: float = 0.0     # the equivalence margin the verdict used (relative, 0.02 for +-2%)
+    confidence: float = 0.95  # of the interval: simultaneous over looks and comparisons when paired
+    method: str = "unpaired"  # "paired" (within-block trimmed mean) | "unpaired" (ratio of medians)
+    more_runs: int | None = None  # undecided: runs per variant likely to decide it
 
 
 @dataclass(frozen=True)
@@ -286,25 +290,11 @@ def _exact_tied_p(a: np.ndarray, b: np.ndarray) -> float:
 
 def verdict_for(ratio: float, ci_low: float, ci_high: float, p: float,
                 higher_is_better: bool, alpha: float = 0.05, min_effect: float = 0.0) -> str:
-    """"better" / "worse" / "same" for a ratio candidate/baseline.
-
-    A difference counts only when all hold: p < alpha, the ratio's CI lies
-    entirely on one side of 1 (so the printed interval never contradicts the
-    verdict), and |ratio - 1| >= min_effect.  Goodness then depends on the
-    metric's direction.
-    """
-    values = (ratio, ci_low, ci_high, p)
-    if not all(math.isfinite(v) for v in values):
-        return "same"
-    significant = (
-        p < alpha
-        and (ci_low > 1 or ci_high < 1)
-        and abs(ratio - 1) >= min_effect
-        and ratio != 1
-    )
-    if not significant:
-        return "same"
-    return "better" if (ratio > 1) == higher_is_better else "worse"
+    """The unpaired path's verdict: better/worse needs p < alpha as well as an interval that
+    excludes no change; equivalent and undecided as in decide.verdict_for."""
+    from .decide import verdict_for as _verdict
+    significant = math.isfinite(p) and p < alpha
+    return _verdict(ratio, ci_low, ci_high, higher_is_better, min_effect, significant=significant)
 
 
 def _ratio_of_medians(baseline: np.ndarray, candidate: np.ndarray) -> float:
@@ -338,8 +328,14 @@ def compare(baseline: Iterable[float], candidate: Iterable[float], higher_is_bet
         ratio=ratio, ci_low=lo, ci_high=hi, p_value=p, p_adjusted=p,
         higher_is_better=higher_is_better,
         verdict=verdict_for(ratio, lo, hi, p, higher_is_better, alpha, min_effect),
-        n_baseline=int(b.size), n_candidate=int(c.size),
+        n_baseline=int(b.size), n_candidate=int(c.size), margin=min_effect, confidence=confidence,
+        more_runs=_more_runs(int(min(b.size, c.size)), ratio, lo, hi, min_effect),
     )
+
+
+def _more_runs(n: int, ratio: float, lo: float, hi: float, margin: float) -> int | None:
+    from .decide import more_runs
+    return more_runs(n, ratio, lo, hi, margin)
 
 
 def holm(pvalues: Sequence[float]) -> list[float]:
@@ -383,18 +379,25 @@ def format_p(p: float, allow_less_than: bool = True) -> str:
 
 
 def format_comparison(c: Comparison) -> str:
-    """One-cell text: "+4.0% [+2.1, +5.9] p=0.003", "~ (p=0.41)" or "~ (n/a)".
+    """One cell's text; the interval is always printed, so "no difference beyond 2%" never reads
+    like "could be anything from -20% to +30%":
 
-    The sign is the raw change of the metric, not its goodness; the verdict
-    (and the report's colouring) carries goodness.
-    """
+        better/worse   "+4.0% [+2.1, +5.9]"
+        equivalent     "≈ within ±2% [-0.8, +1.1]"
+        undecided      "? +3.1% [-8.0, +15.2] ~40 more runs"
+
+    The sign is the raw change of the metric, not its goodness; the verdict carries goodness."""
     with np.errstate(all="ignore"):
         delta, lo, hi = (float((np.float64(v) - 1) * 100) for v in (c.ratio, c.ci_low, c.ci_high))
-    if c.verdict != "same" and all(math.isfinite(v) for v in (delta, lo, hi, c.p_adjusted)):
-        return f"{delta:+.1f}% [{lo:+.1f}, {hi:+.1f}] {format_p(c.p_adjusted)}"
-    if not (math.isfinite(c.ratio) and math.isfinite(c.p_adjusted)):
-        return "~ (n/a)"
-    return f"~ ({format_p(min(max(c.p_adjusted, 0.0), 1.0), allow_less_than=False)})"
+    if not math.isfinite(delta):
+        return "? (n/a)"
+    interval = f"[{lo:+.1f}, {hi:+.1f}]" if math.isfinite(lo) and math.isfinite(hi) else "[n/a]"
+    if c.verdict in ("better", "worse"):
+        return f"{delta:+.1f}% {interval}"
+    if c.verdict == "equivalent":
+        return f"≈ within ±{c.margin * 100:g}% {interval}"
+    more = f" ~{c.more_runs} more runs" if c.more_runs else ""
+    return f"? {delta:+.1f}% {interval}{more}"
 
 
 def min_runs_for_significance(alpha: float = 0.05, n_comparisons: int = 1) -> int:
@@ -512,7 +515,14 @@ def _high_cv(x: np.ndarray, threshold: float) -> Finding | None:
     )
 
 
-def _warmup_trend(x: np.ndarray) -> Finding | None:
+def _rel(a: float, b: float) -> float:
+    """|a/b - 1|, the size of a difference relative to b (inf where b is 0 and a is not)."""
+    if b == 0:
+        return 0.0 if a == 0 else math.inf
+    return abs(a / b - 1)
+
+
+def _warmup_trend(x: np.ndarray, floor: float = 0.0) -> Finding | None:
     """Early runs that differ from the settled rest.
 
     Rule: with n >= 6, flag when either
@@ -537,10 +547,12 @@ def _warmup_trend(x: np.ndarray) -> Finding | None:
     # cannot inflate the spread it is judged by.
     later = x[1:]
     first_z = float(modified_zscores(x[:1], reference=later)[0])
-    if math.isfinite(p_head) and p_head < WARMUP_P:
+    head_size = _rel(float(np.median(head)), float(np.median(rest)))
+    first_size = _rel(float(x[0]), float(np.median(later)))
+    if math.isfinite(p_head) and p_head < WARMUP_P and head_size >= floor:
         msg = (f"first {head_len} runs (median {_fmt(float(np.median(head)))}) differ from "
                f"the rest (median {_fmt(float(np.median(rest)))}), Mann-Whitney {format_p(p_head)}")
-    elif abs(first_z) > OUTLIER_Z:
+    elif abs(first_z) > OUTLIER_Z and first_size >= floor:
         msg = (f"first run {_fmt(float(x[0]))} is far from the later runs "
                f"(median {_fmt(float(np.median(later)))}, modified z {first_z:+.1f})")
     else:
@@ -552,11 +564,14 @@ def _warmup_trend(x: np.ndarray) -> Finding | None:
     )
 
 
-def _outliers(x: np.ndarray) -> Finding | None:
+def _outliers(x: np.ndarray, floor: float = 0.0) -> Finding | None:
     if x.size < OUTLIER_MIN_N:
         return None  # with a handful of runs every spread looks like an outlier
     z = modified_zscores(x)
-    flagged = x[np.abs(z) > OUTLIER_Z]
+    med = float(np.median(x))
+    # A run 0.04% from the median is no outlier worth a line, whatever its z-score.
+    big = np.array([_rel(float(v), med) >= floor for v in x], dtype=bool)
+    flagged = x[(np.abs(z) > OUTLIER_Z) & big]
     if flagged.size == 0:
         return None
     shown = ", ".join(_fmt(float(v)) for v in flagged[:10])
@@ -569,12 +584,16 @@ def _outliers(x: np.ndarray) -> Finding | None:
     )
 
 
-def _drift(x: np.ndarray, blocks: np.ndarray) -> Finding | None:
+def _drift(x: np.ndarray, blocks: np.ndarray, floor: float = 0.0) -> Finding | None:
     n_blocks = np.unique(blocks).size
     if n_blocks < DRIFT_MIN_BLOCKS:
         return None
     rho, p = _spearman(blocks, x)
     if not (math.isfinite(p) and p < DRIFT_P):
+        return None
+    ordered = x[np.argsort(blocks, kind="stable")]
+    third = max(1, ordered.size // 3)
+    if _rel(float(np.median(ordered[-third:])), float(np.median(ordered[:third]))) < floor:
         return None
     direction = "upward" if rho > 0 else "downward"
     return Finding(
@@ -646,7 +665,7 @@ def cell_findings(values: Iterable[float], *, alpha: float = 0.05, n_comparisons
                   load_avg: float | Sequence[float] | None = None,
                   n_cores: int | None = None, n_failed: int = 0,
                   other_cpu: Sequence[float] | None = None,
-                  cv_threshold: float = CV_THRESHOLD) -> list[Finding]:
+                  cv_threshold: float = CV_THRESHOLD, floor: float = 0.0) -> list[Finding]:
     """Quality checks on one cell (variant x workload x metric).
 
     ``values`` are in run order; ``blocks`` gives each value's block index
@@ -660,9 +679,10 @@ def cell_findings(values: Iterable[float], *, alpha: float = 0.05, n_comparisons
     load average > n_cores), short-runs (median duration
     < 10 ms), failed-runs, all-failed.
     """
-    # The CPU other processes used is the better evidence; the load average, which counts the
-    # workload's own threads too, is the fallback where it was not recorded (services, old data).
-    load = _competing_cpu(other_cpu, n_cores) if other_cpu is not None else _high_load(load_avg, n_cores)
+    # Only the CPU other processes used is evidence of competition: the load average counts the
+    # workload's own threads too (qemu-img's io_uring workers reached 14 on 2 cores), so it is
+    # kept for the record but never warned on.
+    load = _competing_cpu(other_cpu, n_cores) if other_cpu is not None else None
     raw = np.asarray(list(values), dtype=float).ravel()
     keep = np.isfinite(raw)
     x = raw[keep]
@@ -686,9 +706,9 @@ def cell_findings(values: Iterable[float], *, alpha: float = 0.05, n_comparisons
             _failed_runs(n, n_failed),
             _too_few_runs(n, alpha, n_comparisons),
             _high_cv(x, cv_threshold),
-            _warmup_trend(x),
-            _outliers(x),
-            _drift(x, block_idx),
+            _warmup_trend(x, floor),
+            _outliers(x, floor),
+            _drift(x, block_idx, floor),
             load,
             _short_runs(durations_s),
         )

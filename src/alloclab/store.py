@@ -131,6 +131,10 @@ class Store:
         self.db.commit()
         return run_id
 
+    def set_config(self, exp: int, config: dict) -> None:
+        self.db.execute("UPDATE experiments SET config=? WHERE id=?", (json.dumps(config), exp))
+        self.db.commit()
+
     def finish(self, exp: int, status: str, summary: dict | None = None) -> None:
         self.db.execute("UPDATE experiments SET status=?, finished=?, summary=? WHERE id=?",
                         (status, now(), json.dumps(summary or {}), exp))

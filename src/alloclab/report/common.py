@@ -56,7 +56,72 @@ def full_delta(c: stats.Comparison | None) -> str:
 
 
 def verdict_word(c: stats.Comparison | None) -> str:
-    return {"better": "better", "worse": "worse"}.get(c.verdict, "~") if c else ""
+    return c.verdict if c else ""
+
+
+def primary_rows(w) -> list[MetricRow]:
+    """The rows a workload's verdict rests on: every primary metric (a service has one per client),
+    else the first program metric, else wall time."""
+    rows = [r for r in w.rows if r.primary]
+    if rows:
+        return rows
+    p = w.primary()
+    return [p] if p is not None else []
+
+
+def primary_comparisons(a: Analysis):
+    """(workload, row, variant index, comparison) for every primary comparison, in report order."""
+    for w in a.workloads:
+        for row in primary_rows(w):
+            for vi in variant_order(a)[1:]:
+                c = row.cells[vi].comparison
+                if c is not None:
+                    yield w, row, vi, c
+
+
+# Measures that barely vary between runs: counts decided in a few runs where time needs hundreds.
+# They explain a verdict (the mechanism), never replace it.
+MECHANISM_METRICS = ("minflt", "majflt", "peak_rss_mb", "nvcsw", "nivcsw", "instructions")
+
+
+def mechanism(w, vi: int, limit: int = 3) -> list[str]:
+    """Decided, non-negligible changes of the deterministic counts for variant `vi`:
+    "minflt -90.1% (decided)"."""
+    out = []
+    for row in w.rows:
+        if row.primary or row.name not in MECHANISM_METRICS:
+            continue
+        c = row.cells[vi].comparison
+        if c is None or c.verdict not in ("better", "worse") or not math.isfinite(c.ratio):
+            continue
+        out.append(f"{row.name} {(c.ratio - 1) * 100:+.1f}% (decided)")
+    return out[:limit]
+
+
+@dataclass
+class Answer:
+    workload: str
+    metric: str
+    variant: str
+    verdict: str
+    text: str           # effect and interval, or the equivalence statement
+    more_runs: int | None
+    mechanism: list[str]
+
+
+def answers(a: Analysis) -> list[Answer]:
+    """The answer first: one line per primary comparison."""
+    out = []
+    for w, row, vi, c in primary_comparisons(a):
+        name, _ = metric_title(row)
+        out.append(Answer(w.name, name, a.labels[vi], c.verdict, stats.format_comparison(c),
+                          c.more_runs if c.verdict == "undecided" else None, mechanism(w, vi)))
+    return out
+
+
+def answer_line(x: Answer) -> str:
+    mech = f"  mechanism: {', '.join(x.mechanism)}" if x.mechanism else ""
+    return f"{x.workload} | {x.metric} | {x.variant}: {x.verdict} {x.text}{mech}"
 
 
 def shown_rows(w, details: bool = False) -> list[MetricRow]:
@@ -85,12 +150,27 @@ def findings_for(w) -> list[tuple[int, str, stats.Finding]]:
 
 # --- metadata ---------------------------------------------------------------------------------
 
+def statistics_line(a: Analysis) -> str:
+    d = a.design
+    looks = (f"sequential: looks at {', '.join(map(str, d.looks))} runs, alpha {d.alpha:g} spent {d.per_look:.4g} a look"
+             if d is not None and len(d.looks) > 1 else f"fixed runs, alpha {a.alpha:g}")
+    return (f"median per variant; change against {a.labels[a.baseline_idx]}: 20% trimmed mean of the within-block "
+            f"ratios with Yuen's interval, simultaneous over the comparisons of each workload and metric "
+            f"(Bonferroni) and over the looks ({looks}); verdicts better / worse (interval excludes no change), "
+            f"equivalent (interval within ±{a.min_effect * 100:g}%), undecided (otherwise)")
+
+
 def runs_line(a: Analysis) -> str:
     c = a.experiment.config
     warm = c.get("warmup", 0)
     verify = "on (first warm-up block under LD_DEBUG=bindings)" if c.get("verify", True) else "off (--no-verify)"
     timeout = f", timeout {c['timeout_s']} s" if c.get("timeout_s") else ""
-    return (f"{c.get('runs')} measured runs per variant after {warm} warm-up block(s); "
+    if c.get("until_decided"):
+        how = (f"until decided: {c.get('runs_done', c.get('runs'))} runs per variant at most "
+               f"(stopped: {c.get('stopped', 'n/a')}; budget {c.get('budget_s') or 0:g} s, --max-runs {c.get('max_runs')})")
+    else:
+        how = f"{c.get('runs')} measured runs per variant"
+    return (f"{how} after {warm} warm-up block(s); "
             f"{c.get('schedule', 'randomized interleaved blocks')} (seed {c.get('seed')}); "
             f"verification {verify}{timeout}")
 
@@ -125,9 +205,7 @@ def metadata(a: Analysis) -> list[tuple[str, str]]:
         ("glibc", str(m.get("glibc"))),
         ("perf", m.get("perf_counters_note") or ("hardware counters" if m.get("perf_counters") else "none")),
         ("runs", runs_line(a)),
-        ("statistics", f"median per variant; change against {a.labels[a.baseline_idx]} with bootstrap 95% "
-                       f"interval; two-sided Mann-Whitney p, Holm-adjusted per workload and metric; "
-                       f"alpha {a.alpha:g}" + (f", minimum effect {a.min_effect:.0%}" if a.min_effect else "")),
+        ("statistics", statistics_line(a)),
         ("tool", f"alloclab {m.get('alloclab')}, Python {m.get('python')}"),
     ]
     removed = e.config.get("removed_env") or {}

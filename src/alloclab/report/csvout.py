@@ -1,4 +1,6 @@
-"""CSV: one row per run (warm-up and failed runs included, marked), every metric a column."""
+"""CSV: one row per run (warm-up and failed runs included, marked), every metric a column, and the
+verdict of the run's variant on its workload's primary metric (the same on every run of a cell, so
+a spreadsheet can filter on it without a second table)."""
 
 from __future__ import annotations
 
@@ -10,6 +12,7 @@ from ..analysis import Analysis
 SUFFIX = ".csv"
 RUN_COLUMNS = ("experiment", "workload_idx", "workload", "variant_idx", "variant", "allocator", "version",
                "block", "position", "warmup", "status", "exit_code", "signal", "error", "started")
+VERDICT_COLUMNS = ("primary_metric", "verdict", "effect_pct", "ci_low_pct", "ci_high_pct", "more_runs")
 
 
 def metric_columns(a: Analysis) -> list[str]:
@@ -25,15 +28,27 @@ def export(a: Analysis, options=None) -> str:
     names = {w["idx"]: w["name"] for w in e.workloads}
     buf = io.StringIO()
     out = csv.writer(buf, lineterminator="\n")
-    out.writerow([*RUN_COLUMNS, *metrics])
+    out.writerow([*RUN_COLUMNS, *VERDICT_COLUMNS, *metrics])
+    verdicts = _verdicts(a)
     for r in e.runs:
         v = e.variants[r["variant_idx"]]
         out.writerow([e.id, r["workload_idx"], names.get(r["workload_idx"], ""), r["variant_idx"], v["label"],
                       v.get("allocator") or v.get("library") or "", v.get("version") or "", r["block"],
                       r["position"], int(bool(r["warmup"])), r["status"], _blank(r["exit_code"]),
                       _blank(r["signal"]), r["error"] or "", r["started"],
+                      *verdicts.get((r["workload_idx"], r["variant_idx"]), [""] * len(VERDICT_COLUMNS)),
                       *(_number(r["metrics"].get(m)) for m in metrics)])
     return buf.getvalue()
+
+
+def _verdicts(a: Analysis) -> dict[tuple[int, int], list[str]]:
+    from .common import primary_comparisons
+    out = {}
+    pct = lambda r: _number((r - 1) * 100) if r == r else ""  # noqa: E731
+    for w, row, vi, c in primary_comparisons(a):
+        out.setdefault((w.idx, vi), [row.name, c.verdict, pct(c.ratio), pct(c.ci_low), pct(c.ci_high),
+                                     _blank(c.more_runs)])
+    return out
 
 
 def _blank(v) -> str:

@@ -19,7 +19,7 @@ from ..errors import AlloclabError
 from ..store import Experiment
 from .common import fmt_value, full_delta, verdict_word
 
-VERDICT_STYLE = {"better": "green", "worse": "red", "same": "dim"}
+VERDICT_STYLE = {"better": "green", "worse": "red", "equivalent": "cyan", "undecided": "yellow"}
 # What may differ between two experiments and explain a change.
 CONTEXT_KEYS = ("host", "cpu_model", "usable_cores", "kernel", "os", "glibc", "thp", "thp_defrag", "governor",
                 "alloclab")
@@ -213,7 +213,7 @@ def render_markdown(d: Diff) -> str:
         out += table(["metric"] + [f"{label}: A -> B" for label in d.labels], rows) + [""]
     out += [f"- {n}" for n in d.notes]
     out += ["", "Each cell: median in A -> median in B, then B against A with its bootstrap 95% interval, the "
-                "Holm-adjusted Mann-Whitney p and the verdict (~: not significant)."]
+                "Holm-adjusted Mann-Whitney p and the verdict (better, worse, equivalent within the margin, undecided)."]
     return "\n".join(out).rstrip() + "\n"
 
 

@@ -15,7 +15,7 @@ from ..analysis import Analysis
 from ..recommend import RSS_METRIC, Recommendation, recommend
 from . import charts
 from .common import (allocator_lines, failed_run_lines, fmt_value, full_delta, metadata, shown_rows,
-                     variant_order, verdict_word, verification_rows, verification_summary, warning_groups)
+                     variant_order, verdict_word, answers, statistics_line, verification_rows, verification_summary, warning_groups)
 
 SUFFIX = ".html"
 
@@ -223,6 +223,7 @@ def context(a: Analysis, options) -> dict:
         "choices": rec.workloads + ([rec.overall] if len(rec.workloads) > 1 else []),
         "overall_figure": overall_figure, "workloads": workloads, "sweep": sweep, "sweep_note": sweep_note,
         "baseline": a.labels[a.baseline_idx], "colours": {a.labels[vi]: charts.colour(vi) for vi in order},
+        "answers": answers(a), "statistics": statistics_line(a),
     }
 
 

@@ -13,11 +13,11 @@ from .. import __version__
 from ..analysis import Analysis
 from ..recommend import recommend
 from ..store import Experiment
-from .common import full_delta, verification_summary
+from .common import answers, full_delta, statistics_line, verification_summary
 
 SUFFIX = ".json"
 
-JSON_SCHEMA_VERSION = 1
+JSON_SCHEMA_VERSION = 2   # 2: four verdicts ("same" is gone), paired effects, answers, design
 
 
 def json_safe(obj):
@@ -65,10 +65,13 @@ def analysis_dict(a: Analysis, max_rss_increase: float | None = None, runs: bool
     out = experiment_dict(a.experiment, runs=False)
     out["baseline"] = a.labels[a.baseline_idx]
     level, sentence = verification_summary(a)
-    out["analysis"] = {"alpha": a.alpha, "min_effect": a.min_effect, "baseline": a.labels[a.baseline_idx],
-                       "test": "two-sided Mann-Whitney U, Holm-adjusted per workload and metric",
-                       "interval": "bootstrap 95% of the ratio of medians",
+    out["analysis"] = {"alpha": a.alpha, "min_effect": a.min_effect, "margin": a.min_effect,
+                       "baseline": a.labels[a.baseline_idx],
+                       "design": a.design.to_config() if a.design else None,
+                       "method": statistics_line(a),
+                       "verdicts": "better | worse | equivalent | undecided",
                        "verification": {"level": level, "summary": sentence}}
+    out["answers"] = [dataclasses.asdict(x) for x in answers(a)]
     out["results"] = [{
         "workload": w.name,
         "workload_idx": w.idx,

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from ..analysis import Analysis
 from ..recommend import Choice, recommend
-from .common import (allocator_lines, failed_run_lines, fmt_value, full_delta, metadata, shown_rows,
+from .common import (allocator_lines, answers, failed_run_lines, fmt_value, full_delta, metadata, shown_rows,
                      variant_order, verdict_word, verification_rows, verification_summary, warning_groups)
 
 SUFFIX = ".md"
@@ -54,7 +54,7 @@ def workload_section(a: Analysis, w, details: bool) -> list[str]:
             text = fmt_value(c.summary.median)
             if vi != a.baseline_idx and c.comparison:
                 verdict = verdict_word(c.comparison)
-                text += f" ({full_delta(c.comparison)} {'**' + verdict + '**' if verdict != '~' else '~'})"
+                text += f" ({full_delta(c.comparison)} {'**' + verdict + '**' if verdict in ('better', 'worse') else verdict})"
             cells.append(text)
         rows.append(cells)
     out += table(head, rows)
@@ -102,8 +102,17 @@ def export(a: Analysis, options) -> str:
     level, sentence = verification_summary(a)
     out = [f"## alloclab: {e.row['title']}", "", *header(a), "",
            ("**" + sentence + "**") if level != "ok" else sentence, ""]
-    out.append("Each cell: median, then the change against the baseline with its bootstrap 95% interval, the "
-               "Holm-adjusted Mann-Whitney p and the verdict (~: not significant). * marks the primary metric.")
+    rows = answers(a)
+    if rows:
+        out += ["### Answer", ""]
+        out += table(["workload", "metric", "variant", "verdict", "effect [interval]", "mechanism"],
+                     [[x.workload, x.metric, x.variant, f"**{x.verdict}**" if x.verdict in ("better", "worse")
+                       else x.verdict, x.text, ", ".join(x.mechanism)] for x in rows])
+        out.append("")
+    out.append("Each cell: median, then the change against the baseline with its interval, the adjusted p and "
+               "the verdict: better/worse (the interval excludes no change), equivalent (the whole interval "
+               "within the margin), undecided (with the runs per variant likely to decide it). * marks the "
+               "primary metric.")
     out.append("")
     for w in a.workloads:
         out += workload_section(a, w, options.details)

@@ -10,10 +10,10 @@ from rich.text import Text
 
 from ..analysis import DEFAULT_STANDARD, Analysis
 from ..recommend import Recommendation, recommend
-from .common import delta_text, failed_run_lines, fmt_value, metric_title, warning_groups
+from .common import answers, delta_text, failed_run_lines, fmt_value, metric_title, statistics_line, warning_groups
 
 STATUS_STYLE = {"verified": "green", "ineffective": "bold red", "unknown": "yellow"}
-VERDICT_STYLE = {"better": "green", "worse": "red", "same": "dim"}
+VERDICT_STYLE = {"better": "green", "worse": "red", "equivalent": "cyan", "undecided": "yellow"}
 
 
 def workload_table(a: Analysis, w, details: bool = False) -> Table:
@@ -94,6 +94,22 @@ def recommendation(rec: Recommendation) -> list[Text]:
     return out
 
 
+def answer_table(a: Analysis, console: Console) -> None:
+    """The answer first: one line per primary comparison (workload, metric, variant, verdict, effect,
+    interval), with the deterministic counts that explain it."""
+    t = Table(title="[bold]Answer[/] (primary metrics against " + a.labels[a.baseline_idx] + ")",
+              title_justify="left", show_edge=False, box=None, pad_edge=False)
+    for col in ("workload", "metric", "variant", "verdict", "effect [interval]", "mechanism"):
+        t.add_column(col, no_wrap=col != "mechanism")
+    rows = answers(a)
+    for x in rows:
+        t.add_row(x.workload, x.metric, x.variant, Text(x.verdict, style=VERDICT_STYLE.get(x.verdict, "")),
+                  x.text, ", ".join(x.mechanism))
+    if rows:
+        console.print(t)
+        console.print()
+
+
 def render(a: Analysis, console: Console, details: bool = False, max_rss_increase: float | None = None) -> None:
     e = a.experiment
     m = e.machine
@@ -103,12 +119,14 @@ def render(a: Analysis, console: Console, details: bool = False, max_rss_increas
                        f"governor {m.get('governor') or 'n/a'}; {e.config.get('runs')} runs x "
                        f"{len(a.labels)} variants in randomized interleaved blocks (seed {e.config.get('seed')})",
                        style="dim"))
+    answer_table(a, console)
     for w in a.workloads:
         console.print(Group(workload_table(a, w, details), *notes(a, w, details)))
         console.print()
-    console.print(Text("Each cell: median; under it the change against the baseline with its 95% interval and "
-                       "Holm-adjusted Mann-Whitney p, or ~ when not significant (adjusted p >= 0.05, or the interval includes no change). * marks the primary metric.",
-                       style="dim"))
+    console.print(Text("Each cell: median; under it the change against the baseline and its interval: better/worse "
+                       "(the interval excludes no change), ≈ equivalent (the whole interval within the margin), "
+                       "? undecided (with the runs per variant likely to decide it). * marks the primary metric. "
+                       "Statistics: " + statistics_line(a) + ".", style="dim"))
     console.print()
     console.print(Text("Recommendation", style="bold underline"))
     for line in recommendation(recommend(a, max_rss_increase)):
