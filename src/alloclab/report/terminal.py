@@ -10,7 +10,7 @@ from rich.text import Text
 
 from ..analysis import DEFAULT_STANDARD, Analysis
 from ..recommend import Recommendation, recommend
-from .common import answers, delta_text, failed_run_lines, fmt_value, metric_title, statistics_line, warning_groups
+from .common import answers, runs_line, delta_text, failed_run_lines, fmt_value, metric_title, statistics_line, warning_groups
 
 STATUS_STYLE = {"verified": "green", "ineffective": "bold red", "unknown": "yellow"}
 VERDICT_STYLE = {"better": "green", "worse": "red", "equivalent": "cyan", "undecided": "yellow"}
@@ -116,8 +116,7 @@ def render(a: Analysis, console: Console, details: bool = False, max_rss_increas
     console.print(Text(f"experiment {e.id} ({e.row['status']}): {e.row['title']}", style="bold"))
     console.print(Text(f"host {m.get('host')}: {m.get('cpu_model')}, {m.get('usable_cores')} cores, "
                        f"kernel {m.get('kernel')}, glibc {m.get('glibc')}, THP {m.get('thp')}, "
-                       f"governor {m.get('governor') or 'n/a'}; {e.config.get('runs')} runs x "
-                       f"{len(a.labels)} variants in randomized interleaved blocks (seed {e.config.get('seed')})",
+                       f"governor {m.get('governor') or 'n/a'}; {len(a.labels)} variants; {runs_line(a)}",
                        style="dim"))
     answer_table(a, console)
     for w in a.workloads:
