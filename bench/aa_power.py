@@ -1,35 +1,30 @@
 #!/usr/bin/env python3
-"""Does alloclab decide correctly?  A/A false-positive rate and power, on real runs.
+"""Does alloclab decide correctly?  A/A false-positive rate and power of the default sequential
+rule (--until-decided), on real runs.
 
-Runs a built-in workload (default: `simple`, quick size) through the core (runner.Experiment,
-a temporary store, analysis.analyze) under these variants of ONE allocator, all in the same
-randomized interleaved blocks:
+Runs a built-in workload (default: `simple`, quick size) through the core (runner.Experiment
+with until_decided, exactly as `alloclab compare` runs by default, a temporary store) under three
+variants of ONE allocator, in the same randomized interleaved blocks:
 
     glibc@a                     the baseline
     glibc@b                     the same allocator under another label (the A/A pair)
     glibc:<VAR>=N@ewN           the same allocator, but the program does N extra units of
-                                allocation-free CPU work per operation (--extra-work=N)
+                                allocation-free CPU work per operation (--extra-work=N), N
+                                calibrated to a +5% slowdown
 
 The slowdown is made a *variant* with a fixed `sh -c 'exec "$@" --extra-work="${VAR:-0}"'`
-wrapper: the variant sets VAR in the environment of its runs (variants pass unknown settings
-through as environment variables) and the wrapper turns it into the workload's flag.  So the
-baseline and the slowed program are scheduled exactly as two allocators in one `alloclab
-compare` would be, and nothing but the injected work differs between them.
+wrapper: the variant sets VAR in the environment of its runs and the wrapper turns it into the
+workload's flag, so the baseline and the slowed program are scheduled exactly as two allocators.
 
-Each pair is judged as a two-variant `compare` judges it (stats.compare on the primary metric;
-Holm over a family of one comparison changes nothing), at the default --runs 10:
-  * real experiments: every repeated experiment gives one A/A verdict and one verdict per
-    injected slowdown;
-  * resampled experiments: blocks (one run of every variant, measured side by side) are pooled
-    over all real experiments, and many experiments of n blocks are drawn from the pool with
-    replacement (a block bootstrap: each resampled experiment is an iid sample from the
-    measured distribution; drawing without replacement from a finite pool would understate
-    the spread and flatter the power).  Whole blocks are drawn, so the a/b/ewN runs of a
-    resampled experiment were measured next to each other, as in a real one.
-
-The extra-work values are calibrated first (slowdown per unit, from one large step) to aim at
-the --targets; the table reports the slowdown actually realized, measured on the whole pool.
-Default runtime: 3-5 minutes on 2 cores.  Results and method: docs/statistics.md.
+Two estimates:
+  * real experiments: each repeated sequential experiment gives one A/A verdict and one verdict
+    on the +5% slowdown, with the runs and the time it took (the A/A comparison can only end as
+    "equivalent within +-2%" or at the budget, so every experiment runs its budget out);
+  * resampled experiments: the measured blocks of all real experiments, in the order they ran,
+    are cut into segments of 25 consecutive blocks, and many sequential experiments are rebuilt
+    from randomly drawn segments (a moving-block bootstrap: the drift within a segment is kept),
+    then judged by the same rule (decide.py) at the same looks.
+Default runtime: about 10-15 minutes on 2 cores.  Results and method: docs/statistics.md.
 Usage:  .venv/bin/python bench/aa_power.py [--help]
 """
 
@@ -42,12 +37,11 @@ import os
 import sys
 import tempfile
 import time
-from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 
 import numpy as np
 
-from alloclab import analysis, machine, stats
+from alloclab import analysis, decide, machine
 from alloclab.errors import AlloclabError
 from alloclab.metrics import MetricDef
 from alloclab.runner import Experiment, Progress, Settings
@@ -61,7 +55,8 @@ ENV_VAR = "ALLOCLAB_BENCH_EXTRA_WORK"
 # the variant's environment; no user text is ever part of it.
 WRAPPER = f'exec "$@" --extra-work="${{{ENV_VAR}:-0}}"'
 CALIBRATION_STEP = 32
-DEFAULT_RUNS = 10  # alloclab compare's default --runs
+MARGIN = 0.02          # alloclab's default --min-effect
+SEGMENT = 25
 
 
 # --- set-up ------------------------------------------------------------------------------------
@@ -74,10 +69,6 @@ def wrapped_workload(name: str, params: dict[str, str]) -> tuple[Workload, Metri
     return w, builtin.get(name).primary()
 
 
-def variant_specs(extra_work: list[int]) -> list[str]:
-    return ["glibc@a", "glibc@b"] + [f"glibc:{ENV_VAR}={e}@ew{e}" for e in extra_work]
-
-
 def quiet_progress(tag: str) -> Progress:
     """No progress bar; notes on stderr, less the expected one about our pass-through variable."""
     def note(text: str) -> None:
@@ -86,23 +77,23 @@ def quiet_progress(tag: str) -> Progress:
     return Progress(note=note)
 
 
-def run_core(store: Store, workload: Workload, specs: list[str], runs: int, warmup: int,
-             seed: int, verify: bool, tag: str) -> int:
-    settings = Settings(runs=runs, warmup=warmup, seed=seed, verify=verify, kind="compare",
-                        title=f"aa_power {tag}")
+def run_core(store: Store, workload: Workload, specs: list[str], seed: int, tag: str, *, runs: int = 10,
+             until_decided: bool = False, max_runs: int = 300, budget_s: float = 600) -> int:
+    settings = Settings(runs=runs, warmup=1, seed=seed, verify=True, kind="compare", title=f"aa_power {tag}",
+                        until_decided=until_decided, first_look=10, max_runs=max_runs, max_seconds=budget_s,
+                        margin=MARGIN)
     return Experiment(store, [workload], parse_variants(specs), settings, quiet_progress(tag)).run()
 
 
-def primary_cells(store: Store, exp_id: int, metric: str) -> tuple[dict[str, list[float]], dict]:
-    """Per label, the primary metric's measured values, in block order; and block -> label -> value."""
+def primary_blocks(store: Store, exp_id: int, metric: str) -> dict[int, dict[str, float]]:
+    """block -> label -> value of the primary metric."""
     a = analysis.analyze(store.load(exp_id))
     row = a.workloads[0].row(metric)
-    cells = {a.labels[c.variant_idx]: list(c.values) for c in row.cells}
     blocks: dict[int, dict[str, float]] = {}
     for c in row.cells:
-        for b, v in zip(c.blocks, c.values):
+        for (_, b), v in zip(c.blocks, c.values):
             blocks.setdefault(b, {})[a.labels[c.variant_idx]] = v
-    return cells, blocks
+    return dict(sorted(blocks.items()))
 
 
 def slowdown(ratio: float, higher_is_better: bool) -> float:
@@ -112,53 +103,59 @@ def slowdown(ratio: float, higher_is_better: bool) -> float:
 
 # --- calibration -------------------------------------------------------------------------------
 
-def calibrate(store: Store, workload: Workload, metric: MetricDef, targets: list[float], runs: int,
-              seed: int) -> tuple[list[int], dict]:
-    """Extra-work values aimed at each target slowdown.
-
-    The slowdown per unit comes from one large step (CALIBRATION_STEP units, roughly doubling
-    the simple workload's time), whose effect dwarfs the run-to-run noise, so a few runs
-    measure it well; a ladder of small steps drowns in noise on a busy machine.  Small
-    amounts of extra work may partly overlap with the allocator's own work in the CPU
-    pipeline and cost less than the slope says: that is why the table reports the slowdown
-    each value actually realized, not the target.  The values strictly increase, so the scan
-    always covers distinct effects."""
-    specs = ["glibc@ew0", f"glibc:{ENV_VAR}={CALIBRATION_STEP}@ew{CALIBRATION_STEP}"]
-    exp_id = run_core(store, workload, specs, runs, 1, seed, False, "calibration")
-    cells, _ = primary_cells(store, exp_id, metric.name)
-    ratio = float(np.median(cells[f"ew{CALIBRATION_STEP}"])) / float(np.median(cells["ew0"]))
-    per_unit = slowdown(ratio, metric.higher_is_better) / CALIBRATION_STEP
-    chosen: list[int] = []
-    for t in sorted(targets):
-        e = max(1, round(t / per_unit)) if per_unit > 0 else 1
-        chosen.append(max(e, chosen[-1] + 1) if chosen else e)
-    return chosen, {"step": CALIBRATION_STEP, "runs": runs, "slowdown_per_unit": per_unit}
+def calibrate(store: Store, workload: Workload, metric: MetricDef, target: float, runs: int, seed: int) -> tuple[int, dict]:
+    """Extra work that realizes the target slowdown. A first guess comes from one large step
+    (CALIBRATION_STEP units, roughly doubling the time); small amounts cost less than that slope
+    says (they overlap with the allocator's own work in the pipeline), so a ladder of multiples of
+    the guess is then measured side by side and the smallest that realizes the target is taken.
+    The report gives the slowdown realized over every block of the experiments."""
+    def measured(values: list[int], tag: str) -> dict[int, float]:
+        specs = ["glibc@ew0"] + [f"glibc:{ENV_VAR}={v}@ew{v}" for v in values]
+        blocks = primary_blocks(store, run_core(store, workload, specs, seed, tag, runs=runs), metric.name)
+        return {v: slowdown(float(np.median([b[f"ew{v}"] / b["ew0"] for b in blocks.values() if len(b) == len(specs)])),
+                            metric.higher_is_better) for v in values}
+    per_unit = measured([CALIBRATION_STEP], "calibration step")[CALIBRATION_STEP] / CALIBRATION_STEP
+    guess = max(1, round(target / per_unit)) if per_unit > 0 else 1
+    ladder = sorted({guess * k for k in (1, 2, 3, 4, 6)})
+    realized = measured(ladder, "calibration ladder")
+    chosen = next((v for v in ladder if realized[v] >= target), ladder[-1])
+    return chosen, {"step": CALIBRATION_STEP, "runs": runs, "slowdown_per_unit": per_unit,
+                    "ladder": {str(v): realized[v] for v in ladder}}
 
 
-# --- resampling --------------------------------------------------------------------------------
+# --- the rule on resampled sequences ------------------------------------------------------------
 
-def _resample_chunk(args) -> dict[str, list[str]]:
-    matrix, labels, n, draws, seed, higher_is_better = args
+def sequential_verdict(pairs: list[tuple[float, float]], design: decide.Design, family: int,
+                       higher_is_better: bool) -> tuple[str, int]:
+    """The verdict and the runs used of the sequential rule on (baseline, candidate) pairs in order."""
+    for n in design.looks:
+        if n > len(pairs):
+            break
+        conf = 1 - design.alpha_at(n) / family
+        e = decide.paired_effect({i: b for i, (b, _) in enumerate(pairs[:n])},
+                                 {i: c for i, (_, c) in enumerate(pairs[:n])}, conf)
+        v = decide.verdict_for(e.ratio, e.ci_low, e.ci_high, higher_is_better, MARGIN)
+        if v in decide.DECIDED:
+            return v, n
+    return "undecided", min(len(pairs), design.looks[-1])
+
+
+def resampled(sequences: list[list[tuple[float, float]]], draws: int, design: decide.Design, seed: int,
+              higher_is_better: bool) -> dict:
+    segments = [seq[i:i + SEGMENT] for seq in sequences for i in range(0, len(seq) - SEGMENT + 1, SEGMENT)]
+    if not segments:
+        return {"draws": 0}
     rng = np.random.default_rng(seed)
-    out: dict[str, list[str]] = {lab: [] for lab in labels[1:]}
+    counts = {v: 0 for v in decide.VERDICTS}
+    used = []
     for _ in range(draws):
-        rows = matrix[rng.integers(0, matrix.shape[0], size=n)]
-        for j, lab in enumerate(labels[1:], start=1):
-            out[lab].append(stats.compare(rows[:, 0], rows[:, j], higher_is_better).verdict)
-    return out
-
-
-def resample(matrix: np.ndarray, labels: list[str], n: int, draws: int, seed: int,
-             higher_is_better: bool, workers: int) -> dict[str, list[str]]:
-    chunks = max(1, workers * 4)
-    sizes = [draws // chunks + (i < draws % chunks) for i in range(chunks)]
-    jobs = [(matrix, labels, n, s, seed * 1000 + i, higher_is_better) for i, s in enumerate(sizes) if s]
-    verdicts: dict[str, list[str]] = {lab: [] for lab in labels[1:]}
-    with ProcessPoolExecutor(max_workers=workers) as pool:
-        for part in pool.map(_resample_chunk, jobs):
-            for lab, v in part.items():
-                verdicts[lab] += v
-    return verdicts
+        pairs: list[tuple[float, float]] = []
+        while len(pairs) < design.looks[-1]:
+            pairs += segments[int(rng.integers(len(segments)))]
+        v, n = sequential_verdict(pairs, design, 2, higher_is_better)
+        counts[v] += 1
+        used.append(n)
+    return {"draws": draws, "segments": len(segments), "verdicts": counts, "median_runs": float(np.median(used))}
 
 
 def wilson(k: int, n: int, z: float = 1.959964) -> tuple[float, float]:
@@ -177,73 +174,20 @@ def parse_args(argv=None):
     p.add_argument("--workload", default="simple", choices=["simple", "larson"])
     p.add_argument("--param", action="append", default=[], metavar="KEY=VALUE",
                    help="workload parameter (default: the quick size)")
-    p.add_argument("--experiments", type=int, default=6, help="real repeated experiments (default 6)")
-    p.add_argument("--runs", type=int, default=DEFAULT_RUNS, help="runs per variant per real experiment")
-    p.add_argument("--n", type=int, action="append", default=None,
-                   help="runs per variant in resampled experiments (repeatable; default: 10 and 20)")
-    p.add_argument("--resamples", type=int, default=1000, help="resampled experiments per row and n")
-    p.add_argument("--targets", default="1,2,3,5,10,20,50,70,100", help="slowdowns to aim at, in percent")
-    p.add_argument("--extra-work", default=None, help="comma-separated extra-work values (skips calibration)")
-    p.add_argument("--calibration-runs", type=int, default=8, help="runs of each calibration variant")
+    p.add_argument("--experiments", type=int, default=8, help="real sequential experiments (default 8)")
+    p.add_argument("--max-runs", type=int, default=300, help="runs per variant at most (compare's default: 300)")
+    p.add_argument("--budget", type=float, default=600, help="seconds per experiment (compare's default: 600)")
+    p.add_argument("--resamples", type=int, default=2000, help="resampled sequential experiments")
+    p.add_argument("--target", type=float, default=5.0, help="injected slowdown to aim at, in percent")
+    p.add_argument("--extra-work", type=int, default=None, help="extra-work units (skips calibration)")
+    p.add_argument("--calibration-runs", type=int, default=20)
     p.add_argument("--seed", type=int, default=1)
-    p.add_argument("--workers", type=int, default=os.cpu_count() or 1, help="processes for the resampling")
     p.add_argument("--json", type=Path, help="write every number here as JSON")
     p.add_argument("--db", type=Path, help="keep the runs in this store (default: a temporary one)")
     return p.parse_args(argv)
 
 
-def run_real(store: Store, workload: Workload, metric: MetricDef, extra: list[int],
-             args) -> tuple[list[dict], np.ndarray, int]:
-    """The repeated real experiments, each exactly as `alloclab compare --runs 10` runs it.
-
-    Returns one record per experiment, the pool of complete blocks (one column per label), and
-    the number of runs made."""
-    specs = variant_specs(extra)
-    labels = ["a", "b"] + [f"ew{e}" for e in extra]
-    real: list[dict] = []
-    pool_rows: list[list[float]] = []
-    n_runs = 0
-    for i in range(args.experiments):
-        exp_id = run_core(store, workload, specs, args.runs, 1, args.seed + 100 + i, True, f"experiment {i + 1}")
-        exp = store.load(exp_id)
-        n_runs += len(exp.runs)
-        cells, blocks = primary_cells(store, exp_id, metric.name)
-        verdicts = {lab: stats.compare(cells["a"], cells[lab], metric.higher_is_better) for lab in labels[1:]}
-        real.append({"id": exp_id, "load": [r["extra"].get("load") for r in exp.runs],
-                     "median": {lab: float(np.median(cells[lab])) for lab in labels},
-                     "verdicts": {lab: c.verdict for lab, c in verdicts.items()},
-                     "p": {lab: c.p_value for lab, c in verdicts.items()},
-                     "ratio": {lab: c.ratio for lab, c in verdicts.items()}})
-        pool_rows += [[b[lab] for lab in labels] for b in blocks.values() if all(lab in b for lab in labels)]
-        print(f"experiment {i + 1}/{args.experiments}: " + ", ".join(
-            f"{lab} {c.verdict} ({slowdown(c.ratio, metric.higher_is_better):+.1%}, p={c.p_value:.3f})"
-            for lab, c in verdicts.items()), file=sys.stderr)
-    return real, np.asarray(pool_rows, dtype=float), n_runs
-
-
-def table_rows(pool: np.ndarray, labels: list[str], extra: list[int], real: list[dict],
-               resampled: dict[int, dict[str, list[str]]], higher_is_better: bool) -> list[dict]:
-    rows = []
-    for j, lab in enumerate(labels):
-        col = pool[:, j]
-        row = {"label": lab, "extra_work": 0 if j < 2 else extra[j - 2], "n_pool": int(col.size),
-               "median": float(np.median(col)), "min": float(col.min()), "max": float(col.max()),
-               "cv": float(np.std(col, ddof=1) / np.mean(col)) if col.size > 1 else math.nan}
-        if j:
-            # The realized effect: the whole pool of this variant against the whole baseline pool.
-            whole = stats.compare(pool[:, 0], col, higher_is_better)
-            real_v = [e["verdicts"][lab] for e in real]
-            row |= {"slowdown": slowdown(whole.ratio, higher_is_better),
-                    "slowdown_ci": sorted(slowdown(x, higher_is_better) for x in (whole.ci_low, whole.ci_high)),
-                    "real": {v: real_v.count(v) for v in ("same", "worse", "better")} | {"n": len(real_v)},
-                    "resampled": {n: {v: r[lab].count(v) for v in ("same", "worse", "better")} | {"n": len(r[lab])}
-                                  for n, r in resampled.items()}}
-        rows.append(row)
-    return rows
-
-
 def benchmark(args, store: Store) -> dict:
-    ns = args.n or [DEFAULT_RUNS, 2 * DEFAULT_RUNS]
     t0 = time.monotonic()
     load_start = os.getloadavg()
     try:
@@ -251,33 +195,48 @@ def benchmark(args, store: Store) -> dict:
     except ValueError:
         raise AlloclabError(f"--param takes KEY=VALUE (e.g. --param iters=50000), got {args.param}.") from None
     workload, metric = wrapped_workload(args.workload, params)
+    hib = metric.higher_is_better
     report: dict = {"machine": {k: v for k, v in machine.snapshot().items()
                                 if k in ("cpu_model", "cores", "usable_cores", "kernel", "os", "glibc", "governor", "thp")},
-                    "workload": workload.argv[4:], "metric": metric.name,
-                    "higher_is_better": metric.higher_is_better, "load_start": list(load_start)}
+                    "workload": workload.argv[4:], "metric": metric.name, "higher_is_better": hib,
+                    "load_start": list(load_start), "max_runs": args.max_runs, "budget_s": args.budget}
     if args.extra_work:
-        extra = sorted({int(e) for e in args.extra_work.split(",")})
-        report["calibration"] = None
+        extra, report["calibration"] = args.extra_work, None
     else:
-        targets = [float(t) / 100 for t in args.targets.split(",")]
-        extra, cal = calibrate(store, workload, metric, targets, args.calibration_runs, args.seed)
-        report["calibration"] = cal
-        print(f"calibration: {cal['slowdown_per_unit']:+.2%} per unit of extra work (median of {cal['runs']} "
-              f"runs with {cal['step']} units against {cal['runs']} without)", file=sys.stderr)
-    labels = ["a", "b"] + [f"ew{e}" for e in extra]
-    t_cal = time.monotonic()
-    real, pool, n_runs = run_real(store, workload, metric, extra, args)
-    t_real = time.monotonic()
-    resampled = {n: resample(pool, labels, n, args.resamples, args.seed + n, metric.higher_is_better, args.workers)
-                 for n in ns}
-    t_res = time.monotonic()
+        extra, report["calibration"] = calibrate(store, workload, metric, args.target / 100, args.calibration_runs,
+                                                 args.seed)
+        print(f"calibration: {report['calibration']['slowdown_per_unit']:+.2%} per unit; {extra} units", file=sys.stderr)
+    ew = f"ew{extra}"
+    specs = ["glibc@a", "glibc@b", f"glibc:{ENV_VAR}={extra}@{ew}"]
+    real, aa_seqs, slow_seqs = [], [], []
+    for i in range(args.experiments):
+        t = time.monotonic()
+        exp_id = run_core(store, workload, specs, args.seed + 100 + i, f"experiment {i + 1}", until_decided=True,
+                          max_runs=args.max_runs, budget_s=args.budget)
+        a = analysis.analyze(store.load(exp_id))
+        row = a.workloads[0].primary()
+        cmp = {a.labels[c.variant_idx]: c.comparison for c in row.cells if c.comparison}
+        blocks = primary_blocks(store, exp_id, metric.name)
+        aa_seqs.append([(b["a"], b["b"]) for b in blocks.values() if "a" in b and "b" in b])
+        slow_seqs.append([(b["a"], b[ew]) for b in blocks.values() if "a" in b and ew in b])
+        rec = {"id": exp_id, "seconds": time.monotonic() - t, "stopped": a.experiment.config.get("stopped"),
+               "runs": {lab: c.n_candidate for lab, c in cmp.items()},
+               "verdicts": {lab: c.verdict for lab, c in cmp.items()},
+               "effect": {lab: slowdown(c.ratio, hib) for lab, c in cmp.items()},
+               "interval": {lab: sorted(slowdown(x, hib) for x in (c.ci_low, c.ci_high)) for lab, c in cmp.items()},
+               "load_max": max(r["extra"].get("load") or 0 for r in a.experiment.runs)}
+        real.append(rec)
+        print(f"experiment {i + 1}/{args.experiments} ({rec['seconds']:.0f} s, load max {rec['load_max']:.1f}): " + ", ".join(
+            f"{lab} {c.verdict} after {c.n_candidate} runs ({slowdown(c.ratio, hib):+.1%})" for lab, c in cmp.items()),
+            file=sys.stderr)
+    design = decide.Design.sequential(10, args.max_runs)
+    realized = [b / a for seq in slow_seqs for a, b in seq]
     return report | {
-        "extra_work": extra, "experiments": args.experiments, "runs_per_variant": args.runs,
-        "runs_total": n_runs, "pool_blocks": int(pool.shape[0]), "resamples": args.resamples, "ns": ns,
-        "rows": table_rows(pool, labels, extra, real, resampled, metric.higher_is_better),
-        "pool": {"labels": labels, "blocks": pool.tolist()}, "real": real, "load_end": list(os.getloadavg()),
-        "seconds": {"calibration": t_cal - t0, "real": t_real - t_cal, "resampling": t_res - t_real,
-                    "total": time.monotonic() - t0}}
+        "extra_work": extra, "experiments": args.experiments, "design": design.to_config(), "real": real,
+        "realized_slowdown": slowdown(float(np.exp(np.mean(np.log(realized)))), hib) if realized else math.nan,
+        "resampled": {"aa": resampled(aa_seqs, args.resamples, design, args.seed, hib),
+                      "slow": resampled(slow_seqs, args.resamples, design, args.seed + 1, hib)},
+        "load_end": list(os.getloadavg()), "seconds": time.monotonic() - t0}
 
 
 def main(argv=None) -> int:
@@ -298,70 +257,33 @@ def main(argv=None) -> int:
     return 0
 
 
-def _pct(x: float) -> str:
-    return f"{x:+.1%}" if math.isfinite(x) else "n/a"
-
-
 def print_report(r: dict) -> None:
     m = r["machine"]
-    n_variants = len(r["rows"])
-    print(f"machine: {m['cpu_model']}, {m['usable_cores']} usable cores, kernel {m['kernel']}, glibc {m['glibc']}, "
-          f"governor {m['governor']}")
+    print(f"machine: {m['cpu_model']}, {m['usable_cores']} usable cores, kernel {m['kernel']}, glibc {m['glibc']}")
     print(f"load average (1/5/15 min): start {'/'.join(f'{x:.2f}' for x in r['load_start'])}, "
           f"end {'/'.join(f'{x:.2f}' for x in r['load_end'])}")
-    print(f"workload: {' '.join(Path(r['workload'][0]).name.split('-')[:1] + r['workload'][1:])} "
-          f"(metric {r['metric']}, {'higher' if r['higher_is_better'] else 'lower'} is better)")
-    print(f"real runs: {r['runs_total']} ({r['experiments']} experiments x {n_variants} variants x "
-          f"({r['runs_per_variant']} measured + 1 warm-up/verification) blocks"
-          + (", plus the calibration runs" if r["calibration"] else "") + ")")
-    print(f"resampled: {r['resamples']} experiments per row and n, n blocks drawn with replacement from "
-          f"{r['pool_blocks']} measured blocks")
-    print(f"time: {r['seconds']['total']:.0f} s (calibration {r['seconds']['calibration']:.0f}, real runs "
-          f"{r['seconds']['real']:.0f}, resampling {r['seconds']['resampling']:.0f})")
+    print(f"workload: {' '.join(r['workload'][1:])} (metric {r['metric']}); sequential rule: looks at "
+          f"{r['design']['looks']}, margin ±{MARGIN:.0%}, budget {r['budget_s']:g} s per experiment; "
+          f"injected: {r['extra_work']} units of extra work, realized {r['realized_slowdown']:+.2%} (geomean of "
+          f"the within-block ratios)")
+    print(f"time: {r['seconds']:.0f} s")
     print()
-    ns = [n for n in r["ns"] if n in next(iter(x for x in r["rows"] if "resampled" in x))["resampled"]]
-    head = (f"{'variant':8} {'extra':>5} {'median':>8} {'min..max':>15} {'CV':>5} {'slowdown [95% CI]':>24} "
-            f"{'real: flagged':>13} " + " ".join(f"{f'resampled n={n}':>22}" for n in ns))
-    print(head)
-    print("-" * len(head))
-    for row in r["rows"]:
-        line = (f"{row['label']:8} {row['extra_work']:>5} {row['median']:>8.3g} "
-                f"{row['min']:>7.3g}..{row['max']:<7.3g} {row['cv']:>5.1%} ")
-        if "slowdown" not in row:
-            print(line + f"{'(baseline)':>24}")
+    labs = list(r["real"][0]["verdicts"]) if r["real"] else []
+    for lab in labs:
+        vs = [e["verdicts"][lab] for e in r["real"]]
+        runs = [e["runs"][lab] for e in r["real"]]
+        print(f"real, {lab}: " + ", ".join(f"{v} {vs.count(v)}" for v in decide.VERDICTS if vs.count(v))
+              + f" of {len(vs)}; runs per variant median {np.median(runs):.0f} (range {min(runs)}-{max(runs)})")
+    for key, what, bad in (("aa", "A/A (b vs a)", ("better", "worse")), ("slow", "+5% injected", ("worse",))):
+        x = r["resampled"][key]
+        if not x.get("draws"):
             continue
-        lo, hi = row["slowdown_ci"]
-        line += f"{_pct(row['slowdown']):>7} [{_pct(lo)}, {_pct(hi)}]".rjust(24) + " "
-        real = row["real"]
-        flagged = real["n"] - real["same"]
-        line += f"{flagged}/{real['n']}".rjust(13) + " "
-        for n in ns:
-            res = row["resampled"][n]
-            k = res["n"] - res["same"]
-            lo, hi = wilson(k, res["n"])
-            cell = f"{k / res['n']:.1%} [{lo:.1%},{hi:.1%}]" + ("!" if res["better"] and row["label"] != "b" else "")
-            line += f"{cell:>22} "
-        print(line)
-    print()
-    print("flagged = verdict other than 'no significant difference'. Row b is the A/A pair: flagged there are "
-          "false positives (target <= 5%).\nRows ewN: flagged is power (target >= 90%); a '!' marks wrong-sign "
-          "('better') verdicts, counted in the JSON.\n[..] after a resampled rate: Wilson 95% interval over the "
-          "resampled experiments; the pool of real blocks limits it further.")
-    for n in ns:
-        reliable = [row for row in r["rows"][2:] if "slowdown" in row and
-                    (row["resampled"][n]["worse"] / row["resampled"][n]["n"]) >= 0.9]
-        ok = [row for row in reliable if all(
-            (x["resampled"][n]["worse"] / x["resampled"][n]["n"]) >= 0.9
-            for x in r["rows"][2:] if x["slowdown"] >= row["slowdown"])]
-        smallest = min(ok, key=lambda x: x["slowdown"]) if ok else None
-        print(f"n={n}: smallest injected slowdown detected in >= 90% of resampled experiments: "
-              + (f"{smallest['slowdown']:+.1%} (extra-work {smallest['extra_work']})" if smallest else "none of those tried"))
-    if r["pool_blocks"] < 3 * max(r["ns"]):
-        print(f"WARNING: only {r['pool_blocks']} measured blocks for resampled experiments of up to {max(r['ns'])}: "
-              f"the resampled rates mostly repeat the same few runs; use more --experiments.")
-    if max(r["load_start"][0], r["load_end"][0]) > (m["usable_cores"] or 1):
-        print(f"WARNING: load average above {m['usable_cores']} during the benchmark: other work competed "
-              f"for the CPUs; re-run on a quiet machine for numbers worth quoting.")
+        k = sum(x["verdicts"][v] for v in bad)
+        lo, hi = wilson(k, x["draws"])
+        name = "false-positive rate" if key == "aa" else "decided worse"
+        print(f"resampled {what}: {name} {k}/{x['draws']} = {k / x['draws']:.1%} [95% {lo:.1%}, {hi:.1%}]; "
+              + ", ".join(f"{v} {n}" for v, n in x["verdicts"].items() if n)
+              + f"; median runs to a verdict {x['median_runs']:.0f} (from {x['segments']} segments of {SEGMENT} blocks)")
 
 
 if __name__ == "__main__":
