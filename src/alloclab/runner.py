@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import random
+import resource
 import shutil
 import tempfile
 import time
@@ -204,7 +205,8 @@ class Experiment:
                 self._last_pad = len(env.get(PAD_VAR, ""))
                 self.progress.advance(f"{w.name[:30]} | {v.label}" + (" (warm-up)" if job.warmup else ""))
                 accounts_all_cpu = getattr(w.executor, "accounts_all_cpu", False)
-                busy0 = machine.busy_cpu_s() if accounts_all_cpu else None
+                busy0 = machine.busy_cpu_s()
+                ours0 = _our_cpu_s()
                 try:
                     result = w.executor.execute(env, v.env, tmp, timeout_s=s.timeout_s, perf_file=perf_file,
                                                 mapped_marker=verify.mapped_marker(v))
@@ -214,8 +216,10 @@ class Experiment:
                 if result.status == "error":
                     raise AlloclabError(f"Could not start the workload '{w.name}': {result.error}.")
                 extra = self._check_run(cell, job, result, tmp)
-                if accounts_all_cpu:
-                    extra["other_cpu"] = _other_cpu(result, busy0, machine.busy_cpu_s())
+                # A service's load clients (and alloclab itself) are not in the run's own time: take
+                # them out too, so that only work outside the measured tree counts as competition.
+                extra["other_cpu"] = _other_cpu(result, busy0, machine.busy_cpu_s(),
+                                                0.0 if accounts_all_cpu else _our_cpu_s() - ours0)
                 values = self._metrics(cell, job, result, perf_file)
                 self._store(cell, job, result, values, extra)
                 if result.status != "ok":
@@ -375,10 +379,16 @@ def pad_env(env: dict[str, str], target: int) -> dict[str, str]:
 OTHER_CPU_MIN_WALL_S = 0.25   # /proc/stat counts in 10 ms ticks per CPU: shorter runs are all error
 
 
-def _other_cpu(result: RunResult, busy0: float | None, busy1: float | None) -> float | None:
+def _our_cpu_s() -> float:
+    """CPU of alloclab and of the children it has reaped (load clients, set-up commands)."""
+    me, kids = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
+    return me.ru_utime + me.ru_stime + kids.ru_utime + kids.ru_stime
+
+
+def _other_cpu(result: RunResult, busy0: float | None, busy1: float | None, ours: float = 0.0) -> float | None:
     """Cores' worth of CPU that other work used during the run: the machine's busy time less the
     run's own. The load average cannot tell them apart: a run's own threads raise it too.
     None where the run is too short to tell."""
     if busy0 is None or busy1 is None or result.wall_s < OTHER_CPU_MIN_WALL_S:
         return None
-    return round(max(0.0, (busy1 - busy0) - (result.user_s + result.sys_s)) / result.wall_s, 3)
+    return round(max(0.0, (busy1 - busy0) - (result.user_s + result.sys_s) - ours) / result.wall_s, 3)
