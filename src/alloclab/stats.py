@@ -500,7 +500,7 @@ def _too_few_runs(n: int, alpha: float, n_comparisons: int) -> Finding | None:
         "too-few-runs",
         f"{n} run(s); with {n_comparisons} comparison(s) at alpha={alpha:g} no difference "
         f"can be significant below {need} runs per variant",
-        f"add runs (--runs {max(need, 10)}); 10 or more give useful power",
+        f"leave --runs out so that alloclab measures until decided, or give --runs {max(need, 10)} or more",
     )
 
 
@@ -511,7 +511,7 @@ def _high_cv(x: np.ndarray, threshold: float) -> Finding | None:
     return Finding(
         "high-cv",
         f"CV {cv * 100:.1f}% above {threshold * 100:.0f}%",
-        "close other programs, pin CPU frequency, or add runs (--runs 20)",
+        "close other programs; without --runs, alloclab adds paired runs until the comparison is decided",
     )
 
 

@@ -81,12 +81,12 @@ def primary_comparisons(a: Analysis):
 
 # Measures that barely vary between runs: counts decided in a few runs where time needs hundreds.
 # They explain a verdict (the mechanism), never replace it.
-MECHANISM_METRICS = ("minflt", "majflt", "peak_rss_mb", "nvcsw", "nivcsw", "instructions")
+MECHANISM_METRICS = {"minflt": "faults", "majflt": "major faults", "peak_rss_mb": "peak RSS",
+                     "nvcsw": "waits", "nivcsw": "preemptions", "instructions": "instructions"}
 
 
 def mechanism(w, vi: int, limit: int = 3) -> list[str]:
-    """Decided, non-negligible changes of the deterministic counts for variant `vi`:
-    "minflt -90.1% (decided)"."""
+    """Decided changes of the counts that barely vary, for variant `vi`: "faults -90.1%"."""
     out = []
     for row in w.rows:
         if row.primary or row.name not in MECHANISM_METRICS:
@@ -94,7 +94,7 @@ def mechanism(w, vi: int, limit: int = 3) -> list[str]:
         c = row.cells[vi].comparison
         if c is None or c.verdict not in ("better", "worse") or not math.isfinite(c.ratio):
             continue
-        out.append(f"{row.name} {(c.ratio - 1) * 100:+.1f}% (decided)")
+        out.append(f"{MECHANISM_METRICS[row.name]} {(c.ratio - 1) * 100:+.0f}%")
     return out[:limit]
 
 

@@ -105,7 +105,7 @@ def export(a: Analysis, options) -> str:
     rows = answers(a)
     if rows:
         out += ["### Answer", ""]
-        out += table(["workload", "metric", "variant", "verdict", "effect [interval]", "mechanism"],
+        out += table(["workload", "metric", "variant", "verdict", "effect [interval]", "mechanism (decided)"],
                      [[x.workload, x.metric, x.variant, f"**{x.verdict}**" if x.verdict in ("better", "worse")
                        else x.verdict, x.text, ", ".join(x.mechanism)] for x in rows])
         out.append("")

@@ -99,7 +99,7 @@ def answer_table(a: Analysis, console: Console) -> None:
     interval), with the deterministic counts that explain it."""
     t = Table(title="[bold]Answer[/] (primary metrics against " + a.labels[a.baseline_idx] + ")",
               title_justify="left", show_edge=False, box=None, pad_edge=False)
-    for col in ("workload", "metric", "variant", "verdict", "effect [interval]", "mechanism"):
+    for col in ("workload", "metric", "variant", "verdict", "effect [interval]", "mechanism (decided)"):
         t.add_column(col, no_wrap=col != "mechanism")
     rows = answers(a)
     for x in rows:
