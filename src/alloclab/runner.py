@@ -304,7 +304,8 @@ class Experiment:
                 for w in a.workloads:
                     for vi in list(open_[w.idx]):
                         verdicts = [r.cells[vi].comparison.verdict for r in w.rows if r.cells[vi].comparison]
-                        if verdicts and all(v in decide.DECIDED for v in verdicts):
+                        # No comparison at all: every run of the variant failed; more runs will not help.
+                        if all(v in decide.DECIDED for v in verdicts):
                             open_[w.idx].discard(vi)
                 left = sum(len(vs) for vs in open_.values())
                 if not left:
