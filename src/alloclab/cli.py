@@ -20,6 +20,7 @@ from .cli_app import (
     run_experiment, show,
 )
 from .errors import AlloclabError
+from .fleet import cli_glue as fleet_cli
 from .metrics import parse_metric_option
 from .runner import Settings
 from .store import Store
@@ -103,6 +104,9 @@ def compare(
     profile_runs: int = ProfileRunsOption,
     call_graph: bool = CallGraphOption,
     ablate: Optional[str] = AblateOption,
+    fleet: Optional[str] = fleet_cli.FleetOption,
+    fleet_mode: str = fleet_cli.FleetModeOption,
+    fleet_require_all: bool = fleet_cli.FleetRequireAllOption,
 ) -> None:
     """Run CMD under each allocator variant and compare speed and memory.
 
@@ -110,6 +114,7 @@ def compare(
     -a 'jemalloc:MALLOC_CONF=dirty_decay_ms:{0,1000,10000}'."""
     from . import cli_sweep, sweep
 
+    fleet_cli.check(fleet, fleet_mode, until_precise=until_precise, profile=profile)
     metrics = [parse_metric_option(m) for m in metric]
     specs, sweeps = sweep.plan_variants(allocator, ablate)
     params = sweep.expand_params(param)
@@ -124,9 +129,16 @@ def compare(
     if profile:
         from .cli_profile import check_profiling
         check_profiling()
-    exp_id = run_experiment(store, workloads, specs, settings)
+    if fleet:
+        exp_id = fleet_cli.run(store, fleet, fleet_mode, fleet_require_all, "compare",
+                               {"command": command, "param": param, "metric": metric, "shell": shell},
+                               specs, settings, note=lambda text: err.print(text, highlight=False))
+    else:
+        exp_id = run_experiment(store, workloads, specs, settings)
     show(store, exp_id, details=details, min_effect=percent(min_effect), export_json=export_json,
          report_format=report, report_file=report_file, max_rss_increase=percent_or_none(max_rss_increase))
+    if fleet:
+        fleet_cli.show_hosts(store, exp_id, console, percent(min_effect))
     if sweeps:
         cli_sweep.show_sweeps(store, exp_id, min_effect=percent(min_effect))
     if profile:
