@@ -36,7 +36,7 @@ def open_client(addr: FleetAddress):
                 # Loopback only; one thread per worker process; no dashboard (it would bind a port).
                 cluster = LocalCluster(n_workers=addr.workers, threads_per_worker=1, processes=True,
                                        resources={RESOURCE: 1}, host="127.0.0.1", dashboard_address=None,
-                                       silence_logs=logging.ERROR)
+                                       silence_logs=logging.ERROR, preload=["alloclab.fleet.local_worker"])
             elif addr.kind == "ssh":
                 from distributed.deploy.ssh import SSHCluster
                 cluster = SSHCluster(list(addr.hosts), connect_options={"known_hosts": None},
