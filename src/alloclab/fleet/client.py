@@ -103,7 +103,7 @@ class FleetRun:
         hosts = []
         for addr, (name, r) in checked.items():
             # Local workers (or several per machine) share a hostname: the worker's name tells them apart.
-            label = r["hostname"] if hostnames.count(r["hostname"]) == 1 else f"{r['hostname']}/w{name}"
+            label = r["hostname"] if hostnames.count(r["hostname"]) == 1 else _label(r["hostname"], name, addr)
             hosts.append(Host(label, addr, name, r["snapshot"]))
         for name, why in left_out.items():
             self.note(f"fleet: worker {name} left out: {why}")
@@ -294,6 +294,14 @@ class FleetRun:
             raise AlloclabError(f"Every task of the fleet failed: " + " | ".join(self.failures.values())
                                 + f". What came back is in {self.store.path} as experiment {self.exp_id}.")
         return self.exp_id
+
+
+def _label(hostname: str, name: str, addr: str) -> str:
+    """A worker's label where its host runs several: local:N names them 0..N-1; `dask worker` names
+    them after their address unless given --name."""
+    if name.isdigit():
+        return f"{hostname}/w{name}"
+    return f"{hostname}/{name}" if name != addr else f"{hostname}:{addr.rsplit(':', 1)[-1]}"
 
 
 def _killed_worker(f) -> bool:

@@ -8,6 +8,7 @@ SIGTERM: the runner then stops every child, keeps the runs so far, and the task 
 from __future__ import annotations
 
 import os
+import shutil
 import signal
 import sys
 import threading
@@ -23,11 +24,15 @@ from .spec import SessionSpec, build_workloads
 ORPHAN_POLL_S = 0.2
 
 
+orphaned = threading.Event()
+
+
 def _stop_when_orphaned(parent: int) -> None:
     """A killed worker cannot stop us; its death makes us an orphan, and we stop ourselves, so that
     a retried task never measures alongside this one for long."""
     while os.getppid() == parent:
         time.sleep(ORPHAN_POLL_S)
+    orphaned.set()
     os.kill(os.getpid(), signal.SIGTERM)
 
 
@@ -56,6 +61,9 @@ def main(argv: list[str]) -> int:
         if cleanup is not None:
             cleanup()
         store.close()
+        if orphaned.is_set():
+            # No task will ever fetch these runs: the dead worker's temporary directory goes too.
+            shutil.rmtree(Path(spec_path).parent, ignore_errors=True)
 
 
 if __name__ == "__main__":
