@@ -36,10 +36,10 @@ def run(store, fleet: str, mode: str, require_all: bool, kind: str, inputs: dict
     from ..variants import parse_variants
     from .address import parse
     from .client import FleetRun
-    from .spec import SessionSpec
+    from .spec import SessionSpec, portable
     # Default variants are resolved here, so that every host runs the same list.
     specs = [v.spec for v in parse_variants(variant_specs)]
-    spec = SessionSpec(kind, inputs, specs, dataclasses.asdict(settings))
+    spec = SessionSpec(kind, portable(kind, inputs), specs, dataclasses.asdict(settings))
     return FleetRun(store, parse(fleet), mode, require_all, spec, settings.title, note=note).run()
 
 

@@ -67,6 +67,20 @@ def _run(inputs: dict):
 BUILDERS: dict[str, Callable] = {"compare": _compare, "suite": _suite, "run": _run}
 
 
+def portable(kind: str, inputs: dict) -> dict:
+    """Inputs that mean the same on a worker whose working directory is not ours: relative paths
+    (./prog, my-experiment.toml) made absolute. The file must exist at that path on every host."""
+    from pathlib import Path
+
+    from ..experiment_file import RECIPE_PREFIX
+    out = dict(inputs)
+    if kind == "run" and not out["target"].startswith(RECIPE_PREFIX):
+        out["target"] = str(Path(out["target"]).resolve())
+    if kind == "compare" and not out["shell"] and "/" in out["command"][0]:
+        out["command"] = [str(Path(out["command"][0]).resolve()), *out["command"][1:]]
+    return out
+
+
 def build_workloads(spec: SessionSpec):
     """(workloads, cleanup or None) on this host."""
     try:
