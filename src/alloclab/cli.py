@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Optional
 
 import typer
+from rich.markup import escape
 from rich.table import Table
 
 from . import catalog as cat
@@ -36,7 +37,8 @@ def main() -> None:
     try:
         app()
     except AlloclabError as exc:
-        err.print(f"[bold red]error:[/] {exc}", highlight=False, soft_wrap=True)
+        # Messages are plain text: "[params]" or "alloclab[fleet]" in one must not read as markup.
+        err.print(f"[bold red]error:[/] {escape(str(exc))}", highlight=False, soft_wrap=True)
         sys.exit(exc.exit_code)
 
 

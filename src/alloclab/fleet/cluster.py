@@ -39,15 +39,18 @@ def open_client(addr: FleetAddress):
                                        silence_logs=logging.ERROR, preload=["alloclab.fleet.local_worker"])
             elif addr.kind == "ssh":
                 from distributed.deploy.ssh import SSHCluster
-                cluster = SSHCluster(list(addr.hosts), connect_options={"known_hosts": None},
+                cluster = SSHCluster(list(addr.hosts),
                                      worker_options={"nthreads": 1, "resources": {RESOURCE: 1}},
                                      scheduler_options={"dashboard_address": None})
             client = Client(cluster if cluster is not None else addr.text, timeout=CONNECT_TIMEOUT_S)
-        except (OSError, TimeoutError) as exc:
+        except (OSError, TimeoutError, RuntimeError) as exc:
+            # RuntimeError: how SSHCluster reports a host it cannot reach ("Cluster failed to start: ...").
             if cluster is not None:
                 cluster.close()
-            raise AlloclabError(f"Cannot reach the Dask fleet {addr.text}: {exc}. Check that the scheduler runs "
-                                f"(`dask scheduler`) and the address and port are right; see docs/fleet.md.") from None
+            hint = ("that every host answers `ssh HOST` without a password prompt and has alloclab[fleet] installed"
+                    if addr.kind == "ssh" else
+                    "that the scheduler runs (`dask scheduler`) and the address and port are right")
+            raise AlloclabError(f"Cannot reach the Dask fleet {addr.text}: {exc}. Check {hint}; see docs/fleet.md.") from None
         except ImportError as exc:
             raise AlloclabError(f"--fleet {addr.text} needs {exc.name}: pip install {exc.name}.") from None
         try:
