@@ -84,7 +84,8 @@ def run_file(
     (or a command under each variant), with setup and teardown around it."""
     fleet_cli.check(fleet, fleet_mode, profile=profile, keep=keep)
     ef = experiment_file.resolve(target)
-    ef.check_requirements()
+    if not fleet:  # a fleet's hosts are checked instead, each in its pre-flight check
+        ef.check_requirements()
     params = ef.with_params(_params(param))
     if idle is not None:
         if ef.service is None or idle < 0:

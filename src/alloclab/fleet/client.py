@@ -153,7 +153,11 @@ class FleetRun:
             for (wi, vi), v in combine_verifications(self.verifications).items():
                 self.store.set_verification(self.exp_id, wi, vi, v["status"], v["reasons"], v["notes"])
         if got["config"]:
-            self.config = got["config"] | {"runs": self.spec.settings["runs"], "fleet": self.config["fleet"]}
+            fleet = self.config["fleet"]
+            per_host = fleet.setdefault("runs_per_host", {})
+            per_host[t.host.label] = per_host.get(t.host.label, 0) + got["config"].get("runs", 0)
+            # The pooled analysis has every host's runs: "runs" counts them; each host's own in runs_per_host.
+            self.config = got["config"] | {"runs": sum(per_host.values()), "fleet": fleet}
             if self.mode == "split":
                 self.config["seed"] = f"{self.spec.settings['seed']} + task number"
             snap = self.machine["hosts"].get(t.host.label, {})

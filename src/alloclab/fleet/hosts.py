@@ -61,7 +61,9 @@ def for_host(e: Experiment, host: str) -> Experiment:
                             f"Write ID@HOST with one of them.")
     snap = (e.machine.get("hosts") or {}).get(host, {})
     ver = {tuple(int(i) for i in k.split(",")): v for k, v in (snap.get("verifications") or {}).items()} or e.verifications
+    runs_here = (e.config.get("fleet") or {}).get("runs_per_host", {}).get(host, e.config.get("runs"))
     return dataclasses.replace(e, runs=[r for r in e.runs if r["extra"].get("host") == host],
+                               config=e.config | {"runs": runs_here},
                                machine={k: v for k, v in snap.items() if k != "verifications"} | {"host": host},
                                verifications=ver)
 
