@@ -128,6 +128,16 @@ def test_split_mode_spreads_whole_blocks_over_identical_hosts(build, cli, store_
     assert e.config["fleet"]["mode"] == "split"
 
 
+def test_an_error_on_every_host_is_one_clear_error(build, cli):
+    prog = build("churn")
+    p = cli("compare", "--fleet", "local:2", "-a", "glibc", "--runs", "1", "-m", "iops=IOPS: (\\d+)",
+            "--", str(prog), "10", "1")
+    assert p.returncode == 2
+    line = p.stderr.strip().splitlines()[-1]
+    assert line.startswith("error: Every task of the fleet failed: on ") and line.count("matched nothing") == 1, line
+    assert "/w0, " in line and "Fix the pattern" in line
+
+
 def test_a_killed_worker_has_its_task_retried_and_the_other_host_loses_nothing(build, tmp_path, store_of):
     prog = build("churn")
     db = tmp_path / "kill.db"

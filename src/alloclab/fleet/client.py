@@ -10,6 +10,7 @@ every session (each returns the runs it has), keeps what came back, and cancels 
 from __future__ import annotations
 
 import dataclasses
+import re
 import socket
 import time
 from dataclasses import dataclass, field
@@ -165,7 +166,9 @@ class FleetRun:
             self.machine["hosts"][t.host.label] = got["machine"] | {"verifications": per_host_ver} if got["machine"] else snap
         tail = result["stderr"].strip().splitlines()
         if result["returncode"] not in (0, 130):
-            self._fail(t, "the session stopped: " + (" ".join(tail[-6:]) or f"exit status {result['returncode']}"))
+            # The first line of alloclab's own error is the reason (the rest is the program's output tail).
+            why = [re.sub(r"\s*(Output|Stderr) tail:$", ".", line) for line in result.get("error", "").strip().splitlines()[:1]] or tail[-6:]
+            self._fail(t, "the session stopped: " + (" ".join(why) or f"exit status {result['returncode']}"))
         self.config["fleet"]["tasks"][t.key] = {"host": t.host.label, "runs": got["runs"], "attempt": t.attempt,
                                                 "returncode": result["returncode"]}
         update_experiment(self.store, self.exp_id, config=self.config, machine=self.machine)
@@ -295,8 +298,12 @@ class FleetRun:
                               f"in {self.store.path} as experiment {self.exp_id}. See them with "
                               f"`alloclab report --db {self.store.path} {self.exp_id}`.")
         if len(self.failures) == len(tasks):
-            raise AlloclabError(f"Every task of the fleet failed: " + " | ".join(self.failures.values())
-                                + f". What came back is in {self.store.path} as experiment {self.exp_id}.")
+            by_reason: dict[str, list[str]] = {}
+            for t in tasks:
+                by_reason.setdefault(self.failures[t.key].split(": ", 1)[1], []).append(t.host.label)
+            raise AlloclabError("Every task of the fleet failed: " + " | ".join(
+                f"on {', '.join(hosts)}: {why}" for why, hosts in by_reason.items())
+                + f" What came back is in {self.store.path} as experiment {self.exp_id}.")
         return self.exp_id
 
 

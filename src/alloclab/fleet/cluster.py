@@ -29,8 +29,9 @@ def open_client(addr: FleetAddress):
     cluster = None
     # Dask's own chatter (worker restarts, closing comms) is not the user's business; errors still surface.
     logging.getLogger("distributed").setLevel(logging.ERROR)
-    with dask.config.set({"distributed.scheduler.allowed-failures": 0, "distributed.worker.daemon": False,
-                          "distributed.admin.tick.limit": "1h"}):
+    # A worker that dies fails its task at once (no silent reruns elsewhere): the client decides where
+    # it runs again, since a task pinned to a dead worker's address would otherwise wait forever.
+    with dask.config.set({"distributed.scheduler.allowed-failures": 0}):
         try:
             if addr.kind == "local":
                 # Loopback only; one thread per worker process; no dashboard (it would bind a port).

@@ -29,9 +29,13 @@ def merge_session(store: Store, exp_id: int, db_bytes: bytes, host: str, block_o
         db.commit()
         db.execute("ATTACH DATABASE ? AS src", (str(path),))
         try:
-            return _merge(store, exp_id, host, block_offset)
+            got = _merge(store, exp_id, host, block_offset)
+            db.commit()        # one host's session at once: never a run without its metrics
+            return got
+        except BaseException:
+            db.rollback()
+            raise
         finally:
-            db.commit()
             db.execute("DETACH DATABASE src")
 
 

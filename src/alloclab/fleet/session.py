@@ -54,6 +54,7 @@ def main(argv: list[str]) -> int:
         return 0
     except AlloclabError as exc:
         print(exc, file=sys.stderr, flush=True)
+        Path(out_db).with_name("error").write_text(str(exc))   # the task's reason, apart from the noise
         return exc.exit_code
     except KeyboardInterrupt:
         return 130

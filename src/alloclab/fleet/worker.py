@@ -64,8 +64,8 @@ def run_session(spec_json: str, host: str, task: str) -> dict:
             finally:
                 with _lock:
                     _sessions.pop(proc.pid, None)
-        db = tmp / "out.db"
-        return {"host": host, "task": task, "hostname": socket.gethostname(), "returncode": rc,
+        db, error = tmp / "out.db", tmp / "error"
+        return {"error": error.read_text() if error.exists() else "","host": host, "task": task, "hostname": socket.gethostname(), "returncode": rc,
                 "stderr": (tmp / "stderr").read_text(errors="replace")[-STDERR_TAIL:],
                 "db": db.read_bytes() if db.exists() else b""}
     finally:
