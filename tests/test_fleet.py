@@ -74,3 +74,38 @@ def test_options_that_a_fleet_cannot_take_are_refused_before_anything_runs(cli):
     assert p.returncode == 2 and "--until-precise cannot be combined with --fleet" in p.stderr
     p = cli("compare", "--fleet", "udp://x", "--", "true")
     assert p.returncode == 2 and "Cannot read --fleet 'udp://x'" in p.stderr
+
+
+def _two_host_experiment(shift: float) -> Experiment:
+    """Two hosts, two variants; tc is 1.5x faster on h1, and h2 runs everything `shift` times faster."""
+    runs, i = [], 0
+    for host, scale in (("h1", 1.0), ("h2", shift)):
+        for block in range(8):
+            for vi, speed in ((0, 100.0), (1, 150.0)):
+                runs.append({"id": i, "workload_idx": 0, "variant_idx": vi, "block": block, "position": vi,
+                             "warmup": 0, "status": "ok", "wall_s": 1.0, "error": None,
+                             "metrics": {"ops": speed * scale * (1 + 0.01 * ((block * 7 + vi) % 5))},
+                             "extra": {"host": host}})
+                i += 1
+    return Experiment(id=1, row={"kind": "compare", "status": "complete", "title": "t", "created": "", "finished": ""},
+                      config={"runs": 16, "fleet": {"mode": "split", "runs_per_host": {"h1": 8, "h2": 8}}},
+                      machine={"host": "2 hosts", "hosts": {"h1": {}, "h2": {}}},
+                      workloads=[{"idx": 0, "name": "w", "argv": ["w"], "info": {}, "params": {}}],
+                      variants=[{"label": "glibc", "env": {}, "settings": [], "notes": []},
+                                {"label": "tc", "env": {}, "settings": [], "notes": []}],
+                      metric_defs=[{"workload_idx": 0, "name": "ops", "unit": "ops/s", "higher_is_better": 1,
+                                    "source": "regex", "pattern": "", "primary_metric": 1, "ord": 0}],
+                      verifications={}, runs=runs)
+
+
+def test_host_effects_and_agreement_from_real_statistics():
+    from alloclab.analysis import analyze
+    same = _two_host_experiment(1.0)
+    analyses = {h: analyze(H.for_host(same, h)) for h in ("h1", "h2")}
+    assert H.host_effects(analyses) == []
+    assert H.agreement(analyses) == ["w, tc (ops): better on 2 of 2 hosts"]
+    faster = _two_host_experiment(1.3)
+    analyses = {h: analyze(H.for_host(faster, h)) for h in ("h1", "h2")}
+    effects = H.host_effects(analyses)
+    assert len(effects) == 2 and effects[0].startswith("w, glibc (ops): h2 against h1: +30.0%")
+    assert H.for_host(faster, "h2").config["runs"] == 8

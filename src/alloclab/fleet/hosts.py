@@ -103,3 +103,30 @@ def agreement(analyses: dict[str, object]) -> list[str]:
                 lines.append(f"{where}: " + "; ".join(f"{v} on {', '.join(h)}" for v, h in verdicts.items())
                              + " -- the hosts disagree")
     return lines
+
+
+def host_effects(analyses: dict[str, object], alpha: float = 0.05) -> list[str]:
+    """Split mode's check that the hosts are interchangeable: per workload and variant, the primary
+    metric on each host against the first host (Mann-Whitney, bootstrap interval of the ratio of
+    medians, Holm across every such check). A line per significant difference; [] when none."""
+    from .. import stats
+    hosts = list(analyses)
+    first = analyses[hosts[0]]
+    checks, where = [], []
+    for wi, w in enumerate(first.workloads):
+        primary = w.primary()
+        if primary is None:
+            continue
+        for vi, label in enumerate(first.labels):
+            base = primary.cells[vi].values
+            for host in hosts[1:]:
+                row = next((r for r in analyses[host].workloads[wi].rows if r.name == primary.name), None)
+                if row is None or len(base) < 2 or len(row.cells[vi].values) < 2:
+                    continue
+                checks.append(stats.compare(base, row.cells[vi].values, primary.higher_is_better, alpha=alpha))
+                where.append(f"{w.name}, {label} ({primary.name}): {host} against {hosts[0]}")
+    out = []
+    for text, c in zip(where, stats.adjust(checks, alpha=alpha) if checks else []):
+        if c.p_adjusted < alpha and not (c.ci_low <= 1.0 <= c.ci_high):
+            out.append(f"{text}: {stats.format_comparison(c)}")
+    return out

@@ -30,9 +30,18 @@ def render_hosts(e: Experiment, console: Console, min_effect: float = 0.0, detai
         for w in a.workloads:
             console.print(Group(terminal.workload_table(a, w, details), *terminal.notes(a, w, details)))
         console.print()
-    if fleet.get("mode") == "split":
-        console.print(Text("split mode: the tables above are each host's share of the blocks (a check that the "
-                           "hosts agree); the pooled table is the experiment's result.", style="dim"))
+    if fleet.get("mode") == "split" and len(analyses) > 1:
+        console.print(Text("split mode: the tables above are each host's share of the blocks; the pooled table is "
+                           "the experiment's result, valid while the hosts are interchangeable:", style="dim"))
+        effects = H.host_effects(analyses)
+        for line in effects:
+            console.print(Text(f"  hosts differ: {line}", style="bold yellow"))
+        if effects:
+            console.print(Text("  -> the hosts are not interchangeable for this workload: read the per-host tables, "
+                               "or run with --fleet-mode per-host", style="dim"))
+        else:
+            console.print(Text("  no host differs significantly from the first on any primary metric "
+                               "(Mann-Whitney, Holm-adjusted)", style="dim"))
     if len(analyses) > 1:
         console.print(Text("Across hosts (primary metric's verdict per host):", style="bold underline"))
         for line in H.agreement(analyses):
