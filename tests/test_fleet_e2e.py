@@ -214,6 +214,9 @@ def test_tcp_scheduler_preflight_leaves_out_a_worker_without_the_resource(build,
             procs.append(subprocess.Popen([*dask, "worker", address, "--host", "127.0.0.1", "--nthreads", "1",
                                            "--name", name, "--no-dashboard", *extra], stdout=subprocess.DEVNULL,
                                           stderr=subprocess.DEVNULL, start_new_session=True))
+        from distributed import Client
+        with Client(address, timeout=60) as c:   # both workers in, so the check sees them both
+            c.wait_for_workers(2, timeout=60)
         strict = cli("compare", "--fleet", address, "--fleet-require-all", "-a", "glibc", "--runs", "2",
                      "--", str(prog), "100", "4")
         assert strict.returncode == 2
