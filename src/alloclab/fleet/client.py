@@ -50,6 +50,7 @@ class Task:
     attempt: int = 1
     future: object = None
     lost_at: float | None = None
+    taken: bool = False      # its runs are in the store
 
 
 @dataclass
@@ -148,6 +149,7 @@ class FleetRun:
 
     def _take(self, t: Task, result: dict) -> None:
         got = merge_session(self.store, self.exp_id, result["db"], t.host.label, t.block_offset)
+        t.taken = True
         if got["verifications"]:
             prev = self.verifications.get(t.host.label, {})
             self.verifications[t.host.label] = {**prev, **got["verifications"]}
@@ -238,16 +240,17 @@ class FleetRun:
         from distributed import wait
         from .worker import stop_sessions
         self.note("fleet: stopping every session; keeping the runs they hand back")
-        running = [t for t in tasks if t.future is not None and not t.future.done()]
-        for t in running:
+        # A finished task whose merge the Ctrl-C cut short (rolled back) is taken again below.
+        open_tasks = [t for t in tasks if t.future is not None and not t.taken]
+        for t in open_tasks:
             if t.future.status == "pending" and not _started(client, t):
                 t.future.cancel()
         try:
             client.run(stop_sessions)
-            wait([t.future for t in running], timeout=STOP_WAIT_S)
+            wait([t.future for t in open_tasks], timeout=STOP_WAIT_S)
         except (KeyboardInterrupt, TimeoutError):
             pass
-        for t in running:
+        for t in open_tasks:
             if t.future.status == "finished":
                 self._take(t, t.future.result())
             else:
