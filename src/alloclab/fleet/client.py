@@ -246,10 +246,12 @@ class FleetRun:
             if t.future.status == "pending" and not _started(client, t):
                 t.future.cancel()
         try:
-            client.run(stop_sessions)
+            client.run(stop_sessions, on_error="ignore")   # a dead worker's session stops itself
             wait([t.future for t in open_tasks], timeout=STOP_WAIT_S)
         except (KeyboardInterrupt, TimeoutError):
             pass
+        except Exception as exc:  # the fleet itself is failing: keep what is here, name why
+            self.note(f"fleet: could not reach every worker to stop it: {type(exc).__name__}: {exc}")
         for t in open_tasks:
             if t.future.status == "finished":
                 self._take(t, t.future.result())
