@@ -13,6 +13,7 @@ import dataclasses
 import re
 import socket
 import time
+import uuid
 from dataclasses import dataclass, field
 from typing import Callable
 
@@ -80,7 +81,7 @@ class FleetRun:
             elif w.get("nthreads", 1) != 1:
                 left_out[name] = f"runs {w['nthreads']} threads (start it with --nthreads 1: one benchmark at a time)"
             else:
-                futures[addr] = client.submit(preflight, self.spec.to_json(), key=f"alloclab-preflight-{name}",
+                futures[addr] = client.submit(preflight, self.spec.to_json(), key=f"alloclab-{self.token}-preflight-{name}",
                                               pure=False, workers=[addr], allow_other_workers=False,
                                               resources={RESOURCE: 1})
         checked = {}
@@ -125,18 +126,23 @@ class FleetRun:
     def _tasks(self) -> list[Task]:
         s = self.spec.settings
         if self.mode == "per-host":
-            return [Task(f"alloclab-e{self.exp_id}-{h.label}-blocks-all", self.spec, h, 0) for h in self.hosts]
+            return [Task(f"{self._key_prefix()}-{h.label}-blocks-all", self.spec, h, 0) for h in self.hosts]
         runs, n = s["runs"], min(len(self.hosts), s["runs"])
         sizes = [runs // n + (1 if i < runs % n else 0) for i in range(n)]
         tasks, offset, first = [], 0, 0
         warm = max(s["warmup"], 1 if s["verify"] else 0)
         for i, size in enumerate(sizes):
             spec = self.spec.with_settings(runs=size, seed=s["seed"] + i)
-            tasks.append(Task(f"alloclab-e{self.exp_id}-{self.hosts[i].label}-blocks-{first}-{first + size - 1}",
+            tasks.append(Task(f"{self._key_prefix()}-{self.hosts[i].label}-blocks-{first}-{first + size - 1}",
                               spec, self.hosts[i], offset))
             offset += warm + size
             first += size
         return tasks
+
+    def _key_prefix(self) -> str:
+        # Two clients may share a scheduler and both have an experiment 1: equal keys would be taken
+        # for the same computation, so the keys also carry this run's random token.
+        return f"alloclab-{self.token}-e{self.exp_id}"
 
     def _submit(self, client, t: Task) -> None:
         from .worker import run_session
@@ -264,6 +270,7 @@ class FleetRun:
         if self.address.kind == "local":
             self.note(f"fleet: {LOCAL_WARNING}")
         status = "complete"
+        self.token = uuid.uuid4().hex[:8]
         with open_client(self.address) as client:
             try:
                 client.wait_for_workers(self.address.expected_workers, timeout=120)
@@ -282,7 +289,7 @@ class FleetRun:
                            "seed": self.spec.settings["seed"], "verify": self.spec.settings["verify"],
                            "schedule": "randomized interleaved blocks", **self.spec.settings.get("extra_config", {}),
                            "fleet": {"address": self.address.text, "mode": self.mode, "client": socket.gethostname(),
-                                     "hosts": [h.label for h in self.hosts], "left_out": self.left_out,
+                                     "hosts": [h.label for h in self.hosts], "left_out": self.left_out, "token": self.token,
                                      "tasks": {}, "failed": {}}}
             self.exp_id = self.store.new_experiment(self.spec.settings["kind"], self.title, self.config, self.machine)
             self.note(f"fleet: {self.mode} on {len(self.hosts)} host(s): {', '.join(h.label for h in self.hosts)}")
