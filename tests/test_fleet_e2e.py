@@ -92,6 +92,8 @@ def test_compare_on_two_local_workers_stores_both_hosts_and_reports_each(build, 
             measured = [r for r in runs if r["variant_idx"] == vi and not r["warmup"]]
             assert len(measured) == 6 and all(r["status"] == "ok" and r["metrics"]["ops"] > 0 for r in measured)
     assert set(e.machine["hosts"]) == set(hosts) and e.row["status"] == "complete"
+    a, b = ({r["block"] for r in runs} for runs in hosts.values())
+    assert not a & b            # a block is one host's: the analysis pairs the runs of a block
     assert all(v["status"] == "verified" for v in e.verifications.values())
     for h in hosts:
         assert f"host {h}:" in p.stdout

@@ -37,6 +37,10 @@ def run(store, fleet: str, mode: str, require_all: bool, kind: str, inputs: dict
     from .address import parse
     from .client import FleetRun
     from .spec import SessionSpec, portable
+    if mode == "split" and getattr(settings, "until_decided", False):
+        raise AlloclabError("--fleet-mode split shares out a fixed number of blocks: give --runs N (each host then "
+                            "runs its share). Measuring until decided works with --fleet-mode per-host, where each "
+                            "host decides on its own runs.")
     # Default variants are resolved here, so that every host runs the same list.
     specs = [v.spec for v in parse_variants(variant_specs)]
     spec = SessionSpec(kind, portable(kind, inputs), specs, dataclasses.asdict(settings))

@@ -47,7 +47,6 @@ class Task:
     key: str
     spec: SessionSpec
     host: Host
-    block_offset: int
     attempt: int = 1
     future: object = None
     lost_at: float | None = None
@@ -126,16 +125,14 @@ class FleetRun:
     def _tasks(self) -> list[Task]:
         s = self.spec.settings
         if self.mode == "per-host":
-            return [Task(f"{self._key_prefix()}-{h.label}-blocks-all", self.spec, h, 0) for h in self.hosts]
+            return [Task(f"{self._key_prefix()}-{h.label}-blocks-all", self.spec, h) for h in self.hosts]
         runs, n = s["runs"], min(len(self.hosts), s["runs"])
         sizes = [runs // n + (1 if i < runs % n else 0) for i in range(n)]
-        tasks, offset, first = [], 0, 0
-        warm = max(s["warmup"], 1 if s["verify"] else 0)
+        tasks, first = [], 0
         for i, size in enumerate(sizes):
             spec = self.spec.with_settings(runs=size, seed=s["seed"] + i)
             tasks.append(Task(f"{self._key_prefix()}-{self.hosts[i].label}-blocks-{first}-{first + size - 1}",
-                              spec, self.hosts[i], offset))
-            offset += warm + size
+                              spec, self.hosts[i]))
             first += size
         return tasks
 
@@ -154,7 +151,7 @@ class FleetRun:
     # --- results ---------------------------------------------------------------------------
 
     def _take(self, t: Task, result: dict) -> None:
-        got = merge_session(self.store, self.exp_id, result["db"], t.host.label, t.block_offset)
+        got = merge_session(self.store, self.exp_id, result["db"], t.host.label)
         t.taken = True
         if got["verifications"]:
             prev = self.verifications.get(t.host.label, {})
@@ -164,7 +161,7 @@ class FleetRun:
         if got["config"]:
             fleet = self.config["fleet"]
             per_host = fleet.setdefault("runs_per_host", {})
-            per_host[t.host.label] = per_host.get(t.host.label, 0) + got["config"].get("runs", 0)
+            per_host[t.host.label] = per_host.get(t.host.label, 0) + got["measured_blocks"]
             # The pooled analysis has every host's runs: "runs" counts them; each host's own in runs_per_host.
             self.config = got["config"] | {"runs": sum(per_host.values()), "fleet": fleet}
             if self.mode == "split":

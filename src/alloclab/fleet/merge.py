@@ -1,7 +1,8 @@
 """The client's side of the store: a task's session file merged into the fleet experiment.
 
 Only the client writes the store. Each run keeps everything the session recorded, plus the
-host that ran it (extra.host) and, in split mode, its block moved past the other tasks' blocks.
+host that ran it (extra.host); its block is moved past every block already merged, so that each
+block of the experiment is one host's whole block (the analysis pairs the runs of a block).
 """
 
 from __future__ import annotations
@@ -19,9 +20,9 @@ def _columns(store: Store, table: str, schema: str) -> list[str]:
     return [r[1] for r in store.db.execute(f"PRAGMA {schema}.table_info({table})")]
 
 
-def merge_session(store: Store, exp_id: int, db_bytes: bytes, host: str, block_offset: int = 0) -> dict:
+def merge_session(store: Store, exp_id: int, db_bytes: bytes, host: str) -> dict:
     """Copy one session's runs into experiment `exp_id`; returns what the session recorded besides
-    its runs: {"runs": n, "config", "machine", "verifications": {(wi, vi): row}, "blocks": n}."""
+    its runs: {"runs": n, "measured_blocks": n, "config", "machine", "verifications": {(wi, vi): row}}."""
     with tempfile.TemporaryDirectory(prefix="alloclab-merge-") as tmp:
         path = Path(tmp) / "session.db"
         path.write_bytes(db_bytes)
@@ -29,7 +30,7 @@ def merge_session(store: Store, exp_id: int, db_bytes: bytes, host: str, block_o
         db.commit()
         db.execute("ATTACH DATABASE ? AS src", (str(path),))
         try:
-            got = _merge(store, exp_id, host, block_offset)
+            got = _merge(store, exp_id, host)
             db.commit()        # one host's session at once: never a run without its metrics
             return got
         except BaseException:
@@ -39,11 +40,11 @@ def merge_session(store: Store, exp_id: int, db_bytes: bytes, host: str, block_o
             db.execute("DETACH DATABASE src")
 
 
-def _merge(store: Store, exp_id: int, host: str, block_offset: int) -> dict:
+def _merge(store: Store, exp_id: int, host: str) -> dict:
     db = store.db
     row = db.execute("SELECT * FROM src.experiments ORDER BY id DESC LIMIT 1").fetchone()
     if row is None:
-        return {"runs": 0, "config": {}, "machine": {}, "verifications": {}, "blocks": 0}
+        return {"runs": 0, "measured_blocks": 0, "config": {}, "machine": {}, "verifications": {}}
     src = row["id"]
     if db.execute("SELECT count(*) FROM workloads WHERE experiment_id=?", (exp_id,)).fetchone()[0] == 0:
         # The first session back defines what was run; every host ran the same spec.
@@ -52,6 +53,8 @@ def _merge(store: Store, exp_id: int, host: str, block_offset: int) -> dict:
             rest = [c for c in cols if c != "experiment_id"]
             db.execute(f"INSERT INTO main.{table} (experiment_id, {', '.join(rest)}) "
                        f"SELECT ?, {', '.join(rest)} FROM src.{table} WHERE experiment_id=?", (exp_id, src))
+    block_offset = db.execute("SELECT coalesce(max(block) + 1, 0) FROM main.runs WHERE experiment_id=?",
+                              (exp_id,)).fetchone()[0]
     cols = [c for c in _columns(store, "runs", "src") if c in _columns(store, "runs", "main")
             and c not in ("id", "experiment_id", "block", "extra")]
     n = 0
@@ -63,12 +66,13 @@ def _merge(store: Store, exp_id: int, host: str, block_offset: int) -> dict:
         db.execute("INSERT INTO main.metrics (run_id, name, value) SELECT ?, name, value FROM src.metrics "
                    "WHERE run_id=?", (cur.lastrowid, r[0]))
         n += 1
-    blocks = db.execute("SELECT coalesce(max(block) + 1, 0) FROM src.runs WHERE experiment_id=?", (src,)).fetchone()[0]
+    measured = db.execute("SELECT count(DISTINCT block) FROM src.runs WHERE experiment_id=? AND warmup=0",
+                          (src,)).fetchone()[0]
     verifications = {(v["workload_idx"], v["variant_idx"]): {"status": v["status"], "reasons": json.loads(v["reasons"]),
                                                              "notes": json.loads(v["notes"])}
                      for v in db.execute("SELECT * FROM src.verifications WHERE experiment_id=?", (src,))}
     return {"runs": n, "config": json.loads(row["config"]), "machine": json.loads(row["machine"]),
-            "verifications": verifications, "blocks": blocks}
+            "verifications": verifications, "measured_blocks": measured}
 
 
 def combine_verifications(per_host: dict[str, dict]) -> dict:
