@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Optional
 
 import typer
+from rich.markup import escape
 from rich.table import Table
 
 from . import catalog as cat
@@ -20,6 +21,7 @@ from .cli_app import (
     decision_settings, err, gate, percent, percent_or_none, run_experiment, show,
 )
 from .errors import AlloclabError
+from .fleet import cli_glue as fleet_cli
 from .metrics import parse_metric_option
 from .runner import Settings
 from .store import Store
@@ -35,7 +37,8 @@ def main() -> None:
     try:
         app()
     except AlloclabError as exc:
-        err.print(f"[bold red]error:[/] {exc}", highlight=False, soft_wrap=True)
+        # Messages are plain text: "[params]" or "alloclab[fleet]" in one must not read as markup.
+        err.print(f"[bold red]error:[/] {escape(str(exc))}", highlight=False, soft_wrap=True)
         sys.exit(exc.exit_code)
 
 
@@ -104,6 +107,9 @@ def compare(
     profile_runs: int = ProfileRunsOption,
     call_graph: bool = CallGraphOption,
     ablate: Optional[str] = AblateOption,
+    fleet: Optional[str] = fleet_cli.FleetOption,
+    fleet_mode: str = fleet_cli.FleetModeOption,
+    fleet_require_all: bool = fleet_cli.FleetRequireAllOption,
 ) -> None:
     """Run CMD under each allocator variant and compare speed and memory.
 
@@ -111,6 +117,7 @@ def compare(
     -a 'jemalloc:MALLOC_CONF=dirty_decay_ms:{0,1000,10000}'."""
     from . import cli_sweep, sweep
 
+    fleet_cli.check(fleet, fleet_mode, until_precise=until_precise, profile=profile)
     metrics = [parse_metric_option(m) for m in metric]
     specs, sweeps = sweep.plan_variants(allocator, ablate)
     params = sweep.expand_params(param)
@@ -125,9 +132,16 @@ def compare(
     if profile:
         from .cli_profile import check_profiling
         check_profiling()
-    exp_id = run_experiment(store, workloads, specs, settings)
+    if fleet:
+        exp_id = fleet_cli.run(store, fleet, fleet_mode, fleet_require_all, "compare",
+                               {"command": command, "param": param, "metric": metric, "shell": shell},
+                               specs, settings, note=lambda text: err.print(text, highlight=False))
+    else:
+        exp_id = run_experiment(store, workloads, specs, settings)
     show(store, exp_id, details=details, min_effect=percent(min_effect), export_json=export_json,
          report_format=report, report_file=report_file, max_rss_increase=percent_or_none(max_rss_increase))
+    if fleet:
+        fleet_cli.show_hosts(store, exp_id, console, percent(min_effect))
     if sweeps:
         cli_sweep.show_sweeps(store, exp_id, min_effect=percent(min_effect))
     if profile:

@@ -13,6 +13,7 @@ from rich.table import Table
 from .analysis import analyze
 from .cli_app import DbOption, app, console, err, percent
 from .errors import AlloclabError
+from .fleet import hosts as fleet_hosts
 from .report import FORMATS, Options, write_report
 from .report.diff import diff_experiments, render_json, render_markdown, render_terminal
 from .store import Store
@@ -25,6 +26,13 @@ def open_store(db: Path) -> Store:
         raise AlloclabError(f"No database at {db}. Give the path of one with --db (alloclab compare and "
                             f"alloclab suite write alloclab.db in the current directory by default).")
     return Store(db)
+
+
+def _load_ref(store: Store, ref: str):
+    """ID, or ID@HOST: one host's runs of a fleet experiment, so that hosts can be diffed."""
+    exp, host = fleet_hosts.parse_ref(ref)
+    e = store.load(exp)
+    return fleet_hosts.for_host(e, host) if host else e
 
 
 def budget(text: str | None) -> float | None:
@@ -52,6 +60,9 @@ def report(
     a = analyze(e, baseline=baseline, min_effect=percent(min_effect))
     options = Options(details=details, max_rss_increase=budget(max_rss_increase))
     written = write_report(a, fmt, output, options, console=console)
+    if fmt == "terminal" and output is None and fleet_hosts.hosts_of(e):
+        from .fleet.report import render_hosts
+        render_hosts(e, console, min_effect=percent(min_effect), details=details)
     if export_json:
         write_report(a, "json", export_json, options)
     for path in (written, export_json):
@@ -110,8 +121,8 @@ def experiments(
 
 @app.command()
 def diff(
-    a: int = typer.Argument(..., metavar="A", help="Experiment id of the reference."),
-    b: int = typer.Argument(..., metavar="B", help="Experiment id to compare against A."),
+    a: str = typer.Argument(..., metavar="A", help="Experiment id of the reference; ID@HOST for one host of a fleet experiment."),
+    b: str = typer.Argument(..., metavar="B", help="Experiment id to compare against A; ID@HOST for one host of a fleet experiment."),
     db: Path = DbOption,
     db_b: Optional[Path] = typer.Option(None, "--db-b", help="Database of B, when it was measured elsewhere."),
     fmt: str = typer.Option("terminal", "--format", "-f", help="One of: terminal, md, json."),
@@ -122,8 +133,7 @@ def diff(
     """Compare two experiments of the same workload (another day, machine or allocator version)."""
     if fmt not in ("terminal", "md", "json"):
         raise AlloclabError(f"Unknown diff format '{fmt}'; choose terminal, md or json.")
-    ea = open_store(db).load(a)
-    eb = open_store(db_b or db).load(b)
+    ea, eb = (_load_ref(open_store(path), ref) for path, ref in ((db, a), (db_b or db, b)))
     d = diff_experiments(ea, eb, min_effect=percent(min_effect), details=details)
     if fmt == "terminal" and output is None:
         render_terminal(d, console)

@@ -17,6 +17,7 @@ from .cli_app import (
     decision_settings, err, gate, percent, percent_or_none, run_experiment, show,
 )
 from .errors import AlloclabError
+from .fleet import cli_glue as fleet_cli
 from .runner import Settings
 from .store import Store
 from .variants import parse_variant
@@ -78,11 +79,16 @@ def run_file(
     report: Optional[str] = ReportOption,
     report_file: Optional[Path] = ReportFileOption,
     max_rss_increase: Optional[str] = MaxRssIncreaseOption,
+    fleet: Optional[str] = fleet_cli.FleetOption,
+    fleet_mode: str = fleet_cli.FleetModeOption,
+    fleet_require_all: bool = fleet_cli.FleetRequireAllOption,
 ) -> None:
     """Run an experiment file: a server under each allocator variant while a client drives load
     (or a command under each variant), with setup and teardown around it."""
+    fleet_cli.check(fleet, fleet_mode, profile=profile, keep=keep)
     ef = experiment_file.resolve(target)
-    ef.check_requirements()
+    if not fleet:  # a fleet's hosts are checked instead, each in its pre-flight check
+        ef.check_requirements()
     params = ef.with_params(_params(param))
     if idle is not None:
         if ef.service is None or idle < 0:
@@ -110,10 +116,17 @@ def run_file(
                                             budget or ef.budget or "25m", min_effect,
                                             first_look=ef.runs or DEFAULT_RUNS, default_max_runs=30))
     try:
-        exp_id = run_experiment(store, workloads, variants, settings)
+        if fleet:
+            exp_id = fleet_cli.run(store, fleet, fleet_mode, fleet_require_all, "run",
+                                   {"target": target, "param": param, "idle": idle}, variants, settings,
+                                   note=lambda text: err.print(text, highlight=False))
+        else:
+            exp_id = run_experiment(store, workloads, variants, settings)
         show(store, exp_id, details=details, min_effect=percent(min_effect), export_json=export_json,
              report_format=report, report_file=report_file,
              max_rss_increase=percent_or_none(max_rss_increase))
+        if fleet:
+            fleet_cli.show_hosts(store, exp_id, console, percent(min_effect))
         if sweeps:
             cli_sweep.show_sweeps(store, exp_id, min_effect=percent(min_effect))
         if profile:

@@ -10,6 +10,7 @@ import typer
 from rich.table import Table
 
 from . import catalog as cat, cli_sweep, sweep
+from .fleet import cli_glue as fleet_cli
 from .analysis import analyze, summarize_variants, winners
 from .cli_app import (
     AblateOption, CallGraphOption, DbOption, FailIfWorseOption, MaxRssIncreaseOption, MaxRunsOption,
@@ -98,11 +99,15 @@ def suite(
     report: Optional[str] = ReportOption,
     report_file: Optional[Path] = ReportFileOption,
     max_rss_increase: Optional[str] = MaxRssIncreaseOption,
+    fleet: Optional[str] = fleet_cli.FleetOption,
+    fleet_mode: str = fleet_cli.FleetModeOption,
+    fleet_require_all: bool = fleet_cli.FleetRequireAllOption,
 ) -> None:
     """Run the built-in workloads (modelled on real allocator-bound programs) under each variant."""
     if list_:
         print_catalog()
         return
+    fleet_cli.check(fleet, fleet_mode, profile=profile)
     names = workload or list(builtin.registry())
     for name in names:
         builtin.get(name)  # unknown names fail before anything is compiled
@@ -120,9 +125,16 @@ def suite(
     if profile:
         from .cli_profile import check_profiling
         check_profiling()
-    exp_id = run_experiment(store, workloads, specs, settings)
+    if fleet:
+        exp_id = fleet_cli.run(store, fleet, fleet_mode, fleet_require_all, "suite",
+                               {"workload": names, "param": param, "quick": quick}, specs, settings,
+                               note=lambda text: err.print(text, highlight=False))
+    else:
+        exp_id = run_experiment(store, workloads, specs, settings)
     show(store, exp_id, details=details, min_effect=percent(min_effect), report_format=report,
          report_file=report_file, max_rss_increase=percent_or_none(max_rss_increase))
+    if fleet:
+        fleet_cli.show_hosts(store, exp_id, console, percent(min_effect))
     print_summary(store, exp_id, percent(min_effect))
     if sweeps:
         cli_sweep.show_sweeps(store, exp_id, min_effect=percent(min_effect))

@@ -208,6 +208,13 @@ def metadata(a: Analysis) -> list[tuple[str, str]]:
         ("statistics", statistics_line(a)),
         ("tool", f"alloclab {m.get('alloclab')}, Python {m.get('python')}"),
     ]
+    fleet = e.config.get("fleet")
+    if fleet:
+        per_host = fleet.get("runs_per_host") or {}
+        items.append(("fleet", f"{fleet.get('mode')} on {fleet.get('address')}: "
+                               + ", ".join(f"{h} ({per_host.get(h, '?')} runs per variant)" for h in fleet.get("hosts", []))
+                               + "".join(f"; {h} left out: {why}" for h, why in (fleet.get("left_out") or {}).items())
+                               + "".join(f"; failed: {why}" for why in (fleet.get("failed") or {}).values())))
     removed = e.config.get("removed_env") or {}
     if removed:
         items.append(("removed env", ", ".join(f"{k}={v}" for k, v in removed.items())))

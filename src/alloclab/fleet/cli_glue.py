@@ -1,0 +1,52 @@
+"""The --fleet options of compare, suite and run, and the one call each makes. No Dask import here:
+a command without --fleet never loads it."""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Optional
+
+import typer
+
+from ..errors import AlloclabError
+
+FleetOption = typer.Option(None, "--fleet", metavar="ADDRESS",
+                           help="Run on a Dask fleet: tcp://HOST:PORT, ssh://COORDINATOR,HOST1,... or local:N (docs/fleet.md).")
+FleetModeOption = typer.Option("per-host", "--fleet-mode",
+                               help="per-host: the whole experiment on every host; split: its blocks spread over identical hosts.")
+FleetRequireAllOption = typer.Option(False, "--fleet-require-all",
+                                     help="Stop when a host fails the pre-flight check (default: leave it out, named).")
+
+
+def check(fleet: Optional[str], mode: str, **unsupported) -> None:
+    """Refuse, before anything runs, what a fleet run cannot do yet."""
+    if not fleet:
+        return
+    from .address import check_mode, parse
+    parse(fleet)
+    check_mode(mode)
+    named = [k for k, v in unsupported.items() if v]
+    if named:
+        raise AlloclabError(f"{', '.join('--' + k.replace('_', '-') for k in named)} cannot be combined with --fleet yet: "
+                            f"run without --fleet for that, or drop the option.")
+
+
+def run(store, fleet: str, mode: str, require_all: bool, kind: str, inputs: dict, variant_specs: list[str],
+        settings, note) -> int:
+    from ..variants import parse_variants
+    from .address import parse
+    from .client import FleetRun
+    from .spec import SessionSpec, portable
+    if mode == "split" and getattr(settings, "until_decided", False):
+        raise AlloclabError("--fleet-mode split shares out a fixed number of blocks: give --runs N (each host then "
+                            "runs its share). Measuring until decided works with --fleet-mode per-host, where each "
+                            "host decides on its own runs.")
+    # Default variants are resolved here, so that every host runs the same list.
+    specs = [v.spec for v in parse_variants(variant_specs)]
+    spec = SessionSpec(kind, portable(kind, inputs), specs, dataclasses.asdict(settings))
+    return FleetRun(store, parse(fleet), mode, require_all, spec, settings.title, note=note).run()
+
+
+def show_hosts(store, exp_id: int, console, min_effect: float = 0.0) -> None:
+    from .report import render_hosts
+    render_hosts(store.load(exp_id), console, min_effect=min_effect)
