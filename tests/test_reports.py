@@ -112,7 +112,7 @@ def test_every_format_of_a_real_experiment(real):
         if run["status"] == "ok":
             assert float(row["ops"]) == run["metrics"]["ops"]
     raw = json.loads((d / "r.json").read_text())
-    assert raw["schema"] == 1 and raw["experiment"]["id"] == 1
+    assert raw["schema"] == 2 and raw["experiment"]["id"] == 1
     assert len(raw["runs"]) == len(e.runs) and raw["runs"][0]["rss_series"] == json.loads(e.runs[0]["rss_series"])
     ops = next(m for m in raw["results"][0]["metrics"] if m["name"] == "ops")
     assert [c["variant"] for c in ops["cells"]] == ["glibc-mmap0", "jemalloc"]
