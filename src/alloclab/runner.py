@@ -75,6 +75,8 @@ class Experiment:
         s = self.settings
         self.design = (decide.Design.sequential(s.first_look, s.max_runs, s.alpha) if s.until_decided
                        else decide.Design.fixed(s.runs, s.alpha))
+        if self.settings.timeout_s is not None and not self.settings.timeout_s > 0:
+            raise AlloclabError(f"--timeout must be a positive number of seconds (got {self.settings.timeout_s:g}).")
         self.programs = [w.program() for w in self.workloads]
         self.cells = [Cell(w, v) for w in range(len(self.workloads)) for v in range(len(self.variants))]
         self.evidence: dict[tuple[int, int], verify.Evidence] = {}
