@@ -88,3 +88,15 @@ def test_true_cases_stay_ineffective(program, flags, build, tmp_path):
     args = ["100", "1"] if program == "churn" else []
     ev = verdict(parse_variant("jemalloc"), [str(prog), *args], tmp_path)
     assert ev.status == "ineffective", ev
+
+
+def test_compare_on_debian_python3_verifies_every_allocator(cli, store_of):
+    """The issue's command, through the CLI: no false INEFFECTIVE on the non-PIE python3."""
+    if not Path("/usr/bin/python3").exists():
+        pytest.skip("no /usr/bin/python3 (make test installs python3)")
+    p = cli("compare", "--runs", "1", "--", "/usr/bin/python3", "-c", "x=[bytearray(700) for _ in range(20000)]")
+    assert p.returncode == 0, p.stderr
+    e = store_of(cli.db).load()
+    got = {e.variants[vi]["label"]: v["status"] for (_, vi), v in e.verifications.items()}
+    assert set(got.values()) == {"verified"}, got
+    assert "INEFFECTIVE" not in p.stdout
