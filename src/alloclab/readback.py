@@ -65,11 +65,19 @@ def loader() -> str:
     raise AlloclabError("Cannot find the dynamic loader (no PT_INTERP in /bin/sh) to read glibc's tunables back.")
 
 
+class ProbeFailed(Exception):
+    pass
+
+
 def _run(argv: list[str], env: dict[str, str]) -> tuple[str, str]:
     try:
         p = subprocess.run(argv, env=env, capture_output=True, text=True, timeout=TIMEOUT_S, errors="replace")
     except subprocess.TimeoutExpired:
-        return "", f"{argv[0]} did not finish in {TIMEOUT_S} s"
+        raise ProbeFailed(f"{Path(argv[0]).name} did not finish in {TIMEOUT_S} s") from None
+    if p.returncode != 0:
+        tail = " ".join(p.stderr.split())[-300:]
+        raise ProbeFailed(f"{Path(argv[0]).name} {' '.join(argv[1:2])} exited with status {p.returncode}"
+                          + (f": {tail}" if tail else ""))
     return p.stdout, p.stderr
 
 
@@ -125,7 +133,10 @@ def check(variant, env: dict[str, str]) -> list[Readback]:
     if not a.readback:
         return [Readback(s, UNCONFIRMED, why=f"the catalog names no way to read {a.name}'s settings back")
                 for s in variant.tunables]
-    found, errs = readings(variant, env)
+    try:
+        found, errs = readings(variant, env)
+    except ProbeFailed as exc:
+        return [Readback(s, UNCONFIRMED, why=f"reading {a.name}'s settings back failed: {exc}") for s in variant.tunables]
     out = []
     for s in variant.tunables:
         t = s.tunable
