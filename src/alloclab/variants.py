@@ -158,6 +158,9 @@ def parse_variant(spec: str, catalog: cat.Catalog | None = None) -> Variant:
     for var, items in shared.items():
         fmt, sep = catalog.combine.get(var, ("{key}={value}", ","))
         env[var] = sep.join(fmt.format(key=k, value=v) for k, v in items)
+    if allocator is None and settings:
+        notes.append(f"{', '.join(f'{x.key}={x.written}' for x in settings)}: passed as environment; alloclab "
+                     f"cannot check or read back the settings of a library given by path")
     if plain:
         notes.append(f"{', '.join(plain)}: plain environment, passed to the program unchanged (not a setting of {name})")
 
