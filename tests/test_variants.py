@@ -49,10 +49,57 @@ def test_labels_and_duplicates():
     assert [v.label for v in parse_variants(["glibc@a", "glibc@b"])] == ["a", "b"]
 
 
-def test_unknown_key_is_passed_through_with_a_note():
-    v = parse_variant("glibc:MALLOC_TOP_PAD=64M")  # missing trailing underscore: a typo
-    assert v.env["MALLOC_TOP_PAD"] == str(64 << 20)
-    assert "not a known tunable of glibc" in v.notes[0]
+@pytest.mark.parametrize("spec,says", [
+    ("glibc:MALLOC_TOP_PAD=64M", "Did you mean MALLOC_TOP_PAD_?"),            # missing trailing underscore
+    ("tcmalloc:TCMALLOC_MAX_TOTAL_THREAD_CACHE_BYTE=1G", "Did you mean TCMALLOC_MAX_TOTAL_THREAD_CACHE_BYTES?"),
+    ("jemalloc:narena=2", "Did you mean narenas?"),                           # lower case: a MALLOC_CONF key
+    ("jemalloc:MALLOC_CONF=narenas:2,dirty_decay:0", "'dirty_decay' (inside MALLOC_CONF)"),
+    ("glibc:GLIBC_TUNABLES=glibc.malloc.tcache_cnt=0", "Did you mean glibc.malloc.tcache_count?"),
+    ("tcmalloc:MALLOC_ARENA_MAX=2", "MALLOC_ARENA_MAX is a setting of glibc, not of tcmalloc"),
+])
+def test_misspelled_or_foreign_setting_is_refused_with_the_nearest_match(spec, says):
+    name = spec.split(":")[0]
+    if name != "glibc":
+        require_allocator(name)
+    with pytest.raises(AlloclabError, match="does not read it") as exc:
+        parse_variant(spec)
+    assert says in str(exc.value)
+
+
+@pytest.mark.parametrize("spec,says", [
+    ("glibc:MALLOC_TOP_PAD_=64Q", "'64Q' is not a size"),
+    ("glibc:MALLOC_ARENA_MAX=2M", "not a whole number"),
+    ("glibc:glibc.malloc.tcache_count=99999", "between 0 and 65535 (glibc ignores a count above MAX_TCACHE_COUNT"),
+    ("glibc:MALLOC_MMAP_THRESHOLD_=1G", "at most 33554432 (glibc ignores a threshold above HEAP_MAX_SIZE/2"),
+])
+def test_bad_value_is_refused_before_anything_runs(spec, says):
+    with pytest.raises(AlloclabError) as exc:
+        parse_variant(spec)
+    assert says in str(exc.value)
+
+
+def test_bad_boolean_is_refused():
+    require_allocator("jemalloc")
+    with pytest.raises(AlloclabError, match="'1' is not true or false"):
+        parse_variant("jemalloc:background_thread=1")
+
+
+def test_other_variables_pass_through_unchanged_as_plain_environment():
+    v = parse_variant("glibc:MALLOC_TOP_PAD_=64M,MY_APP_CACHE=12K")
+    assert v.env["MY_APP_CACHE"] == "12K" and v.env["MALLOC_TOP_PAD_"] == str(64 << 20)
+    assert v.plain_env == ("MY_APP_CACHE=12K",)
+    assert [t.tunable.name for t in v.tunables] == ["MALLOC_TOP_PAD_"]
+    assert "plain environment" in v.notes[0]
+
+
+def test_raw_shared_variable_is_checked_and_its_sizes_expanded():
+    require_allocator("jemalloc")
+    v = parse_variant("jemalloc:MALLOC_CONF=narenas:2,tcache_max:1M")
+    assert v.env["MALLOC_CONF"] == "narenas:2,tcache_max:1048576"
+    assert [(t.tunable.name, t.written) for t in v.tunables] == [("narenas", "2"), ("tcache_max", "1M")]
+    # Other glibc tunables than malloc's pass through inside GLIBC_TUNABLES.
+    g = parse_variant("glibc:GLIBC_TUNABLES=glibc.pthread.rseq=0:glibc.malloc.arena_max=2")
+    assert g.env["GLIBC_TUNABLES"] == "glibc.pthread.rseq=0:glibc.malloc.arena_max=2"
 
 
 def test_bad_settings_text():

@@ -22,6 +22,12 @@ class Tunable:
     name: str
     help: str
     via: str | None = None  # the shared variable it lives in (MALLOC_CONF, GLIBC_TUNABLES)
+    kind: str = "str"       # size | int | float | bool | choice | str (see allocators.toml)
+    read: tuple[str, ...] = ()   # how the running allocator reports it (names per version)
+    min: float | None = None
+    max: float | None = None
+    limit: str = ""         # why values outside [min, max] do not take effect
+    choices: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -36,6 +42,9 @@ class Allocator:
     prefixed_symbols: tuple[str, ...] = ()
     version_regex: str | None = None
     tunables: tuple[Tunable, ...] = ()
+    readback: str | None = None          # tunables | probe | verbose (see allocators.toml)
+    verbose_env: tuple[tuple[str, str], ...] = ()
+    verbose_regex: str | None = None
 
     @property
     def is_system(self) -> bool:
@@ -44,6 +53,10 @@ class Allocator:
 
     def tunable(self, key: str) -> Tunable | None:
         return next((t for t in self.tunables if t.name == key), None)
+
+    def shared_vars(self) -> set[str]:
+        """The variables it reads keys out of (MALLOC_CONF for jemalloc, GLIBC_TUNABLES for glibc)."""
+        return {t.via for t in self.tunables if t.via}
 
 
 @dataclass(frozen=True)
@@ -73,8 +86,12 @@ def _parse_tunables(raw: dict) -> tuple[Tunable, ...]:
     for key, value in raw.items():
         if isinstance(value, str):
             out.append(Tunable(key, value))
-        else:
-            out.append(Tunable(key, value["help"], value.get("via")))
+            continue
+        read = value.get("read", ())
+        out.append(Tunable(key, value["help"], value.get("via"), value.get("kind", "str"),
+                           (read,) if isinstance(read, str) else tuple(read),
+                           value.get("min"), value.get("max"), value.get("limit", ""),
+                           tuple(value.get("choices", ()))))
     return tuple(out)
 
 
@@ -95,6 +112,9 @@ def load_catalog(path: str | None = None) -> Catalog:
             prefixed_symbols=tuple(entry.get("prefixed_symbols", ())),
             version_regex=entry.get("version_regex"),
             tunables=_parse_tunables(entry.get("tunables", {})),
+            readback=entry.get("readback"),
+            verbose_env=tuple(entry.get("verbose_env", {}).items()),
+            verbose_regex=entry.get("verbose_regex"),
         )
     combine = {var: (fmt, sep) for var, (fmt, sep) in data.get("combine", {}).items()}
     return Catalog(allocators, combine)

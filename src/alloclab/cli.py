@@ -16,9 +16,11 @@ from rich.table import Table
 
 from . import catalog as cat
 from .cli_app import (
-    AblateOption, CallGraphOption, DbOption, FailIfWorseOption, MaxRssIncreaseOption, MaxRunsOption,
-    MinEffectOption, ProfileRunsOption, ReportFileOption, ReportOption, app, budget_option, console,
-    decision_settings, err, gate, percent, percent_or_none, run_experiment, show,
+    AblateOption, AllocatorOption, CallGraphOption, DbOption, DetailsOption, ExportJsonOption,
+    FailIfWorseOption, MaxRssIncreaseOption, MaxRunsOption, MinEffectOption, NoVerifyOption,
+    ProfileOption, ProfileRunsOption, ReportFileOption, ReportOption, RunsOption, SeedOption, app,
+    budget_option, console, decision_settings, err, gate, percent, percent_or_none, run_experiment,
+    show, timeout_option, warmup_option,
 )
 from .errors import AlloclabError
 from .fleet import cli_glue as fleet_cli
@@ -83,17 +85,17 @@ def allocators() -> None:
 @app.command(context_settings={"allow_interspersed_args": False})
 def compare(
     command: list[str] = typer.Argument(..., metavar="-- CMD [ARGS]...", help="The program to run, after --."),
-    allocator: list[str] = typer.Option([], "-a", "--allocator", help="Variant NAME[:VAR=VALUE,...]\\[@LABEL]; repeat. Default: every installed allocator."),
-    runs: Optional[int] = typer.Option(None, "--runs", "-n", help="Exactly this many measured runs per variant. Default: until every comparison is decided (--budget, --max-runs)."),
-    warmup: int = typer.Option(1, "--warmup", help="Warm-up blocks, discarded (the first one also verifies the allocator)."),
+    allocator: list[str] = AllocatorOption,
+    runs: Optional[int] = RunsOption,
+    warmup: int = warmup_option(1),
     metric: list[str] = typer.Option([], "--metric", "-m", help="NAME=REGEX[:higher|lower] or NAME=json:KEY; repeat."),
-    timeout: Optional[float] = typer.Option(None, "--timeout", help="Kill a run (its whole process group) after this many seconds."),
-    seed: int = typer.Option(1, "--seed", help="Seed of the randomized run order."),
+    timeout: Optional[float] = timeout_option(None),
+    seed: int = SeedOption,
     shell: bool = typer.Option(False, "--shell", help="Run the command through /bin/sh -c."),
-    no_verify: bool = typer.Option(False, "--no-verify", help="Skip the LD_DEBUG verification run."),
+    no_verify: bool = NoVerifyOption,
     db: Path = DbOption,
-    export_json: Optional[Path] = typer.Option(None, "--export-json", help="Write raw samples and metadata as JSON."),
-    details: bool = typer.Option(False, "--details", help="Show every standard measure."),
+    export_json: Optional[Path] = ExportJsonOption,
+    details: bool = DetailsOption,
     min_effect: str = MinEffectOption,
     until_precise: Optional[str] = typer.Option(None, "--until-precise", help="Instead of until decided: add interleaved blocks until every primary metric's median CI half-width is below this, e.g. 2%."),
     max_runs: Optional[int] = MaxRunsOption,
@@ -103,7 +105,7 @@ def compare(
     report_file: Optional[Path] = ReportFileOption,
     max_rss_increase: Optional[str] = MaxRssIncreaseOption,
     param: list[str] = typer.Option([], "--param", "-p", help="NAME=VALUES substituted for {NAME} in the command's arguments; lists (1,2,4) and ranges (1..16*2) sweep."),
-    profile: bool = typer.Option(False, "--profile", help="Afterwards, profile each variant with perf record: the allocator's share of CPU."),
+    profile: bool = ProfileOption,
     profile_runs: int = ProfileRunsOption,
     call_graph: bool = CallGraphOption,
     ablate: Optional[str] = AblateOption,

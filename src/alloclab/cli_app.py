@@ -26,10 +26,40 @@ err = Console(stderr=True, width=None if sys.stderr.isatty() else 160)
 
 DbOption = typer.Option(DEFAULT_DB, "--db", help="SQLite database of results (created if missing).")
 
-# Options shared by the commands that run experiments (compare, suite, run).
+# Options shared by the commands that run experiments (compare, suite, run): defined here once so
+# that a flag means the same everywhere. Where a command's default differs, a function gives the
+# option with that default.
 MinEffectOption = typer.Option("2%", "--min-effect", help="Equivalence margin: a comparison whose whole interval lies within ±this is 'equivalent'.")
 FailIfWorseOption = typer.Option(None, "--fail-if-worse", help="Gate for CI and reviews, e.g. 5%: exit 1 when a variant is decided worse than the baseline by at least this on a primary metric, 3 when something stays undecided, 0 otherwise.")
 MaxRunsOption = typer.Option(None, "--max-runs", help="Until decided (or with --until-precise): at most this many runs per variant.")
+AllocatorOption = typer.Option([], "-a", "--allocator", help="Variant NAME[:VAR=VALUE,...]\\[@LABEL], may sweep ({0,64M}, 128K..256M*4); repeat. Default: every installed allocator (suite adds its tuned variants, run the file's).")
+SeedOption = typer.Option(1, "--seed", help="Seed of the randomized run order.")
+NoVerifyOption = typer.Option(False, "--no-verify", help="Skip the untimed verification (LD_DEBUG bindings run, settings read back).")
+ExportJsonOption = typer.Option(None, "--export-json", help="Write raw samples and metadata as JSON.")
+DetailsOption = typer.Option(False, "--details", help="Show every standard measure.")
+ProfileOption = typer.Option(False, "--profile", help="Afterwards, profile each variant with perf record: the allocator's share of CPU (a server's process tree, not its client).")
+
+
+def _check_timeout(value: float | None) -> float | None:
+    if value is not None and not value > 0:
+        raise AlloclabError(
+            f"--timeout must be a positive number of seconds (got {value:g}): it is the time after which a "
+            f"run is killed. Give e.g. --timeout 60, or leave it out for no limit.")
+    return value
+
+
+def timeout_option(default: float | None = None):
+    return typer.Option(default, "--timeout", callback=_check_timeout,
+                        help="Kill a run (its whole process group; a service's client) after this many seconds.")
+
+
+RunsOption = typer.Option(None, "--runs", "-n", help="Exactly this many measured runs per workload and variant. Default: until every comparison is decided, within --budget and --max-runs (run: first looking after the file's runs).")
+
+
+def warmup_option(default: int | None = 1, help_default: str = ""):
+    return typer.Option(default, "--warmup", help="Warm-up blocks, discarded (the first one also verifies the allocator)" + (f"; {help_default}." if help_default else "."))
+
+
 ProfileRunsOption = typer.Option(3, "--profile-runs", help="Profiled runs per variant with --profile.")
 CallGraphOption = typer.Option(False, "--call-graph", "-g", help="With --profile: record call graphs.")
 AblateOption = typer.Option(None, "--ablate", help="VARIANT with several settings: run the baseline, each setting alone and all together.")
@@ -87,8 +117,8 @@ def show(store: Store, exp_id: int, *, details: bool = False, min_effect: float 
         f"Results stored in {store.path} (experiment {exp_id}).")
 
 
-def budget_option(default: str):
-    return typer.Option(default, "--budget", help="Until decided: stop adding runs after this long, e.g. 90s, 20m, 1h.")
+def budget_option(default: str | None, help_default: str = ""):
+    return typer.Option(default, "--budget", help="Until decided: stop adding runs after this long, e.g. 90s, 20m, 1h" + (f" ({help_default})." if help_default else "."))
 
 
 def seconds(text: str) -> float:

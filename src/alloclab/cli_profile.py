@@ -19,7 +19,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from rich.table import Table
 
 from . import callgrind, machine, profile as prof
-from .cli_app import DbOption, app, console, err, run_experiment, show
+from .cli_app import DbOption, NoVerifyOption, SeedOption, app, console, err, run_experiment, show, timeout_option
 from .errors import AlloclabError
 from .metrics import parse_metric_option
 from .runner import Settings
@@ -49,10 +49,10 @@ def profile_command(
     call_graph: bool = typer.Option(False, "--call-graph", "-g", help="Record call graphs (DWARF unwinding): tells page faults, brk, mmap, munmap and madvise apart by their kernel entry, and which were entered from allocator code."),
     instructions: bool = typer.Option(False, "--instructions", help="Also run each variant once under valgrind's callgrind: exact instruction counts, total and inside the allocator (threads serialized)."),
     metric: list[str] = typer.Option([], "--metric", "-m", help="NAME=REGEX[:higher|lower] or NAME=json:KEY; repeat."),
-    timeout: Optional[float] = typer.Option(None, "--timeout", help="Kill a run (its whole process group) after this many seconds."),
-    seed: int = typer.Option(1, "--seed", help="Seed of the randomized run order."),
+    timeout: Optional[float] = timeout_option(None),
+    seed: int = SeedOption,
     shell: bool = typer.Option(False, "--shell", help="Run the command through /bin/sh -c."),
-    no_verify: bool = typer.Option(False, "--no-verify", help="Skip the LD_DEBUG verification run."),
+    no_verify: bool = NoVerifyOption,
     db: Path = DbOption,
 ) -> None:
     """Profile CMD under each allocator variant: the allocator's share of CPU, kernel memory work, overhead."""

@@ -12,9 +12,11 @@ from rich.table import Table
 from . import catalog as cat
 from . import cli_sweep, experiment_file, service, sweep
 from .cli_app import (
-    AblateOption, CallGraphOption, DbOption, FailIfWorseOption, MaxRssIncreaseOption, MaxRunsOption,
-    MinEffectOption, ProfileRunsOption, ReportFileOption, ReportOption, app, budget_option, console,
-    decision_settings, err, gate, percent, percent_or_none, run_experiment, show,
+    AblateOption, AllocatorOption, CallGraphOption, DbOption, DetailsOption, ExportJsonOption,
+    FailIfWorseOption, MaxRssIncreaseOption, MaxRunsOption, MinEffectOption, NoVerifyOption,
+    ProfileOption, ProfileRunsOption, ReportFileOption, ReportOption, RunsOption, SeedOption, app,
+    budget_option, console, decision_settings, err, gate, percent, percent_or_none, run_experiment,
+    show, timeout_option, warmup_option,
 )
 from .errors import AlloclabError
 from .fleet import cli_glue as fleet_cli
@@ -56,23 +58,23 @@ def _default_variants(ef: experiment_file.ExperimentFile) -> list[str]:
 @app.command("run")
 def run_file(
     target: str = typer.Argument(..., metavar="FILE.toml|recipe:NAME", help="An experiment file, or recipe:NAME (see `alloclab recipes`)."),
-    allocator: list[str] = typer.Option([], "-a", "--allocator", help="Variant NAME[:VAR=VALUE,...]\\[@LABEL], may sweep ({0,64M}, 128K..256M*4); repeat. Default: the file's variants, else every installed allocator."),
+    allocator: list[str] = AllocatorOption,
     param: list[str] = typer.Option([], "--param", "-p", help="Override a parameter of the file: NAME=VALUE; repeat."),
-    runs: Optional[int] = typer.Option(None, "--runs", "-n", help="Exactly this many measured runs per variant. Default: until every comparison is decided, first looking after the file's runs (else 5), within --budget and --max-runs."),
+    runs: Optional[int] = RunsOption,
     max_runs: Optional[int] = MaxRunsOption,
-    budget: Optional[str] = typer.Option(None, "--budget", help="Until decided: stop adding runs after this long, e.g. 20m (default: the file's, else 25m)."),
+    budget: Optional[str] = budget_option(None, "default: the file's, else 25m"),
     fail_if_worse: Optional[str] = FailIfWorseOption,
-    warmup: Optional[int] = typer.Option(None, "--warmup", help="Warm-up blocks, discarded (default: the file's, else 1)."),
-    timeout: Optional[float] = typer.Option(None, "--timeout", help="Kill a run's client (or command) after this many seconds."),
-    seed: int = typer.Option(1, "--seed", help="Seed of the randomized run order."),
-    no_verify: bool = typer.Option(False, "--no-verify", help="Skip the LD_DEBUG verification run."),
+    warmup: Optional[int] = warmup_option(None, "default: the file's, else 1"),
+    timeout: Optional[float] = timeout_option(None),
+    seed: int = SeedOption,
+    no_verify: bool = NoVerifyOption,
     idle: Optional[float] = typer.Option(None, "--idle", help="Service mode: seconds of rest after the load before the last memory reading (default: the file's)."),
     keep: bool = typer.Option(False, "--keep", help="Keep the working directory (data, logs) and print where it is."),
     db: Path = DbOption,
-    export_json: Optional[Path] = typer.Option(None, "--export-json", help="Write raw samples and metadata as JSON."),
-    details: bool = typer.Option(False, "--details", help="Show every standard measure."),
+    export_json: Optional[Path] = ExportJsonOption,
+    details: bool = DetailsOption,
     min_effect: str = MinEffectOption,
-    profile: bool = typer.Option(False, "--profile", help="Afterwards, profile each variant with perf record: the allocator's share of the server's CPU (the server's process tree, not the client)."),
+    profile: bool = ProfileOption,
     profile_runs: int = ProfileRunsOption,
     call_graph: bool = CallGraphOption,
     ablate: Optional[str] = AblateOption,

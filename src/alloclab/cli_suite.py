@@ -13,9 +13,11 @@ from . import catalog as cat, cli_sweep, sweep
 from .fleet import cli_glue as fleet_cli
 from .analysis import analyze, summarize_variants, winners
 from .cli_app import (
-    AblateOption, CallGraphOption, DbOption, FailIfWorseOption, MaxRssIncreaseOption, MaxRunsOption,
-    MinEffectOption, ProfileRunsOption, ReportFileOption, ReportOption, app, budget_option, console,
-    decision_settings, err, gate, percent, percent_or_none, run_experiment, show,
+    AblateOption, AllocatorOption, CallGraphOption, DbOption, DetailsOption, ExportJsonOption,
+    FailIfWorseOption, MaxRssIncreaseOption, MaxRunsOption, MinEffectOption, NoVerifyOption,
+    ProfileOption, ProfileRunsOption, ReportFileOption, ReportOption, RunsOption, SeedOption, app,
+    budget_option, console, decision_settings, err, gate, percent, percent_or_none, run_experiment,
+    show, timeout_option, warmup_option,
 )
 from .runner import Settings
 from .stats import format_comparison
@@ -78,21 +80,23 @@ def print_summary(store: Store, exp_id: int, min_effect: float) -> None:
 @app.command()
 def suite(
     workload: list[str] = typer.Option([], "--workload", "-w", help="Built-in workload; repeat. Default: all."),
-    allocator: list[str] = typer.Option([], "-a", "--allocator", help="Variant; repeat. Default: every installed allocator plus tuned variants."),
-    runs: Optional[int] = typer.Option(None, "--runs", "-n", help="Exactly this many measured runs per workload and variant. Default: until every comparison is decided (--budget, --max-runs)."),
+    allocator: list[str] = AllocatorOption,
+    runs: Optional[int] = RunsOption,
     max_runs: Optional[int] = MaxRunsOption,
     budget: str = budget_option("3m"),
     fail_if_worse: Optional[str] = FailIfWorseOption,
-    warmup: int = typer.Option(1, "--warmup"),
+    warmup: int = warmup_option(1),
     quick: bool = typer.Option(False, "--quick", help="Small sizes (about 0.2-0.5 s a run)."),
     param: list[str] = typer.Option([], "--param", "-p", help="Workload parameter NAME=VALUE; lists (threads=1,2,4,8) and ranges (1..16*2) sweep."),
-    timeout: Optional[float] = typer.Option(120.0, "--timeout", help="Kill a run after this many seconds."),
-    seed: int = typer.Option(1, "--seed"),
+    timeout: Optional[float] = timeout_option(120.0),
+    seed: int = SeedOption,
+    no_verify: bool = NoVerifyOption,
     list_: bool = typer.Option(False, "--list", help="List the built-in workloads and exit."),
     db: Path = DbOption,
-    details: bool = typer.Option(False, "--details"),
+    export_json: Optional[Path] = ExportJsonOption,
+    details: bool = DetailsOption,
     min_effect: str = MinEffectOption,
-    profile: bool = typer.Option(False, "--profile", help="Afterwards, profile each variant with perf record: the allocator's share of CPU."),
+    profile: bool = ProfileOption,
     profile_runs: int = ProfileRunsOption,
     call_graph: bool = CallGraphOption,
     ablate: Optional[str] = AblateOption,
@@ -118,7 +122,7 @@ def suite(
     sweeps += sweep.param_sweeps(workloads, params.swept)
     store = Store(db)
     err.print(f"Storing results in {store.path.resolve()}", highlight=False)
-    settings = Settings(warmup=warmup, timeout_s=timeout, seed=seed, kind="suite",
+    settings = Settings(warmup=warmup, timeout_s=timeout, seed=seed, verify=not no_verify, kind="suite",
                         title="suite: " + ", ".join(names) + (" (quick)" if quick else ""),
                         extra_config=sweep.sweep_config(sweeps),
                         **decision_settings(runs, max_runs, budget, min_effect, first_look=8, default_max_runs=80))
@@ -131,7 +135,7 @@ def suite(
                                note=lambda text: err.print(text, highlight=False))
     else:
         exp_id = run_experiment(store, workloads, specs, settings)
-    show(store, exp_id, details=details, min_effect=percent(min_effect), report_format=report,
+    show(store, exp_id, details=details, min_effect=percent(min_effect), export_json=export_json, report_format=report,
          report_file=report_file, max_rss_increase=percent_or_none(max_rss_increase))
     if fleet:
         fleet_cli.show_hosts(store, exp_id, console, percent(min_effect))

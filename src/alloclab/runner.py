@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
 
-from . import decide, machine, plan, verify
+from . import decide, machine, plan, readback, verify
 from .errors import AlloclabError, Interrupted
 from .measure import RunInterrupted, RunResult
 from .metrics import HW_COUNTERS, STANDARD, extract, output_tail, standard_values
@@ -75,6 +75,8 @@ class Experiment:
         s = self.settings
         self.design = (decide.Design.sequential(s.first_look, s.max_runs, s.alpha) if s.until_decided
                        else decide.Design.fixed(s.runs, s.alpha))
+        if self.settings.timeout_s is not None and not self.settings.timeout_s > 0:
+            raise AlloclabError(f"--timeout must be a positive number of seconds (got {self.settings.timeout_s:g}).")
         self.programs = [w.program() for w in self.workloads]
         self.cells = [Cell(w, v) for w in range(len(self.workloads)) for v in range(len(self.variants))]
         self.evidence: dict[tuple[int, int], verify.Evidence] = {}
@@ -111,9 +113,24 @@ class Experiment:
             ev = verify.static_check(self.variants[c.variant_idx], self.programs[c.workload_idx])
             self.evidence[(c.workload_idx, c.variant_idx)] = ev
         self.config = config
+        self._read_settings_back()
         if removed:
             self.progress.note("Removed inherited allocator settings from the environment of every run: "
                                + ", ".join(f"{k}={v}" for k, v in removed.items()))
+
+    def _read_settings_back(self) -> None:
+        """Untimed, before the first run: each setting as the running allocator reports it."""
+        for vi, v in enumerate(self.variants):
+            results = readback.check(v, v.apply(self.base_env)) if self.settings.verify else []
+            for (_, cvi), ev in self.evidence.items():
+                if cvi != vi:
+                    continue
+                for r in results:
+                    (ev.fail if r.status == readback.INEFFECTIVE else ev.note)(r.line())
+                if v.tunables and not self.settings.verify:
+                    ev.note("settings not read back from the allocator (--no-verify)")
+                for note in v.notes:
+                    ev.note(note)
 
     # --- one job ---------------------------------------------------------------------------
 

@@ -12,23 +12,15 @@ from pathlib import Path
 
 from . import catalog as cat
 from .errors import AlloclabError
+from .tunables import TunableSetting, check_value, expand_size, looks_like_setting, misspelled, refuse_unknown, split_shared
 
 # Inherited settings that would change the allocator behind our back; the runner removes
 # them so that the variant is the only allocator setting a run sees.
 ALLOCATOR_ENV = re.compile(r"^(LD_PRELOAD|GLIBC_TUNABLES|MALLOC_.*|TCMALLOC_.*|MIMALLOC_.*|JE_MALLOC_CONF|_RJEM_MALLOC_CONF|HEAPPROFILE|HEAPCHECK)$")
 
-_SIZE = re.compile(r"^(\d+(?:\.\d+)?)([KMGT])i?B?$", re.IGNORECASE)
 _ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 _SHORT_PREFIXES = ("MALLOC_", "TCMALLOC_", "MIMALLOC_", "glibc.malloc.")
-
-
-def expand_size(value: str) -> str:
-    """'64M' -> '67108864'; anything else unchanged (K/M/G/T are powers of 1024)."""
-    m = _SIZE.match(value.strip())
-    if not m:
-        return value
-    power = "KMGT".index(m.group(2).upper()) + 1
-    return str(int(float(m.group(1)) * 1024**power))
+__all__ = ["expand_size"]  # sweep and older callers import it from here
 
 
 @dataclass(frozen=True)
@@ -55,6 +47,8 @@ class Variant:
     library: Path | None             # None: the system allocator (no preload)
     settings: tuple[Setting, ...] = ()
     notes: tuple[str, ...] = ()
+    tunables: tuple[TunableSetting, ...] = ()   # what the allocator is asked to read, to read back
+    plain_env: tuple[str, ...] = ()             # variables passed through, not allocator settings
     env: dict[str, str] = field(default_factory=dict, hash=False, compare=False)
 
     @property
@@ -150,32 +144,71 @@ def parse_variant(spec: str, catalog: cat.Catalog | None = None) -> Variant:
     env: dict[str, str] = {}
     if library is not None:
         env["LD_PRELOAD"] = str(library)
-    settings, notes, shared = [], [], {}
+    settings, notes, plain, checked, shared = [], [], [], [], {}
     for key, written in _parse_settings(spec, settings_text):
-        value = expand_size(written)
-        tunable = allocator.tunable(key) if allocator else None
-        if tunable and tunable.via:
-            shared.setdefault(tunable.via, []).append((key, value))
-        else:
+        if allocator is None:
+            # A library given by path: alloclab cannot know what it reads.
+            value = expand_size(written)
             if not _ENV_NAME.match(key):
-                raise AlloclabError(
-                    f"'{key}' in variant '{spec}' is neither a tunable of {name} nor an environment "
-                    f"variable name. Run `alloclab allocators` to list the tunables."
-                )
-            if allocator and not tunable and key not in catalog.combine:
-                notes.append(f"{key} is not a known tunable of {name}; passed through as an environment variable")
+                raise AlloclabError(f"'{key}' in variant '{spec}' is not an environment variable name.")
             env[key] = value
+        else:
+            value = _allocator_setting(spec, allocator, key, written, catalog, checked, shared, env, plain)
         settings.append(Setting(key, written, value))
     for var, items in shared.items():
         fmt, sep = catalog.combine.get(var, ("{key}={value}", ","))
-        joined = sep.join(fmt.format(key=k, value=v) for k, v in items)
-        env[var] = f"{env[var]}{sep}{joined}" if var in env else joined
+        env[var] = sep.join(fmt.format(key=k, value=v) for k, v in items)
+    if allocator is None and settings:
+        notes.append(f"{', '.join(f'{x.key}={x.written}' for x in settings)}: passed as environment; alloclab "
+                     f"cannot check or read back the settings of a library given by path")
+    if plain:
+        notes.append(f"{', '.join(plain)}: plain environment, passed to the program unchanged (not a setting of {name})")
 
     if label is None:
         base = name if allocator else Path(name).name.split(".so")[0]
         label = " ".join([base] + [",".join(s.short for s in settings)] if settings else [base])
     return Variant(spec=spec, label=label, allocator=allocator, library=library,
-                   settings=tuple(settings), notes=tuple(notes), env=env)
+                   settings=tuple(settings), notes=tuple(notes), tunables=tuple(checked),
+                   plain_env=tuple(plain), env=env)
+
+
+def _allocator_setting(spec: str, allocator: cat.Allocator, key: str, written: str, catalog: cat.Catalog,
+                       checked: list, shared: dict, env: dict, plain: list) -> str:
+    """Place one VAR=VALUE of a catalog allocator's variant; returns the value handed over."""
+    tunable = allocator.tunable(key)
+    if tunable is not None:
+        value = check_value(spec, allocator, tunable, written)
+        checked.append(TunableSetting(tunable, written, value))
+        if tunable.via:
+            shared.setdefault(tunable.via, []).append((key, value))
+        else:
+            env[key] = value
+        return value
+    if key in allocator.shared_vars():
+        # The raw form (MALLOC_CONF=narenas:2,...): each key is checked and read back alike.
+        values = []
+        for sub, sub_written in split_shared(spec, key, written, catalog):
+            sub_tunable = allocator.tunable(sub)
+            if sub_tunable is None or sub_tunable.via != key:
+                if key != "GLIBC_TUNABLES" or looks_like_setting(sub, catalog):
+                    refuse_unknown(spec, sub, allocator, catalog, inside=key)
+                values.append((sub, sub_written))   # another glibc tunable (glibc.pthread...)
+                continue
+            sub_value = check_value(spec, allocator, sub_tunable, sub_written)
+            checked.append(TunableSetting(sub_tunable, sub_written, sub_value))
+            values.append((sub, sub_value))
+        shared.setdefault(key, []).extend(values)
+        fmt, sep = catalog.combine[key]
+        return sep.join(fmt.format(key=k, value=v) for k, v in values)
+    if looks_like_setting(key, catalog) or misspelled(key, allocator):
+        refuse_unknown(spec, key, allocator, catalog)
+    if not _ENV_NAME.match(key):
+        raise AlloclabError(
+            f"'{key}' in variant '{spec}' is neither a setting of {allocator.name} nor an environment "
+            f"variable name. Run `alloclab allocators` to list the settings.")
+    env[key] = written
+    plain.append(f"{key}={written}")
+    return written
 
 
 def installed_variants(catalog: cat.Catalog | None = None) -> list[Variant]:

@@ -47,6 +47,10 @@ class ElfFacts:
     defined: frozenset[str] = frozenset()    # defined function symbols (dynamic + static tables)
     exported: frozenset[str] = frozenset()   # defined in the dynamic symbol table
     imported: frozenset[str] = frozenset()   # undefined in the dynamic symbol table
+    # Undefined, yet with an address: a non-PIE executable that takes a function's address gets
+    # a canonical PLT entry, and the loader binds every library's reference to that entry. The
+    # entry is no definition: it jumps to wherever the executable's own reference is bound.
+    canonical_plt: frozenset[str] = frozenset()
 
 
 @functools.cache
@@ -57,7 +61,7 @@ def elf_facts(path: Path) -> ElfFacts:
             has_interp = any(seg["p_type"] == "PT_INTERP" for seg in elf.iter_segments())
             has_dynamic = any(seg["p_type"] == "PT_DYNAMIC" for seg in elf.iter_segments())
             needed: list[str] = []
-            defined, exported, imported = set(), set(), set()
+            defined, exported, imported, canonical_plt = set(), set(), set(), set()
             for section in elf.iter_sections():
                 if isinstance(section, DynamicSection):
                     needed += [t.needed for t in section.iter_tags() if t.entry.d_tag == "DT_NEEDED"]
@@ -69,6 +73,8 @@ def elf_facts(path: Path) -> ElfFacts:
                         if sym["st_shndx"] == "SHN_UNDEF":
                             if dynamic:
                                 imported.add(sym.name.split("@")[0])
+                                if sym["st_value"]:
+                                    canonical_plt.add(sym.name.split("@")[0])
                         elif sym["st_info"]["type"] in ("STT_FUNC", "STT_GNU_IFUNC"):
                             name = sym.name.split("@")[0]
                             defined.add(name)
@@ -77,7 +83,7 @@ def elf_facts(path: Path) -> ElfFacts:
             is_static = elf["e_type"] == "ET_EXEC" and not has_interp and not has_dynamic or (
                 not has_interp and elf["e_type"] == "ET_DYN" and not needed and "malloc" in defined)
             return ElfFacts(path, True, is_static, tuple(needed), frozenset(defined),
-                            frozenset(exported), frozenset(imported))
+                            frozenset(exported), frozenset(imported), frozenset(canonical_plt))
     except (ELFError, OSError, ValueError):
         return ElfFacts(path, False)
 
@@ -212,6 +218,45 @@ def _same_object(target: str, expected: str) -> bool:
         return target == expected
 
 
+def _is_canonical_plt(obj: str, symbol: str) -> bool:
+    try:
+        path = Path(obj).resolve()
+    except OSError:
+        return False
+    return symbol in elf_facts(path).canonical_plt
+
+
+def _follow_plt(symbol: str, targets: set[str], bindings: dict[tuple[str, str], set[str]]) -> set[str]:
+    """Replace each canonical PLT entry among `targets` by what that entry is bound to.
+
+    An entry whose own reference was never bound (lazy binding, never called) sent no call
+    anywhere, so it drops out."""
+    out: set[str] = set()
+    seen: set[str] = set()
+    todo = list(targets)
+    while todo:
+        obj = todo.pop()
+        if obj in seen:
+            continue
+        seen.add(obj)
+        if not _is_canonical_plt(obj, symbol):
+            out.add(obj)
+            continue
+        todo += [t for t in bindings.get((obj, symbol), set()) if t != obj]
+    return out
+
+
+def _read_bindings(path: Path) -> dict[tuple[str, str], set[str]]:
+    """(referencing object, symbol) -> the objects the loader bound that reference to."""
+    bindings: dict[tuple[str, str], set[str]] = {}
+    with open(path, errors="replace") as fh:
+        for line in fh:
+            m = _BINDING.search(line)
+            if m and m.group(3) in CORE_API:
+                bindings.setdefault((m.group(1), m.group(3)), set()).add(m.group(2))
+    return bindings
+
+
 def bindings_check(variant, prefix: Path, ev: Evidence) -> dict[int, dict[str, set[str]]]:
     """Read every LD_DEBUG_OUTPUT file of the verification run; per process, where malloc went."""
     per_pid: dict[int, dict[str, set[str]]] = {}
@@ -220,13 +265,11 @@ def bindings_check(variant, prefix: Path, ev: Evidence) -> dict[int, dict[str, s
             pid = int(f.suffix[1:])
         except ValueError:
             continue
+        bindings = _read_bindings(f)
         targets: dict[str, set[str]] = {}
-        with open(f, errors="replace") as fh:
-            for line in fh:
-                m = _BINDING.search(line)
-                if m and m.group(3) in CORE_API:
-                    targets.setdefault(m.group(3), set()).add(m.group(2))
-        per_pid[pid] = targets
+        for (_, symbol), where in bindings.items():
+            targets.setdefault(symbol, set()).update(where)
+        per_pid[pid] = {symbol: _follow_plt(symbol, where, bindings) for symbol, where in targets.items()}
     expected = expected_target(variant)
     if not per_pid:
         ev.note("the dynamic linker wrote no binding trace (static binary, setuid, or LD_DEBUG ignored)")
