@@ -20,8 +20,6 @@ from .cli_app import (
     run_experiment, show,
 )
 from .errors import AlloclabError
-from .metrics import parse_metric_option
-from .runner import Settings
 from .store import Store
 
 
@@ -109,6 +107,8 @@ def compare(
     Variants may sweep a tunable: -a 'glibc:MALLOC_TOP_PAD_=128K..256M*4' or
     -a 'jemalloc:MALLOC_CONF=dirty_decay_ms:{0,1000,10000}'."""
     from . import cli_sweep, sweep
+    from .metrics import parse_metric_option
+    from .runner import Settings
 
     metrics = [parse_metric_option(m) for m in metric]
     specs, sweeps = sweep.plan_variants(allocator, ablate)

@@ -4,22 +4,24 @@ from __future__ import annotations
 
 import dataclasses
 from pathlib import Path
-from typing import Optional
+from typing import TYPE_CHECKING, Optional
 
 import typer
 from rich.table import Table
 
 from . import catalog as cat
-from . import cli_sweep, experiment_file, service, sweep
+from . import cli_sweep
 from .cli_app import (
     AblateOption, CallGraphOption, DbOption, MaxRssIncreaseOption, MinEffectOption,
     ProfileRunsOption, ReportFileOption, ReportOption, app, console, err, percent, percent_or_none,
     run_experiment, show,
 )
 from .errors import AlloclabError
-from .runner import Settings
 from .store import Store
 from .variants import parse_variant
+
+if TYPE_CHECKING:  # loaded by the commands, not when `alloclab` starts
+    from . import experiment_file
 
 DEFAULT_RUNS = 5
 
@@ -78,6 +80,9 @@ def run_file(
 ) -> None:
     """Run an experiment file: a server under each allocator variant while a client drives load
     (or a command under each variant), with setup and teardown around it."""
+    from . import experiment_file, service, sweep
+    from .runner import Settings
+
     ef = experiment_file.resolve(target)
     ef.check_requirements()
     params = ef.with_params(_params(param))
@@ -125,6 +130,8 @@ def run_file(
 @app.command()
 def recipes() -> None:
     """List the shipped experiment recipes and what each needs installed."""
+    from . import experiment_file
+
     t = Table(title="Recipes", show_lines=True)
     for col in ("recipe", "what it measures", "needs", "parameters (default)"):
         t.add_column(col)

@@ -9,22 +9,19 @@ from typing import Optional
 import typer
 from rich.table import Table
 
-from . import catalog as cat, cli_sweep, sweep
-from .analysis import analyze, summarize_variants, winners
+from . import catalog as cat, cli_sweep
 from .cli_app import (
     AblateOption, CallGraphOption, DbOption, MaxRssIncreaseOption, MinEffectOption,
     ProfileRunsOption, ReportFileOption, ReportOption, app, console, err, percent, percent_or_none,
     run_experiment, show,
 )
-from .runner import Settings
-from .stats import format_comparison
 from .store import Store
 from .variants import installed_variants
-from .workloads import builtin
 
 
 def default_variants() -> list[str]:
     """Every installed allocator, plus the tuned variants of suite.toml whose allocator is here."""
+    from .workloads import builtin  # compiles and measures: not at CLI start
     catalog = cat.load_catalog()
     specs = [v.spec for v in installed_variants(catalog)]
     for spec in builtin.suite_defaults():
@@ -34,6 +31,7 @@ def default_variants() -> list[str]:
 
 
 def print_catalog() -> None:
+    from .workloads import builtin
     t = Table(title="Built-in workloads", show_lines=True)
     for col in ("name", "what it does", "stands for", "primary metric", "parameters"):
         t.add_column(col)
@@ -52,6 +50,9 @@ def _ratio_text(g, invert_sign: bool = False) -> str:
 
 
 def print_summary(store: Store, exp_id: int, min_effect: float) -> None:
+    from .analysis import analyze, summarize_variants, winners
+    from .stats import format_comparison
+
     a = analyze(store.load(exp_id), min_effect=min_effect)
     t = Table(title="[bold]Summary across workloads[/] (baseline: " + a.labels[a.baseline_idx] + ")",
               title_justify="left")
@@ -100,6 +101,10 @@ def suite(
     if list_:
         print_catalog()
         return
+    from . import sweep
+    from .workloads import builtin
+    from .runner import Settings
+
     names = workload or list(builtin.registry())
     for name in names:
         builtin.get(name)  # unknown names fail before anything is compiled
