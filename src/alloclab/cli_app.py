@@ -71,9 +71,10 @@ def run_experiment(store: Store, workloads, variant_specs: list[str], settings: 
 
 def show(store: Store, exp_id: int, *, details: bool = False, min_effect: float = 0.0,
          baseline: str | None = None, export_json: Path | None = None, report_format: str | None = None,
-         report_file: Path | None = None, max_rss_increase: float | None = None) -> None:
+         report_file: Path | None = None, max_rss_increase: float | None = None):
     """The results of an experiment: the terminal table, or the report in `report_format` on
-    stdout; with `report_file`, the terminal table here and the report in that file."""
+    stdout; with `report_file`, the terminal table here and the report in that file. Returns the
+    analysis, for callers that show more of it (computing it is most of a report's time)."""
     from .analysis import analyze
     from .report import Options, format_for, jsonout, terminal, write_report
 
@@ -92,6 +93,7 @@ def show(store: Store, exp_id: int, *, details: bool = False, min_effect: float 
     # On stdout only under the table: a report piped to a file must stay clean.
     (console if fmt == "terminal" or report_file is not None else err).print(
         f"Results stored in {store.path} (experiment {exp_id}).")
+    return a
 
 
 def percent_or_none(text: str | None) -> float | None:

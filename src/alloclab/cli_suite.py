@@ -49,11 +49,12 @@ def _ratio_text(g, invert_sign: bool = False) -> str:
     return f"{g.ratio:.3f}x [{g.ci_low:.3f}, {g.ci_high:.3f}]"
 
 
-def print_summary(store: Store, exp_id: int, min_effect: float) -> None:
+def print_summary(store: Store, exp_id: int, min_effect: float, a=None) -> None:
+    """`a`: the experiment's analysis with this min_effect, when the caller has it already."""
     from .analysis import analyze, summarize_variants, winners
     from .stats import format_comparison
 
-    a = analyze(store.load(exp_id), min_effect=min_effect)
+    a = a or analyze(store.load(exp_id), min_effect=min_effect)
     t = Table(title="[bold]Summary across workloads[/] (baseline: " + a.labels[a.baseline_idx] + ")",
               title_justify="left")
     for col in ("variant", "speed vs baseline (geomean, >1 faster)", "peak RSS vs baseline (geomean)",
@@ -122,9 +123,9 @@ def suite(
         from .cli_profile import check_profiling
         check_profiling()
     exp_id = run_experiment(store, workloads, specs, settings)
-    show(store, exp_id, details=details, min_effect=percent(min_effect), report_format=report,
-         report_file=report_file, max_rss_increase=percent_or_none(max_rss_increase))
-    print_summary(store, exp_id, percent(min_effect))
+    a = show(store, exp_id, details=details, min_effect=percent(min_effect), report_format=report,
+             report_file=report_file, max_rss_increase=percent_or_none(max_rss_increase))
+    print_summary(store, exp_id, percent(min_effect), a)
     if sweeps:
         cli_sweep.show_sweeps(store, exp_id, min_effect=percent(min_effect))
     if profile:
