@@ -24,6 +24,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import resource
 import shutil
 import statistics
 import subprocess
@@ -39,10 +40,15 @@ from alloclab.workloads import builtin
 SMALL = 20
 
 
-def timed_process(argv: list[str]) -> float:
+def timed_process(argv: list[str]) -> tuple[float, float]:
+    """(wall, CPU) seconds of the command and everything it started: on a busy machine the CPU
+    time still says what the work costs, the wall time also what waiting for a core costs."""
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
     t0 = time.perf_counter()
     subprocess.run(argv, check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    return time.perf_counter() - t0
+    wall = time.perf_counter() - t0
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return wall, (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
 
 
 def marginal_cost(large: int, repeat: int) -> dict:
@@ -63,12 +69,16 @@ def marginal_cost(large: int, repeat: int) -> dict:
 
         timed_process(alloclab(SMALL))  # builds the launcher, warms the page cache
         out: dict[str, list[float]] = {"hyperfine": [], "alloclab": []}
+        cpu: dict[str, list[float]] = {"hyperfine": [], "alloclab": []}
         for _ in range(repeat):
             for name, cmd in (("hyperfine", hyperfine), ("alloclab", alloclab)):
                 big, small = timed_process(cmd(large)), timed_process(cmd(SMALL))
-                out[name].append((big - small) / (large - SMALL))
+                out[name].append((big[0] - small[0]) / (large - SMALL))
+                cpu[name].append((big[1] - small[1]) / (large - SMALL))
     h, a = statistics.median(out["hyperfine"]), statistics.median(out["alloclab"])
+    hc, ac = statistics.median(cpu["hyperfine"]), statistics.median(cpu["alloclab"])
     return {"large": large, "repeat": repeat, "hyperfine_ms": h * 1e3, "alloclab_ms": a * 1e3, "ratio": a / h,
+            "hyperfine_cpu_ms": hc * 1e3, "alloclab_cpu_ms": ac * 1e3, "cpu_ratio": ac / hc,
             "hyperfine_range_ms": [x * 1e3 for x in (min(out["hyperfine"]), max(out["hyperfine"]))],
             "alloclab_range_ms": [x * 1e3 for x in (min(out["alloclab"]), max(out["alloclab"]))]}
 
@@ -139,7 +149,8 @@ def main() -> None:
           f"alternating pairs): hyperfine -N {m['hyperfine_ms']:.2f} ms (range {m['hyperfine_range_ms'][0]:.2f}-"
           f"{m['hyperfine_range_ms'][1]:.2f}), alloclab compare {m['alloclab_ms']:.2f} ms (range "
           f"{m['alloclab_range_ms'][0]:.2f}-{m['alloclab_range_ms'][1]:.2f}) -> {m['ratio']:.2f}x hyperfine "
-          f"(target: at most 2x)")
+          f"(target: at most 2x); CPU per run, programs included: hyperfine {m['hyperfine_cpu_ms']:.2f} ms, "
+          f"alloclab {m['alloclab_cpu_ms']:.2f} ms -> {m['cpu_ratio']:.2f}x")
     if args.only_marginal:
         print(f"load average at end: {os.getloadavg()[0]:.2f}")
         return

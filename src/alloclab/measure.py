@@ -76,13 +76,10 @@ class TreeSampler:
     """RSS of a process and all its descendants, sampled from /proc."""
 
     def __init__(self, root_pid: int, mapped_marker: str | None):
-        # The root is our launcher: its descendants are the program. A very short run may
-        # already be gone (and reaped) before the first sample.
+        # The root is our launcher: its descendants are the program.
         self.root_pid = root_pid
-        try:
-            self.root: psutil.Process | None = psutil.Process(root_pid)
-        except psutil.Error:
-            self.root = None
+        self._root: psutil.Process | None = None
+        self._root_looked = False
         self.marker = mapped_marker
         self.known: dict[int, psutil.Process] = {}
         self.seen: dict[int, ProcessSeen] = {}
@@ -92,6 +89,18 @@ class TreeSampler:
         self.series: list[tuple[float, int]] = []
         self.samples = 0
         self.t0 = time.perf_counter()
+
+    @property
+    def root(self) -> psutil.Process | None:
+        """psutil's handle of the launcher, made at the first sample: a run that ends before it
+        (most runs under 10 ms) never pays for reading /proc for it. None once it is gone."""
+        if not self._root_looked:
+            self._root_looked = True
+            try:
+                self._root = psutil.Process(self.root_pid)
+            except psutil.Error:
+                self._root = None
+        return self._root
 
     def _refresh_tree(self) -> None:
         """Add descendants we have not seen yet. Finding them means reading every process's
