@@ -23,7 +23,7 @@ setup-test:
 	@$(MAKE) --no-print-directory -j2 setup-deb-all venv
 
 setup-bench:
-	@$(MAKE) --no-print-directory -j2 setup-deb setup-deb-bench venv
+	@$(MAKE) --no-print-directory -j2 setup-deb-bench venv
 
 # apt-get when root and something is missing; otherwise print the exact line and go on.
 setup-deb:
@@ -36,7 +36,7 @@ setup-deb-all:
 	@./scripts/setup-deb $(DEB_PACKAGES) $(DEB_TEST_PACKAGES)
 
 setup-deb-bench:
-	@./scripts/setup-deb $(DEB_BENCH_PACKAGES)
+	@./scripts/setup-deb $(DEB_PACKAGES) $(DEB_BENCH_PACKAGES)
 
 venv: $(VENV)/.installed
 
