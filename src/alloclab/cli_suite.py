@@ -21,7 +21,7 @@ from .variants import installed_variants
 
 def default_variants() -> list[str]:
     """Every installed allocator, plus the tuned variants of suite.toml whose allocator is here."""
-    from .workloads import builtin  # compiles and measures: not at CLI start
+    from .workloads import builtin  # loads the measuring modules (psutil, pyelftools): not at start
     catalog = cat.load_catalog()
     specs = [v.spec for v in installed_variants(catalog)]
     for spec in builtin.suite_defaults():
@@ -103,8 +103,8 @@ def suite(
         print_catalog()
         return
     from . import sweep
-    from .workloads import builtin
     from .runner import Settings
+    from .workloads import builtin
 
     names = workload or list(builtin.registry())
     for name in names:
