@@ -4,13 +4,26 @@ PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 DEB_PACKAGES := gcc libc6-dev libgoogle-perftools4 libtcmalloc-minimal4 libjemalloc2 libmimalloc2.0 linux-perf
+# What bench/overhead.py measures alloclab's per-run cost against.
+DEB_BENCH_PACKAGES := hyperfine
 # Real programs the recipes and end-to-end tests drive, and Chromium for the HTML report test.
-DEB_TEST_PACKAGES := postgresql postgresql-contrib redis-server redis-tools qemu-utils chromium valgrind sqlite3 xz-utils git perl python3
+DEB_TEST_PACKAGES := postgresql postgresql-contrib redis-server redis-tools qemu-utils chromium valgrind \
+	sqlite3 xz-utils git perl python3 $(DEB_BENCH_PACKAGES)
 DB ?= demo.db
 
-.PHONY: setup setup-deb setup-deb-test venv demo test bench clean
+.PHONY: setup setup-test setup-bench setup-deb setup-deb-test setup-deb-all setup-deb-bench venv demo test bench clean
 
-setup: setup-deb venv
+# apt-get and pip at the same time: neither needs the other (the Python wheels are binary; the
+# C compiler is needed only when alloclab first builds its programs). One apt-get for all the
+# packages a target needs: one dependency resolution, one package-list refresh on a bare machine.
+setup:
+	@$(MAKE) --no-print-directory -j2 setup-deb venv
+
+setup-test:
+	@$(MAKE) --no-print-directory -j2 setup-deb-all venv
+
+setup-bench:
+	@$(MAKE) --no-print-directory -j2 setup-deb-bench venv
 
 # apt-get when root and something is missing; otherwise print the exact line and go on.
 setup-deb:
@@ -19,22 +32,30 @@ setup-deb:
 setup-deb-test:
 	@./scripts/setup-deb $(DEB_TEST_PACKAGES)
 
+setup-deb-all:
+	@./scripts/setup-deb $(DEB_PACKAGES) $(DEB_TEST_PACKAGES)
+
+setup-deb-bench:
+	@./scripts/setup-deb $(DEB_PACKAGES) $(DEB_BENCH_PACKAGES)
+
 venv: $(VENV)/.installed
 
+# pip runs only when pyproject.toml changed since the last install. Python >= 3.11 bundles a pip
+# that installs editable pyproject packages, so pip is not upgraded first (a download and an
+# install saved on a bare machine).
 $(VENV)/.installed: pyproject.toml
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
-	$(BIN)/python -m pip install -q --upgrade pip
-	$(BIN)/python -m pip install -q -e '.[test,fleet]'
+	$(BIN)/python -m pip install -q --disable-pip-version-check -e '.[test,fleet]'
 	@touch $@
 
 demo: setup
 	$(BIN)/alloclab suite --db $(DB) --report html --report-file demo-report.html
 
-test: setup setup-deb-test
+test: setup-test
 	$(BIN)/python -m pytest -q -ra
 
-bench: setup
+bench: setup-bench
 	$(BIN)/python bench/overhead.py
 
 clean:
-	rm -rf $(VENV) build *.egg-info src/*.egg-info .pytest_cache demo.db demo-report.html
+	rm -rf $(VENV) build *.egg-info src/*.egg-info .pytest_cache demo.db demo.db-wal demo.db-shm demo-report.html

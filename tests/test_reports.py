@@ -124,7 +124,7 @@ def test_every_format_of_a_real_experiment(real):
     text = export(a, "terminal")
     assert "\x1b[" not in text and "(baseline)" in text and "Use jemalloc" in text
     html = export(a, "html")
-    assert html.count("<svg ") == 7 and "Use jemalloc" in html
+    assert html.count("<svg ") == 4 and "Use jemalloc" in html
     # The RSS chart draws every measured run that lasted long enough for a sample.
     sampled = sum(1 for r in e.runs if not r["warmup"] and r["status"] == "ok" and json.loads(r["rss_series"]))
     assert sampled > 0 and f"RSS over time, {sampled} of {sampled} measured runs drawn" in html
@@ -238,7 +238,11 @@ def test_json_is_versioned_and_complete(three):
 
 def test_html_is_self_contained_with_charts(three):
     html = export(three, "html")
-    assert html.count("<svg ") == 7  # ops, wall_s, cpu_s, minflt, peak RSS, speed/memory, RSS over time
+    assert html.count("<svg ") == 4  # the primary metric (ops), peak RSS, speed/memory, RSS over time
+    assert 'aria-label="ops per variant' in html and 'aria-label="wall_s per variant' not in html
+    # --details: a chart for every measure shown (ops, wall_s, cpu_s, minflt) beside the other three.
+    detailed = export(three, "html", Options(details=True))
+    assert detailed.count("<svg ") >= 7 and 'aria-label="wall_s per variant' in detailed
     assert "<script" not in html and "<link" not in html and "<img" not in html
     # Nothing is fetched: every reference is inside the file (an anchor or a data: URI).
     refs = re.findall(r'\b(?:href|src)="([^"]*)"', html)
@@ -271,7 +275,7 @@ def test_sweep_curves_are_drawn_from_the_config(tmp_path):
 def test_malformed_sweep_is_skipped_with_a_note(tmp_path):
     store, exp = synthetic(tmp_path / "m.db", THREE, config={"sweep": {"tunable": "x", "points": "nope"}})
     html = export(analyze(store.load(exp)), "html")
-    assert "1 recorded sweep(s) had no points" in html and html.count("<svg ") == 7
+    assert "1 recorded sweep(s) had no points" in html and html.count("<svg ") == 4
 
 
 def test_write_report_and_format_errors(three, tmp_path):

@@ -24,8 +24,6 @@ from .cli_app import (
 )
 from .errors import AlloclabError
 from .fleet import cli_glue as fleet_cli
-from .metrics import parse_metric_option
-from .runner import Settings
 from .store import Store
 
 
@@ -118,6 +116,8 @@ def compare(
     Variants may sweep a tunable: -a 'glibc:MALLOC_TOP_PAD_=128K..256M*4' or
     -a 'jemalloc:MALLOC_CONF=dirty_decay_ms:{0,1000,10000}'."""
     from . import cli_sweep, sweep
+    from .metrics import parse_metric_option
+    from .runner import Settings
 
     fleet_cli.check(fleet, fleet_mode, until_precise=until_precise, profile=profile)
     metrics = [parse_metric_option(m) for m in metric]

@@ -6,17 +6,19 @@ from __future__ import annotations
 
 import sys
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import typer
 from rich.console import Console
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 
-from .analysis import analyze
 from .errors import AlloclabError
-from .report import jsonout, terminal
-from .runner import Experiment, Progress as RunProgress, Settings
 from .store import DEFAULT_DB, Store
-from .variants import parse_variants
+
+# Every command module imports this one, and `alloclab --help` imports them all: the statistics
+# (scipy, numpy), the runner (psutil, pyelftools) and the exporters load inside the functions
+# that use them, so that starting the CLI costs a tenth of a second, not seconds.
+if TYPE_CHECKING:
+    from .runner import Settings
 
 app = typer.Typer(add_completion=False, no_args_is_help=True,
                   help="Which memory allocator, and which tuning, is best for your program? Measured.")
@@ -79,6 +81,12 @@ ReportOption = typer.Option(None, "--report", callback=_check_report_format,
 # --- running experiments ----------------------------------------------------------------------
 
 def run_experiment(store: Store, workloads, variant_specs: list[str], settings: Settings) -> int:
+    from rich.progress import (BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn,
+                               TimeRemainingColumn)
+
+    from .runner import Experiment, Progress as RunProgress
+    from .variants import parse_variants
+
     variants = parse_variants(variant_specs)
     with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
                   TimeElapsedColumn(), TextColumn("eta"), TimeRemainingColumn(),
@@ -95,10 +103,12 @@ def run_experiment(store: Store, workloads, variant_specs: list[str], settings: 
 
 def show(store: Store, exp_id: int, *, details: bool = False, min_effect: float | None = None,
          baseline: str | None = None, export_json: Path | None = None, report_format: str | None = None,
-         report_file: Path | None = None, max_rss_increase: float | None = None) -> None:
+         report_file: Path | None = None, max_rss_increase: float | None = None):
     """The results of an experiment: the terminal table, or the report in `report_format` on
-    stdout; with `report_file`, the terminal table here and the report in that file."""
-    from .report import Options, format_for, write_report
+    stdout; with `report_file`, the terminal table here and the report in that file. Returns the
+    analysis, for callers that show more of it (computing it is most of a report's time)."""
+    from .analysis import analyze
+    from .report import Options, format_for, jsonout, terminal, write_report
 
     a = analyze(store.load(exp_id), baseline=baseline, min_effect=min_effect)
     options = Options(details=details, max_rss_increase=max_rss_increase)
@@ -115,6 +125,7 @@ def show(store: Store, exp_id: int, *, details: bool = False, min_effect: float 
     # On stdout only under the table: a report piped to a file must stay clean.
     (console if fmt == "terminal" or report_file is not None else err).print(
         f"Results stored in {store.path} (experiment {exp_id}).")
+    return a
 
 
 def budget_option(default: str | None, help_default: str = ""):

@@ -11,21 +11,21 @@ from __future__ import annotations
 import statistics
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Optional
+from typing import TYPE_CHECKING, Optional
 
 import typer
 from rich.markup import escape
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
-from . import callgrind, machine, profile as prof
 from .cli_app import DbOption, NoVerifyOption, SeedOption, app, console, err, run_experiment, show, timeout_option
 from .errors import AlloclabError
-from .metrics import parse_metric_option
-from .runner import Settings
+from .perfstat import DEFAULT_FREQUENCY
 from .store import Store
-from .variants import parse_variants
-from .workload import command_workload
+
+# profile, callgrind and the runner load psutil, pyelftools and the service machinery: imported in
+# the functions that use them, so that registering these commands keeps `alloclab` starting fast.
+if TYPE_CHECKING:
+    from . import profile as prof
 
 SPARK = " ▁▂▃▄▅▆▇█"
 SPARK_WIDTH = 48
@@ -33,6 +33,8 @@ SPARK_WIDTH = 48
 
 @contextmanager
 def _bar(total: int):
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
     with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
                   console=err, transient=True) as bar:
         task = bar.add_task("profiling", total=total)
@@ -45,7 +47,7 @@ def profile_command(
     allocator: list[str] = typer.Option([], "-a", "--allocator", help="Variant NAME[:VAR=VALUE,...]\\[@LABEL]; repeat. Default: every installed allocator."),
     runs: int = typer.Option(3, "--runs", "-n", help="Profiled runs per variant (the spread of the shares)."),
     timed_runs: int = typer.Option(3, "--timed-runs", help="Unprofiled, timed runs per variant first: the comparison table and the baseline of the sampling overhead."),
-    frequency: int = typer.Option(prof.DEFAULT_FREQUENCY, "--frequency", "-F", help="Samples per second."),
+    frequency: int = typer.Option(DEFAULT_FREQUENCY, "--frequency", "-F", help="Samples per second."),
     call_graph: bool = typer.Option(False, "--call-graph", "-g", help="Record call graphs (DWARF unwinding): tells page faults, brk, mmap, munmap and madvise apart by their kernel entry, and which were entered from allocator code."),
     instructions: bool = typer.Option(False, "--instructions", help="Also run each variant once under valgrind's callgrind: exact instruction counts, total and inside the allocator (threads serialized)."),
     metric: list[str] = typer.Option([], "--metric", "-m", help="NAME=REGEX[:higher|lower] or NAME=json:KEY; repeat."),
@@ -56,6 +58,13 @@ def profile_command(
     db: Path = DbOption,
 ) -> None:
     """Profile CMD under each allocator variant: the allocator's share of CPU, kernel memory work, overhead."""
+    from . import callgrind
+    from . import profile as prof
+    from .metrics import parse_metric_option
+    from .runner import Settings
+    from .variants import parse_variants
+    from .workload import command_workload
+
     # Everything that can be refused is checked before the first run.
     access = prof.perf_access()
     prof.check_frequency(frequency)
@@ -87,6 +96,8 @@ def profile_command(
 
 def render_rss(store: Store, exp_id: int, workload_idx: int = 0) -> None:
     """RSS over time of one timed run per variant (the one with the median peak), on one time axis."""
+    from . import profile as prof
+
     series = prof.rss_over_time(store.load(exp_id), workload_idx)
     picked = {}
     for label, runs in series.items():
@@ -133,6 +144,9 @@ def _big(n: float) -> str:
 
 def render_profiles(console, summaries: list[prof.ProfileSummary]) -> None:
     """The profiles of one experiment: a headline per workload, a table, the overhead, notes."""
+    from . import machine
+    from . import profile as prof
+
     if not summaries:
         return
     if not any(s.counters for s in summaries) and not summaries[0].event.startswith("cycles"):
@@ -197,12 +211,16 @@ def render_profiles(console, summaries: list[prof.ProfileSummary]) -> None:
 
 def _top_text(s: prof.ProfileSummary, n: int = 3) -> str:
     """The top allocator symbols; the library is named only where it is not the variant's own."""
+    from . import profile as prof
+
     own = f" [{Path(s.library).resolve().name if s.library else 'libc.so.6'}]"
     return ", ".join(f"{name.removesuffix(own)} {prof.pct(share)}" for name, share in s.top_symbols(n)
                      if share >= 0.001)
 
 
 def _kernel_text(s: prof.ProfileSummary) -> str:
+    from . import profile as prof
+
     if not s.kernel_visible:
         return "not sampled"
     text = prof.spread_text(s.kernel_mm)
@@ -216,6 +234,8 @@ def _kernel_text(s: prof.ProfileSummary) -> str:
 
 
 def _rest_text(s: prof.ProfileSummary) -> str:
+    from . import profile as prof
+
     text = prof.spread_text(s.rest())
     locks = s.kernel_other_from_allocator()
     if locks:
@@ -240,6 +260,8 @@ def _overhead_text(s: prof.ProfileSummary) -> str:
 
 
 def _overhead_verdict(group: list[prof.ProfileSummary]) -> str:
+    from . import profile as prof
+
     values = [o for o in (s.overhead() for s in group) if o is not None]
     if not values:
         return "Sampling overhead: not measured (no unprofiled run succeeded)."
@@ -262,9 +284,12 @@ def _overhead_verdict(group: list[prof.ProfileSummary]) -> str:
 
 
 def profile_after(store: Store, exp_id: int, workloads, variant_specs: list[str], *, runs: int,
-                  call_graph: bool = False, frequency: int = prof.DEFAULT_FREQUENCY,
+                  call_graph: bool = False, frequency: int = DEFAULT_FREQUENCY,
                   timeout_s: float | None = None) -> None:
     """`--profile` on compare/suite/run: profile the experiment just measured and show it."""
+    from . import profile as prof
+    from .variants import parse_variants
+
     variants = parse_variants(variant_specs)
     with _bar(runs * len(variants) * len(workloads)) as advance:
         summaries = prof.profile_experiment(store, exp_id, workloads, variants, runs=runs, frequency=frequency,
@@ -272,8 +297,10 @@ def profile_after(store: Store, exp_id: int, workloads, variant_specs: list[str]
     render_profiles(console, summaries)
 
 
-def check_profiling(frequency: int = prof.DEFAULT_FREQUENCY) -> None:
+def check_profiling(frequency: int = DEFAULT_FREQUENCY) -> None:
     """Refuse --profile before any run when perf cannot sample here; say why once."""
+    from . import profile as prof
+
     access = prof.perf_access()
     prof.check_frequency(frequency)
     if access.note:

@@ -10,12 +10,10 @@ from typing import Optional
 import typer
 from rich.table import Table
 
-from .analysis import analyze
 from .cli_app import DbOption, app, console, err, percent
 from .errors import AlloclabError
 from .fleet import hosts as fleet_hosts
 from .report import FORMATS, Options, write_report
-from .report.diff import diff_experiments, render_json, render_markdown, render_terminal
 from .store import Store
 
 FORMAT_HELP = f"One of: {', '.join(FORMATS)}."
@@ -53,6 +51,8 @@ def report(
     export_json: Optional[Path] = typer.Option(None, "--export-json", help="Also write the JSON report here."),
 ) -> None:
     """Show a stored experiment as a terminal table, Markdown, HTML, JSON or CSV, with a recommendation."""
+    from .analysis import analyze
+
     store = open_store(db)
     e = store.load(experiment)
     if output is None and fmt == "html" and sys.stdout.isatty():
@@ -133,6 +133,8 @@ def diff(
     """Compare two experiments of the same workload (another day, machine or allocator version)."""
     if fmt not in ("terminal", "md", "json"):
         raise AlloclabError(f"Unknown diff format '{fmt}'; choose terminal, md or json.")
+    from .report.diff import diff_experiments, render_json, render_markdown, render_terminal
+
     ea, eb = (_load_ref(open_store(path), ref) for path, ref in ((db, a), (db_b or db, b)))
     d = diff_experiments(ea, eb, min_effect=percent(min_effect), details=details)
     if fmt == "terminal" and output is None:

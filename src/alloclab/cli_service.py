@@ -4,13 +4,13 @@ from __future__ import annotations
 
 import dataclasses
 from pathlib import Path
-from typing import Optional
+from typing import TYPE_CHECKING, Optional
 
 import typer
 from rich.table import Table
 
 from . import catalog as cat
-from . import cli_sweep, experiment_file, service, sweep
+from . import cli_sweep
 from .cli_app import (
     AblateOption, AllocatorOption, CallGraphOption, DbOption, DetailsOption, ExportJsonOption,
     FailIfWorseOption, MaxRssIncreaseOption, MaxRunsOption, MinEffectOption, NoVerifyOption,
@@ -20,9 +20,11 @@ from .cli_app import (
 )
 from .errors import AlloclabError
 from .fleet import cli_glue as fleet_cli
-from .runner import Settings
 from .store import Store
 from .variants import parse_variant
+
+if TYPE_CHECKING:  # loaded by the commands, not when `alloclab` starts
+    from . import experiment_file
 
 DEFAULT_RUNS = 5
 
@@ -87,6 +89,9 @@ def run_file(
 ) -> None:
     """Run an experiment file: a server under each allocator variant while a client drives load
     (or a command under each variant), with setup and teardown around it."""
+    from . import experiment_file, service, sweep
+    from .runner import Settings
+
     fleet_cli.check(fleet, fleet_mode, profile=profile, keep=keep)
     ef = experiment_file.resolve(target)
     if not fleet:  # a fleet's hosts are checked instead, each in its pre-flight check
@@ -146,6 +151,8 @@ def run_file(
 @app.command()
 def recipes() -> None:
     """List the shipped experiment recipes and what each needs installed."""
+    from . import experiment_file
+
     t = Table(title="Recipes", show_lines=True)
     for col in ("recipe", "what it measures", "needs", "parameters (default)"):
         t.add_column(col)

@@ -9,9 +9,8 @@ from typing import Optional
 import typer
 from rich.table import Table
 
-from . import catalog as cat, cli_sweep, sweep
+from . import catalog as cat, cli_sweep
 from .fleet import cli_glue as fleet_cli
-from .analysis import analyze, summarize_variants, winners
 from .cli_app import (
     AblateOption, AllocatorOption, CallGraphOption, DbOption, DetailsOption, ExportJsonOption,
     FailIfWorseOption, MaxRssIncreaseOption, MaxRunsOption, MinEffectOption, NoVerifyOption,
@@ -19,15 +18,13 @@ from .cli_app import (
     budget_option, console, decision_settings, err, gate, percent, percent_or_none, run_experiment,
     show, timeout_option, warmup_option,
 )
-from .runner import Settings
-from .stats import format_comparison
 from .store import Store
 from .variants import installed_variants
-from .workloads import builtin
 
 
 def default_variants() -> list[str]:
     """Every installed allocator, plus the tuned variants of suite.toml whose allocator is here."""
+    from .workloads import builtin  # loads the measuring modules (psutil, pyelftools): not at start
     catalog = cat.load_catalog()
     specs = [v.spec for v in installed_variants(catalog)]
     for spec in builtin.suite_defaults():
@@ -37,6 +34,7 @@ def default_variants() -> list[str]:
 
 
 def print_catalog() -> None:
+    from .workloads import builtin
     t = Table(title="Built-in workloads", show_lines=True)
     for col in ("name", "what it does", "stands for", "primary metric", "parameters"):
         t.add_column(col)
@@ -54,8 +52,12 @@ def _ratio_text(g, invert_sign: bool = False) -> str:
     return f"{g.ratio:.3f}x [{g.ci_low:.3f}, {g.ci_high:.3f}]"
 
 
-def print_summary(store: Store, exp_id: int, min_effect: float) -> None:
-    a = analyze(store.load(exp_id), min_effect=min_effect)
+def print_summary(store: Store, exp_id: int, min_effect: float, a=None) -> None:
+    """`a`: the experiment's analysis with this min_effect, when the caller has it already."""
+    from .analysis import analyze, summarize_variants, winners
+    from .stats import format_comparison
+
+    a = a or analyze(store.load(exp_id), min_effect=min_effect)
     t = Table(title="[bold]Summary across workloads[/] (baseline: " + a.labels[a.baseline_idx] + ")",
               title_justify="left")
     for col in ("variant", "speed vs baseline (geomean, >1 faster)", "peak RSS vs baseline (geomean)",
@@ -111,6 +113,10 @@ def suite(
     if list_:
         print_catalog()
         return
+    from . import sweep
+    from .runner import Settings
+    from .workloads import builtin
+
     fleet_cli.check(fleet, fleet_mode, profile=profile)
     names = workload or list(builtin.registry())
     for name in names:
@@ -135,11 +141,11 @@ def suite(
                                note=lambda text: err.print(text, highlight=False))
     else:
         exp_id = run_experiment(store, workloads, specs, settings)
-    show(store, exp_id, details=details, min_effect=percent(min_effect), export_json=export_json, report_format=report,
-         report_file=report_file, max_rss_increase=percent_or_none(max_rss_increase))
+    a = show(store, exp_id, details=details, min_effect=percent(min_effect), export_json=export_json,
+             report_format=report, report_file=report_file, max_rss_increase=percent_or_none(max_rss_increase))
     if fleet:
         fleet_cli.show_hosts(store, exp_id, console, percent(min_effect))
-    print_summary(store, exp_id, percent(min_effect))
+    print_summary(store, exp_id, percent(min_effect), a)
     if sweeps:
         cli_sweep.show_sweeps(store, exp_id, min_effect=percent(min_effect))
     if profile:

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import math
 from pathlib import Path
-from typing import Optional
+from typing import TYPE_CHECKING, Optional
 
 import typer
 from rich.console import Console
@@ -17,19 +17,24 @@ from rich.markup import escape
 from rich.table import Table
 from rich.text import Text
 
-from . import stats
-from .analysis import Analysis, analyze
 from .cli_app import DbOption, app, console as default_console, percent
 from .errors import AlloclabError
-from .report.common import fmt_value
 from .store import Store
-from .sweep import AblationResult, CurvePoint, SweepCurve, ablations, stored_sweeps, sweep_results
+
+# The tables need the statistics (numpy, scipy), imported where a table is drawn: registering the
+# `sweep` command must not load them, or every `alloclab` start would.
+if TYPE_CHECKING:
+    from . import stats
+    from .analysis import Analysis
+    from .sweep import AblationResult, CurvePoint, SweepCurve
 
 NOISE_RULE = ("cheapest = the smallest setting not significantly worse than the best (Mann-Whitney, "
               "alpha {alpha:g}{effect}); medians with 95% intervals; n/a: too few runs for an interval")
 
 
 def _median_ci(s: stats.CellSummary) -> str:
+    from .report.common import fmt_value
+
     if s.n == 0:
         return "no runs"
     ci = f"[{fmt_value(s.ci_low)}, {fmt_value(s.ci_high)}]" if math.isfinite(s.ci_low) else "[n/a]"
@@ -38,6 +43,8 @@ def _median_ci(s: stats.CellSummary) -> str:
 
 def _ratio(c: stats.Comparison | None) -> str:
     """×1.42 [1.38, 1.47] p=0.002: ratios, since an ablation multiplies them."""
+    from . import stats
+
     if c is None or not math.isfinite(c.ratio):
         return "n/a"
     ci = f"[{_x(c.ci_low)}, {_x(c.ci_high)}]" if math.isfinite(c.ci_low) else "[n/a]"
@@ -70,6 +77,9 @@ def _fixed(fixed: dict) -> str:
 
 
 def _choice_line(curve: SweepCurve, who: str = "") -> Text:
+    from . import stats
+    from .report.common import fmt_value
+
     if curve.best is None:
         return Text(f"{who}no successful point", style="red")
     b, c = curve.best, curve.cheap
@@ -84,6 +94,8 @@ def _choice_line(curve: SweepCurve, who: str = "") -> Text:
 
 
 def variant_table(curve: SweepCurve) -> Table:
+    from . import stats
+
     arrow = "higher is better" if curve.higher_is_better else "lower is better"
     t = Table(title=f"[bold]{escape(curve.axis + ' sweep' + _fixed(curve.fixed))}[/] on {escape(curve.subject)}",
               title_justify="left")
@@ -149,6 +161,8 @@ def ablation_table(r: AblationResult, spec: str) -> Table:
 
 
 def render_sweeps(a: Analysis, sweeps: list[dict], console: Console | None = None) -> None:
+    from .sweep import ablations, sweep_results
+
     out = console or default_console
     curves = sweep_results(a, sweeps)
     shown_notes: set[str] = set()
@@ -198,6 +212,9 @@ def render_sweeps(a: Analysis, sweeps: list[dict], console: Console | None = Non
 def show_sweeps(store: Store, exp_id: int, *, min_effect: float = 0.0, console: Console | None = None,
                 sweeps: list[dict] | None = None) -> bool:
     """The sweep tables of a stored experiment (its config's sweeps unless given); False if it has none."""
+    from .analysis import analyze
+    from .sweep import stored_sweeps
+
     exp = store.load(exp_id)
     sweeps = stored_sweeps(exp.config) if sweeps is None else sweeps
     if not sweeps:

@@ -3,16 +3,18 @@
 The program is started by a small static launcher (launcher/spawn.c) in its own session, so
 it and everything it starts form one process group we can kill, with stdin closed and
 stdout/stderr going to files. The launcher times the program and collects the kernel's
-rusage for it and every descendant it reaped, free of Python's own memory; a waiter thread
-blocks in wait4() on the launcher while the calling thread samples the tree's RSS from /proc.
+rusage for it and every descendant it reaped, free of Python's own memory. The calling thread
+samples the tree's RSS from /proc between polls of a pidfd of the launcher, which becomes
+readable when it exits (no waiter thread: starting one and handing its result over cost more
+than a whole run of /bin/true).
 """
 
 from __future__ import annotations
 
 import os
+import select
 import signal
 import subprocess
-import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -74,13 +76,10 @@ class TreeSampler:
     """RSS of a process and all its descendants, sampled from /proc."""
 
     def __init__(self, root_pid: int, mapped_marker: str | None):
-        # The root is our launcher: its descendants are the program. A very short run may
-        # already be gone (and reaped) before the first sample.
+        # The root is our launcher: its descendants are the program.
         self.root_pid = root_pid
-        try:
-            self.root: psutil.Process | None = psutil.Process(root_pid)
-        except psutil.Error:
-            self.root = None
+        self._root: psutil.Process | None = None
+        self._root_looked = False
         self.marker = mapped_marker
         self.known: dict[int, psutil.Process] = {}
         self.seen: dict[int, ProcessSeen] = {}
@@ -90,6 +89,18 @@ class TreeSampler:
         self.series: list[tuple[float, int]] = []
         self.samples = 0
         self.t0 = time.perf_counter()
+
+    @property
+    def root(self) -> psutil.Process | None:
+        """psutil's handle of the launcher, made at the first sample: a run that ends before it
+        (most runs under 10 ms) never pays for reading /proc for it. None once it is gone."""
+        if not self._root_looked:
+            self._root_looked = True
+            try:
+                self._root = psutil.Process(self.root_pid)
+            except psutil.Error:
+                self._root = None
+        return self._root
 
     def _refresh_tree(self) -> None:
         """Add descendants we have not seen yet. Finding them means reading every process's
@@ -194,7 +205,7 @@ def _spawn(argv: list[str], env: dict[str, str], cwd: str | None, out_fd: int, e
             (os.POSIX_SPAWN_DUP2, err_fd, 2)])
     proc = subprocess.Popen(argv, env=env, cwd=cwd, stdin=subprocess.DEVNULL, stdout=out_fd,
                             stderr=err_fd, start_new_session=True, close_fds=True)
-    proc.returncode = 0  # our waiter thread reaps it with wait4; keep Popen from trying too
+    proc.returncode = 0  # run_once reaps it with wait4; keep Popen from trying too
     return proc.pid
 
 
@@ -212,41 +223,32 @@ def run_once(argv: list[str], env: dict[str, str], workdir: Path, *, timeout_s: 
         except OSError as exc:
             return RunResult("error", 0.0, error=f"could not start {argv[0]}: {exc}")
 
-    done = threading.Event()
-    waited: dict = {}
-
-    def waiter() -> None:
-        try:
-            _, status, usage = os.wait4(pid, 0)
-            waited.update(t_end=time.perf_counter(), status=status, usage=usage)
-        except ChildProcessError:
-            pass  # kill_tree's wait reaped it first, after a timeout or Ctrl-C
-        done.set()
-
-    threading.Thread(target=waiter, name=f"wait4-{pid}", daemon=True).start()
+    exit_watch = ExitWatch(pid)
     sampler = TreeSampler(pid, mapped_marker)
     deadline = t0 + timeout_s if timeout_s else None
     timed_out = interrupted = False
     try:
         # A run that ends within 10 ms needs no /proc walk at all: the launcher's ru_maxrss
         # gives its peak, and short runs are where the harness's own cost would show.
-        done.wait(0.01)
-        while not done.is_set():
+        exit_watch.wait(0.01)
+        while not exit_watch.done:
             sampler.sample()
             if deadline and time.perf_counter() > deadline:
                 timed_out = True
                 break
-            done.wait(sample_interval_s)
+            exit_watch.wait(sample_interval_s)
     except KeyboardInterrupt:
         interrupted = True
     if timed_out or interrupted:
         kill_tree(pid, sampler.pids())
-        done.wait(KILL_GRACE_S * 3)
+        exit_watch.wait(KILL_GRACE_S * 3)
+    exit_watch.close()
     # Descendants that outlived the root (daemonized, or stuck) are part of this run: stop them.
     leftovers = [p for p in sampler.pids() if p != pid and psutil.pid_exists(p)]
     if leftovers:
         kill_tree(pid, leftovers, grace_s=0.5)
 
+    waited = exit_watch.waited
     t_end = waited.get("t_end", time.perf_counter())
     result = RunResult("ok", t_end - t0, rss_series=sampler.series, samples=sampler.samples,
                        processes=list(sampler.seen.values()), peak_rss_kb=sampler.peak_kb,
@@ -293,6 +295,57 @@ def _read_launcher_result(path: Path, result: RunResult) -> bool:
     # A run too short for the sampler still has the kernel's figure.
     result.peak_rss_kb = max(result.peak_rss_kb, result.max_rss_kb)
     return True
+
+
+class ExitWatch:
+    """Waits for our child `pid` to exit and reaps it, in this thread.
+
+    A pidfd turns readable when the process exits, so poll() sleeps until then or the timeout;
+    where the kernel has no pidfd (before 5.3), wait4(WNOHANG) is tried each time instead, which
+    notices the exit up to one sampling interval late (the launcher's own wall time is exact
+    either way)."""
+
+    def __init__(self, pid: int):
+        self.pid = pid
+        self.done = False
+        self.waited: dict = {}
+        self.fd: int | None = None
+        try:
+            self.fd = os.pidfd_open(pid)
+            self.poller = select.poll()
+            self.poller.register(self.fd, select.POLLIN)
+        except (AttributeError, OSError):
+            self.fd = None
+
+    def wait(self, timeout_s: float) -> bool:
+        """True once the child has exited (and is reaped), waiting at most timeout_s for it."""
+        if self.done:
+            return True
+        if self.fd is not None:
+            if not self.poller.poll(max(0, int(timeout_s * 1000))):
+                return False
+            self._reap(0)
+        elif not self._reap(os.WNOHANG):
+            time.sleep(timeout_s)
+            self._reap(os.WNOHANG)
+        return self.done
+
+    def _reap(self, flags: int) -> bool:
+        try:
+            pid, status, usage = os.wait4(self.pid, flags)
+        except ChildProcessError:
+            self.done = True  # kill_tree's wait reaped it first, after a timeout or Ctrl-C
+            return True
+        if pid == 0:
+            return False
+        self.waited.update(t_end=time.perf_counter(), status=status, usage=usage)
+        self.done = True
+        return True
+
+    def close(self) -> None:
+        if self.fd is not None:
+            os.close(self.fd)
+            self.fd = None
 
 
 class RunInterrupted(Exception):

@@ -32,6 +32,7 @@ from . import machine, plan
 from .errors import AlloclabError, Interrupted
 from .measure import RunInterrupted, RunResult, run_once
 from .metrics import extract
+from .perfstat import DEFAULT_FREQUENCY  # noqa: F401  (defined there: the CLI reads it at start)
 from .service import ServiceExecutor
 from .variants import Variant
 from .workload import Workload
@@ -114,7 +115,6 @@ CATEGORIES = ("allocator", "kernel_mm", "kernel_other", "user_other")
 # The call-graph unwinder. Frame pointers stop at the first libc frame (Debian builds glibc
 # without them), which hides who asked for a brk or took a fault; DWARF unwinding sees through.
 CALL_GRAPH = "dwarf"
-DEFAULT_FREQUENCY = 999      # off the round numbers, so sampling does not lock step with timers
 TIMING_OK = 0.02             # profiled runs slower than this may not stand in for timed runs
 CLOCK_EVENTS = ("cpu-clock", "task-clock")  # software timers whose sample period is nanoseconds
 LOW_COVERAGE = 0.6           # samples standing for less of the program's CPU time than this get a note

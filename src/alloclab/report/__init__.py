@@ -10,9 +10,12 @@ import importlib
 import sys
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-from ..analysis import Analysis
 from ..errors import AlloclabError
+
+if TYPE_CHECKING:  # the CLI imports this package at start; the statistics load when a report is made
+    from ..analysis import Analysis
 
 # format -> module in this package
 FORMATS = {"terminal": "terminal", "md": "markdown", "html": "html", "json": "jsonout", "csv": "csvout"}

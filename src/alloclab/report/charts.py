@@ -104,23 +104,40 @@ def _interval(s) -> tuple[float, float] | None:
 
 def _strip(ax, a: Analysis, order: list[int], row: MetricRow, bars: bool = False) -> None:
     """Per variant (one line each, baseline on top): every run a dot, the median a tick, its
-    interval a thick bar."""
+    interval a thick bar. One artist per kind for all variants together (the dots one scatter,
+    the intervals one line collection, the medians one marker line): a scatter call costs ~8 ms,
+    and three artists per variant made each chart cost ~100 ms."""
+    intervals, medians, bar_rows = [], [], []
+    xs, ys, colours = [], [], []
+    many = max((len(row.cells[vi].values) for vi in order), default=0) > RASTER_ABOVE
     for y, vi in enumerate(order):
         c = row.cells[vi]
         if bars and math.isfinite(c.summary.median):
-            ax.barh(y, c.summary.median, height=0.6, color=colour(vi), alpha=0.25, zorder=1)
+            bar_rows.append((y, c.summary.median, colour(vi)))
         if c.values:
-            many = len(c.values) > RASTER_ABOVE
-            # Arrays, not lists: matplotlib masks a list element by element.
-            ax.scatter(np.asarray(c.values, dtype=float), y + _jitter(len(c.values), vi, 0.5), s=8 if many else 26, color=colour(vi),
-                       alpha=0.35 if many else 0.75, edgecolors="white", linewidths=0 if many else 0.6,
-                       zorder=2, rasterized=many)
+            xs.append(np.asarray(c.values, dtype=float))
+            ys.append(y + _jitter(len(c.values), vi, 0.5))
+            colours += [colour(vi)] * len(c.values)
         ci = _interval(c.summary)
         if ci:
-            ax.plot(ci, [y, y], color="black", linewidth=2.5, solid_capstyle="butt", zorder=3, alpha=0.8)
+            intervals.append([(ci[0], y), (ci[1], y)])
         if math.isfinite(c.summary.median):
-            # Over the dots: with thousands of runs the median must still show.
-            ax.plot([c.summary.median], [y], marker="|", markersize=20, markeredgewidth=2, color="black", zorder=4)
+            medians.append((c.summary.median, y))
+    if bar_rows:
+        ax.barh([y for y, _, _ in bar_rows], [m for _, m, _ in bar_rows], height=0.6,
+                color=[c for _, _, c in bar_rows], alpha=0.25, zorder=1)
+    if xs:
+        # Arrays, not lists: matplotlib masks a list element by element.
+        ax.scatter(np.concatenate(xs), np.concatenate(ys), s=8 if many else 26, c=colours,
+                   alpha=0.35 if many else 0.75, edgecolors="white", linewidths=0 if many else 0.6,
+                   zorder=2, rasterized=many)
+    if intervals:
+        ax.add_collection(LineCollection(intervals, colors="black", linewidths=2.5, capstyle="butt", zorder=3,
+                                         alpha=0.8))
+    if medians:
+        # Over the dots: with thousands of runs the median must still show.
+        ax.plot([m for m, _ in medians], [y for _, y in medians], linestyle="none", marker="|", markersize=20,
+                markeredgewidth=2, color="black", zorder=4)
     ax.xaxis.set_major_formatter(SHORT)
     ax.set_yticks(range(len(order)))
     labels = ax.set_yticklabels([a.labels[vi] for vi in order])
