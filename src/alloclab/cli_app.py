@@ -168,6 +168,7 @@ def gate(store: Store, exp_id: int, fail_if_worse: str | None, min_effect: float
     metric, 3 when a primary comparison stays undecided, else return (exit 0)."""
     if not fail_if_worse:
         return
+    from .analysis import analyze
     from .report.common import primary_comparisons
     threshold = percent(fail_if_worse)
     a = analyze(store.load(exp_id), min_effect=min_effect)
