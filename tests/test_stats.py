@@ -483,3 +483,18 @@ def test_exact_tied_mann_whitney_matches_scipys_permutation_test(a, b):
     expected = sp.mannwhitneyu(a, b, alternative="two-sided",
                                method=sp.PermutationMethod(n_resamples=np.inf)).pvalue
     assert S._exact_tied_p(a, b) == pytest.approx(min(expected, 1.0), abs=1e-12)
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.integers(0, 6).map(float), min_size=3, max_size=30))
+def test_ranks_and_spearman_match_scipy(values):
+    from scipy import stats as sp
+    x = np.asarray(values)
+    assert np.allclose(S._ranks(x), sp.rankdata(x))
+    blocks = np.arange(x.size, dtype=float)
+    rho, p = S._spearman(blocks, x)
+    if math.isnan(rho):
+        assert np.all(x == x[0])
+        return
+    ref = sp.spearmanr(blocks, x)
+    assert rho == pytest.approx(ref.statistic, abs=1e-9) and p == pytest.approx(ref.pvalue, abs=1e-9)

@@ -27,7 +27,13 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
 import numpy as np
-from scipy import stats as _sp
+from scipy import special as _special
+
+
+def _scipy_stats():
+    """scipy.stats takes about a second to import: only the tests that need it pay for it."""
+    from scipy import stats
+    return stats
 
 __all__ = [
     "CellSummary",
@@ -194,7 +200,7 @@ def median_ci(sorted_values: np.ndarray, confidence: float = 0.95) -> tuple[floa
     n = x.size
     if n == 0:
         return math.nan, math.nan
-    cdf = _sp.binom.cdf(np.arange(n), n, 0.5)
+    cdf = _special.bdtr(np.arange(n), n, 0.5)
     # Small tolerance: cdf values that equal the tail mass exactly in exact
     # arithmetic must not be lost to rounding.
     l = int(np.count_nonzero(cdf <= (1 - confidence) / 2 * (1 + 1e-12)))
@@ -262,7 +268,7 @@ def _mannwhitney_p(a: np.ndarray, b: np.ndarray) -> float:
         if has_ties and enumerable:
             p = _exact_tied_p(a, b)
         else:
-            p = _sp.mannwhitneyu(a, b, alternative="two-sided").pvalue
+            p = _scipy_stats().mannwhitneyu(a, b, alternative="two-sided").pvalue
     p = float(p)
     return min(p, 1.0) if math.isfinite(p) else math.nan
 
@@ -280,7 +286,7 @@ def _exact_tied_p(a: np.ndarray, b: np.ndarray) -> float:
     which is slow (about 10 ms per call for 6 + 6 values, and a report makes thousands of calls);
     here the rank sums of all arrangements are one indexed sum."""
     pooled = np.concatenate([a, b])
-    ranks = _sp.rankdata(pooled)
+    ranks = _ranks(pooled)
     sums = ranks[_arrangements(pooled.size, a.size)].sum(axis=1)
     observed = ranks[: a.size].sum()
     tol = 1e-9 * max(1.0, abs(observed))
@@ -482,14 +488,32 @@ def _fmt(v: float) -> str:
     return f"{v:.4g}"
 
 
+def _ranks(x: np.ndarray) -> np.ndarray:
+    """Average ranks from 1 (ties share the mean of their ranks), as scipy's rankdata."""
+    x = np.asarray(x, dtype=float)
+    order = np.argsort(x, kind="mergesort")
+    sx = x[order]
+    edges = np.flatnonzero(np.r_[True, sx[1:] != sx[:-1], True])
+    avg = (edges[:-1] + edges[1:] + 1) / 2          # mean of 1-based ranks in each tie group
+    ranks = np.empty(x.size)
+    ranks[order] = np.repeat(avg, np.diff(edges))
+    return ranks
+
+
 def _spearman(x: np.ndarray, y: np.ndarray) -> tuple[float, float]:
-    """Spearman rho and p; (nan, nan) when undefined (constant input)."""
+    """Spearman rho and its two-sided p (Student's t with n - 2 df, as scipy's spearmanr);
+    (nan, nan) when undefined (constant input)."""
     if x.size < 3 or np.all(x == x[0]) or np.all(y == y[0]):
         return math.nan, math.nan
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        res = _sp.spearmanr(x, y)
-    return float(res.statistic), float(res.pvalue)
+    rx, ry = _ranks(x), _ranks(y)
+    rho = float(np.corrcoef(rx, ry)[0, 1])
+    if not math.isfinite(rho):
+        return math.nan, math.nan
+    if abs(rho) >= 1:
+        return rho, 0.0
+    df = x.size - 2
+    t = rho * math.sqrt(df / ((1 - rho) * (1 + rho)))
+    return rho, float(2 * _special.stdtr(df, -abs(t)))
 
 
 def _too_few_runs(n: int, alpha: float, n_comparisons: int) -> Finding | None:
