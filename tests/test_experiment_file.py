@@ -121,7 +121,7 @@ def test_type_and_shape_errors(tmp_path):
     assert "exactly one probe" in error_of(tmp_path, GOOD.replace("ready = { tcp = true }",
                                                                   'ready = { tcp = true, log = "up" }'))
     assert "unknown signal 'SIGFOO'" in error_of(tmp_path, GOOD.replace('"SIGINT"', '"SIGFOO"'))
-    assert "needs exactly one of regex, json or ratio" in error_of(
+    assert "needs exactly one of regex, json, ratio or progress" in error_of(
         tmp_path, GOOD.replace('json = "summary.lat"', 'json = "summary.lat"\nregex = "x"'))
     assert "does not compile" in error_of(tmp_path, GOOD.replace('"ops: ([\\\\d.]+)"', '"ops: ("'))
     assert "needs the key 'ready'" in error_of(tmp_path, GOOD.replace("ready = { tcp = true }\n", ""))
