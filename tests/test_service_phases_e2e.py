@@ -5,18 +5,23 @@ test_service_e2e.py, the schema errors in test_experiment_file.py."""
 
 from __future__ import annotations
 
-import json
+import contextlib
 import shutil
+import signal
+import subprocess
 import sys
+import time
+import urllib.request
 import uuid
 from pathlib import Path
 
+import psutil
 import pytest
 
 from alloclab.errors import AlloclabError
 from alloclab.store import Store
-from conftest import PROGRAMS, require_allocator
-from test_service_e2e import assert_torn_down, run_file, scratch, summary  # noqa: F401
+from conftest import ALLOCLAB, PROGRAMS, require_allocator
+from test_service_e2e import assert_torn_down, processes_with, run_file, scratch, summary  # noqa: F401
 
 pytestmark = pytest.mark.e2e
 
@@ -160,3 +165,37 @@ command = ["{{python}}", "-c", "import sys; print(\\"no such thing\\"); sys.exit
     e = Store(tmp_path / "f.db").load()
     assert e.runs[0]["status"] == "failed"
     assert_torn_down(token, scratch, [summary(e.runs[0])["server_port"]])
+
+
+def test_ctrl_c_during_a_phase_stops_the_server(tmp_path, scratch):
+    client = f"""
+[[client]]
+name = "fill"
+command = ["{{python}}", "-c", '{FILL}', "{{port}}", "/fill?n=10", "1"]
+[[client.phase]]
+name = "long"
+idle = 60
+"""
+    path, token = experiment(tmp_path, client)
+    db = tmp_path / "int.db"
+    proc = subprocess.Popen([*ALLOCLAB, "run", "--db", str(db), str(path), "-a", "glibc", "--runs", "2",
+                             "--warmup", "0", "--no-verify"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    # The phase has begun once the server holds the client's 10 objects (and the client is gone).
+    deadline = time.monotonic() + 60
+    port = None
+    while time.monotonic() < deadline:
+        time.sleep(0.2)
+        ports = [c.laddr.port for c in psutil.net_connections("tcp")
+                 if c.pid in processes_with(token) and c.status == psutil.CONN_LISTEN]
+        if ports:
+            with contextlib.suppress(OSError):
+                if urllib.request.urlopen(f"http://127.0.0.1:{ports[0]}/stats", timeout=2).read() == b"kept=10":
+                    port = ports[0]
+                    break
+    assert port is not None, "the load never filled the server"
+    time.sleep(1.0)
+    proc.send_signal(signal.SIGINT)
+    out, err = proc.communicate(timeout=30)
+    assert proc.returncode == 130, err
+    assert_torn_down(token, scratch, [port])
+    assert Store(db).load().row["status"] == "interrupted"

@@ -1,6 +1,6 @@
 """A tiny HTTP server whose memory the tests drive: /fill?n=N&size=S keeps N objects of S bytes
 (above pymalloc's 512-byte limit, so each one is a malloc of the allocator under test), /free
-drops every other one or all of them, /hit counts a request. Loopback only."""
+drops every other one or all of them, /stats tells how many are kept, /hit counts a request. Loopback only."""
 
 import sys
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -19,6 +19,8 @@ class Handler(BaseHTTPRequestHandler):
             # Distinct objects (the first bytes vary), each written in full.
             kept.extend(i.to_bytes(8, "little") * (q.get("size", 1000) // 8) for i in range(q.get("n", 1000)))
             body = f"filled={len(kept)} hits_before={hits}"
+        elif url.path == "/stats":
+            body = f"kept={len(kept)}"
         elif url.path == "/free":
             kept = kept[1::2] if q.get("half") else []
             body = f"kept={len(kept)}"
