@@ -18,6 +18,8 @@ How the server tree is accounted (service.lifetime = "run", the default):
     client ends and `idle` seconds of rest, before the server is stopped.
   * With lifetime = "block" a server outlives the run, so its CPU, faults and memory for one
     run are /proc deltas over the run's window (client start to final reading).
+  * A client's warm-up (before the load) and memory phases (after it) are in service_phases.py;
+    the server's CPU and faults during them are taken out of the run's figures.
   * Every process seen is checked for the variant's library in /proc/PID/maps (wrappers such
     as setpriv that exec into the server are skipped), so a backend that escaped the preload
     shows up in RunResult.processes and fails verification.
@@ -988,12 +990,13 @@ class ServiceExecutor:
         # The server's CPU and faults during the warm-up and the phases, taken out of the run's.
         warm_excl = phase_excl = (0.0, 0.0, 0, 0)
         failure: str | None = None
+        stage = "while the client ran"
         if load.warmup is not None:
             before = tree.usage_so_far()
             try:
                 service_phases.run_warmup(server, load, run_command, s.clean_for_commands(), s.workdir)
             except (service_phases.PhaseFailed, ServiceFailed) as exc:
-                failure = str(exc)
+                failure, stage = str(exc), "during the warm-up"
             warm_excl = _minus(tree.usage_so_far(), before)
         tree.begin_window()
         argv = s.identity.argv(substitute_argv(load.command, server.values()))
@@ -1021,6 +1024,7 @@ class ServiceExecutor:
         final_kb, final_pss = tree.last_kb, tree.pss_last_kb
         phase_info: dict = {}
         if load.phases and client_ok and not died:
+            stage = "during the memory phases"
             before = tree.usage_so_far()
             load_reading = service_phases.Reading("load", t_load, time.perf_counter() - tree.t0, final_kb,
                                                   final_pss if tree.pss_ok else None)
@@ -1062,8 +1066,7 @@ class ServiceExecutor:
             result.status, result.error = "timeout", f"the client timed out after {timeout:g} s; it was killed"
         elif died:
             result.status = "failed"
-            when = "during the phases" if phase_info or failure else "while the client ran"
-            result.error = f"the service exited ({server.exit_text()}) {when}"
+            result.error = f"the service exited ({server.exit_text()}) {stage}"
             result.stderr = (result.stderr + "\n" + server.log_tail()).strip()
         elif failure is not None:
             result.status, result.error = "failed", failure
