@@ -347,7 +347,10 @@ def test_recipe_postgres_partitions(cli, store_of, scratch):
         # postmaster, its auxiliary processes and the client's backends: all postgres, all checked
         assert len(procs) >= 5 and {q["name"] for q in procs} <= {"postgres"}
         if e.variants[r["variant_idx"]]["label"] == "jemalloc":
-            assert all(q["mapped"] is True for q in procs)
+            # The warm-up's psql backends may exit before their maps are read (mapped unknown);
+            # none ran without the library, and the long-lived ones were all seen with it.
+            assert all(q["mapped"] is not False for q in procs)
+            assert sum(q["mapped"] is True for q in procs) >= 5
         assert m["cpu_s"] >= s["cpu_sampled_s"] - 0.05 and m["cpu_s"] > 0
         assert 0 < m["peak_pss_mb"] < m["peak_rss_mb"]  # shared buffers counted once in PSS
     assert "tps" in p.stdout and "2 clients" in p.stdout
