@@ -200,6 +200,13 @@ class PhaseFailed(Exception):
     pass
 
 
+def _argv(server, command: tuple[str, ...]) -> list[str]:
+    """A command with the server's placeholders, as the experiment's user. (experiment_file
+    imports this module to parse the file, hence the import here, not at the top.)"""
+    from .experiment_file import substitute_argv
+    return server.s.identity.argv(substitute_argv(command, server.values()))
+
+
 def idle_seconds(p: Phase, values: dict) -> float:
     if not isinstance(p.idle, str):
         return p.idle
@@ -218,13 +225,11 @@ def idle_seconds(p: Phase, values: dict) -> float:
 def run_phases(server, load: "Load", run_command, env: dict, cwd: Path, sample_s: float) -> list[Reading]:
     """Each phase's command (as the experiment's user, never under the variant), its rest, and
     the reading after it. Stops at the first failure (PhaseFailed), or when the server dies."""
-    s = server.s
     readings = []
     for i, p in enumerate(load.phases):
         t_start = time.perf_counter() - server.tree.t0
         if p.command:
-            from .experiment_file import substitute_argv
-            argv = s.identity.argv(substitute_argv(p.command, server.values()))
+            argv = _argv(server, p.command)
             done = run_command(argv, env, cwd, p.timeout, server.dir / f"phase-{i}", tick=server.sample)
             if done.code != 0:
                 why = f"timed out after {p.timeout:g} s" if done.timed_out else f"exited with status {done.code}"
@@ -245,10 +250,9 @@ def run_phases(server, load: "Load", run_command, env: dict, cwd: Path, sample_s
 
 def run_warmup(server, load: "Load", run_command, env: dict, cwd: Path) -> None:
     """The warm-up; its output is kept beside the server's logs only. Raises PhaseFailed."""
-    s, w = server.s, load.warmup
-    from .experiment_file import substitute_argv
+    w = load.warmup
     if w.seconds is not None:
-        argv = s.identity.argv(substitute_argv(load.command, server.values()))
+        argv = _argv(server, load.command)
         # Stopped at the deadline on purpose: a timeout here is the normal end.
         done = run_command(argv, env, cwd, w.seconds, server.dir / "warmup", tick=server.sample)
         if not done.timed_out and done.code != 0:
@@ -256,7 +260,7 @@ def run_warmup(server, load: "Load", run_command, env: dict, cwd: Path) -> None:
                               + output_tail(done.output))
         return
     for i, cmd in enumerate(w.commands):
-        argv = s.identity.argv(substitute_argv(cmd, server.values()))
+        argv = _argv(server, cmd)
         done = run_command(argv, env, cwd, load.timeout, server.dir / f"warmup-{i}", tick=server.sample)
         if done.code != 0:
             why = "timed out" if done.timed_out else f"exited with status {done.code}"
