@@ -121,7 +121,7 @@ def test_type_and_shape_errors(tmp_path):
     assert "exactly one probe" in error_of(tmp_path, GOOD.replace("ready = { tcp = true }",
                                                                   'ready = { tcp = true, log = "up" }'))
     assert "unknown signal 'SIGFOO'" in error_of(tmp_path, GOOD.replace('"SIGINT"', '"SIGFOO"'))
-    assert "needs exactly one of regex, json or ratio" in error_of(
+    assert "needs exactly one of regex, json, ratio or progress" in error_of(
         tmp_path, GOOD.replace('json = "summary.lat"', 'json = "summary.lat"\nregex = "x"'))
     assert "does not compile" in error_of(tmp_path, GOOD.replace('"ops: ([\\\\d.]+)"', '"ops: ("'))
     assert "needs the key 'ready'" in error_of(tmp_path, GOOD.replace("ready = { tcp = true }\n", ""))
@@ -240,3 +240,113 @@ def test_a_single_bracket_client_table_gets_a_precise_fix(tmp_path):
     assert "unknown key 'clientx'" in error_of(tmp_path, text)
     single = '[service]\ncommand = ["s"]\nready = { tcp = true }\n[client]\ncommand = ["c"]\n'
     assert "Write [[client]] (double brackets)" in error_of(tmp_path, single)
+
+
+# --- warm-up, progress metrics and phases (service_phases) -----------------------------------------
+
+PHASED = r"""[experiment]
+name = "toy"
+
+[params]
+n = 3
+
+[service]
+command = ["server", "--port", "{port}"]
+ready = { tcp = true }
+
+[[client]]
+name = "a"
+command = ["client", "{port}", "-n", "{n}"]
+warmup = [["warm", "{port}"], ["checkpoint"]]
+metrics = [{ name = "tps", progress = 'progress: [\d.]+ s, ([\d.]+) tps', skip = 3 }]
+[[client.phase]]
+name = "flush"
+command = ["flush", "{port}"]
+idle = 2
+[[client.phase]]
+name = "idle"
+idle = "{n}"
+
+[[client]]
+name = "b"
+warmup = 2.5
+command = ["client", "{port}"]
+"""
+
+
+def test_warmup_progress_and_phases_parse(tmp_path):
+    from alloclab.service_phases import Phase, Warmup
+    ef = xf.load(write(tmp_path, PHASED))
+    a, b = ef.loads
+    assert a.warmup == Warmup(commands=(("warm", "{port}"), ("checkpoint",)))
+    assert b.warmup == Warmup(seconds=2.5) and b.phases == ()
+    assert a.phases == (Phase("flush", ("flush", "{port}"), 2.0), Phase("idle", (), "{n}"))
+    tps = a.metrics[0]
+    assert tps.progress and tps.skip == 3 and tps.regex is None
+    names = [d.name for d in ef.metric_defs(a)]
+    assert names == ["tps"]
+    from alloclab.service_phases import phase_metric_defs
+    defs = {d.name: d for d in phase_metric_defs(a)}
+    assert set(defs) == {"rss_after_load_mb", "rss_after_flush_mb", "pss_after_flush_mb", "returned_after_flush",
+                         "rss_after_idle_mb", "pss_after_idle_mb", "returned_after_idle"}
+    assert defs["returned_after_flush"].higher_is_better and not defs["rss_after_flush_mb"].higher_is_better
+
+
+@pytest.mark.parametrize("old, new, expected, on_line", [
+    ('warmup = 2.5', 'warmup = -1', "'warmup' must be more than 0 seconds", "warmup = -1"),
+    ('warmup = 2.5', 'warmup = "pgbench"', "'warmup' must be seconds, a command or a list of commands", "warmup ="),
+    ('warmup = 2.5', 'warmup = [["ok"], []]', "client[1].warmup[1]' must be a non-empty list of strings", "warmup ="),
+    ('name = "flush"', 'name = "load"', "phase name 'load' cannot be used", 'name = "load"'),
+    ('name = "flush"', 'name = "idle"', "two phases are named 'idle'", 'name = "idle"'),
+    ('name = "flush"', 'name = "fl ush"', "phase name 'fl ush' cannot be used", 'name = "fl ush"'),
+    ('idle = "{n}"', 'idle = "soon"', "idle = 'soon' is neither seconds nor a \"{param}\"", 'idle = "soon"'),
+    ('idle = "{n}"', 'idle = "{nope}"', "unknown placeholder '{nope}'", '{nope}'),
+    ('command = ["flush", "{port}"]\nidle = 2', 'timeout = 3', "phase 'flush' has neither a command nor an idle time",
+     "[[client.phase]]"),
+    ('idle = 2', 'idle = 2\nwait = 1', "unknown key 'wait' in [client[0].phase[0]]", "wait = 1"),
+    ("skip = 3", "skip = -1", "'skip' must be 0 or more", "skip = -1"),
+    ("progress = 'progress: [\\d.]+ s, ([\\d.]+) tps', skip = 3", 'regex = "x", skip = 3',
+     "'skip' only applies to a progress metric", "skip = 3"),
+])
+def test_warmup_and_phase_errors_name_file_line_and_key(tmp_path, old, new, expected, on_line):
+    assert old in PHASED, old
+    msg = error_of(tmp_path, PHASED.replace(old, new, 1))
+    assert expected in msg, msg
+    path = tmp_path / "exp.toml"
+    assert msg.startswith(f"{path}:"), msg
+    line = int(msg[len(str(path)) + 1:].split(":")[0])
+    assert on_line in path.read_text().splitlines()[line - 1], (line, msg)
+
+
+def test_phases_and_warmup_belong_to_clients_only(tmp_path):
+    text = '[experiment]\nname = "c"\n\n[[command]]\ncommand = ["true"]\nwarmup = 3\n'
+    msg = error_of(tmp_path, text)
+    assert "exp.toml:6: unknown key 'warmup' in [command[0]]" in msg
+
+
+def test_steady_state_drops_the_first_intervals():
+    from alloclab.service_phases import steady_values
+    spec = xf.MetricSpec("tps", "tps", True, True, progress=r"progress: [\d.]+ s, ([\d.]+) tps", skip=2)
+    out = "\n".join(f"progress: {i}.0 s, {v} tps, lat 1 ms" for i, v in enumerate([2.0, 6.0, 9.0, 11.0, 10.0], 1))
+    values, intervals = steady_values((spec,), out + "\ntps = 7.6 (without initial connection time)")
+    assert intervals == {"tps": [2.0, 6.0, 9.0, 11.0, 10.0]} and values == {"tps": 10.0}
+    # Too few intervals: no value, so the run fails with the runner's 'matched nothing' message.
+    assert steady_values((spec,), "progress: 1.0 s, 5.0 tps\nprogress: 2.0 s, 5.0 tps")[0] == {}
+
+
+def test_fraction_returned_is_of_the_growth_since_readiness():
+    from alloclab.service_phases import Reading, phase_summary
+    mb = 1024
+    load = Reading("load", 1.0, 5.0, 110 * mb, 100 * mb)
+    phases = [Reading("half", 5.0, 6.0, 120 * mb, 110 * mb), Reading("flush", 6.0, 7.0, 30 * mb, 25 * mb),
+              Reading("idle", 7.0, 9.0, 10 * mb, None)]
+    out = phase_summary(10 * mb, load, phases)
+    # The top is the highest reading so far: 110 at load end, then 120 after "half".
+    assert out["returned_after_half"] == pytest.approx(-0.1)
+    assert out["returned_after_flush"] == pytest.approx(90 / 110)
+    assert out["returned_after_idle"] == pytest.approx(1.0)
+    assert out["rss_after_flush_mb"] == 30 and out["pss_after_flush_mb"] == 25 and "pss_after_idle_mb" not in out
+    assert [p["name"] for p in out["phases"]] == ["load", "half", "flush", "idle"]
+    # A server that barely grew: the growth counts as 1 MiB, so the fraction stays near 0.
+    tiny = phase_summary(10 * mb, Reading("load", 0, 1, 10 * mb + 10, None), [Reading("x", 1, 2, 10 * mb, None)])
+    assert tiny["returned_after_x"] == pytest.approx(10 / 1024)

@@ -19,8 +19,10 @@ from dataclasses import dataclass, field
 from importlib import resources
 from pathlib import Path
 
+from . import service_phases
 from .errors import AlloclabError
 from .metrics import MetricDef
+from .service_phases import Phase, Warmup
 
 RECIPE_PREFIX = "recipe:"
 BUILTIN_PLACEHOLDERS = ("port", "workdir", "recipe_dir", "data_dir")
@@ -50,6 +52,8 @@ class MetricSpec:
     regex: str | None = None
     json: str | None = None
     ratio: tuple[str, str] | None = None   # (numerator regex, denominator regex)
+    progress: str | None = None            # one match per interval: the steady-state mean (service_phases)
+    skip: int = 0
 
     @property
     def derived(self) -> bool:
@@ -73,6 +77,8 @@ class Load:
     command: tuple[str, ...]
     timeout: float | None
     metrics: tuple[MetricSpec, ...]
+    warmup: Warmup | None = None       # service mode: unmeasured, after readiness (service_phases)
+    phases: tuple[Phase, ...] = ()     # service mode: memory phases after the load
 
 
 @dataclass(frozen=True)
@@ -368,7 +374,7 @@ SERVICE = {"command": "argv list", "ready": "{ tcp = true } | { command = [...] 
 LOAD = {"name": "string", "command": "argv list", "timeout": "seconds", "metrics": "list of metric tables"}
 METRIC = {"name": "string", "unit": "string", "higher": "bool (higher is better)", "primary": "bool",
           "regex": "regex, first group is the number", "json": "KEY.PATH in a JSON line",
-          "ratio": "{ numerator = regex, denominator = regex }"}
+          "ratio": "{ numerator = regex, denominator = regex }", **service_phases.METRIC_KEYS}
 
 
 def load(path: str | Path) -> ExperimentFile:
@@ -526,7 +532,7 @@ def _loads(c: _Checker, raw, key: str) -> list[Load]:
     loads, names = [], set()
     for i, entry in enumerate(raw):
         where = (key, i)
-        entry = c.table(entry, where, LOAD, ("command",))
+        entry = c.table(entry, where, LOAD | (service_phases.LOAD_KEYS if key == "client" else {}), ("command",))
         name = c.typed(entry, "name", where, str, "a string", f"{key} {i + 1}")
         if name in names:
             raise c.error(where + ("name",), f"two [[{key}]] entries are named '{name}'.", "Give each its own name.")
@@ -542,7 +548,8 @@ def _loads(c: _Checker, raw, key: str) -> list[Load]:
             raise c.error(where + ("metrics",), f"[[{key}]] '{name}' names two metrics alike.",
                           "Give each metric its own name.")
         loads.append(Load(name, c.argv(entry["command"], where + ("command",)),
-                          c.number(entry, "timeout", where, None, 0.1), tuple(metrics)))
+                          c.number(entry, "timeout", where, None, 0.1), tuple(metrics),
+                          service_phases.parse_warmup(c, entry, where), service_phases.parse_phases(c, entry, where)))
     return loads
 
 
@@ -551,12 +558,13 @@ def _metric(c: _Checker, raw, where: tuple) -> MetricSpec:
     name = c.typed(m, "name", where, str, "a string")
     if not re.match(r"^[A-Za-z_][\w.-]*$", name):
         raise c.error(where + ("name",), f"metric name '{name}' is not a plain name.", "Use letters, digits, _ . -")
-    sources = [k for k in ("regex", "json", "ratio") if k in m]
+    sources = [k for k in ("regex", "json", "ratio", "progress") if k in m]
     if len(sources) != 1:
-        raise c.error(where, f"metric '{name}' needs exactly one of regex, json or ratio.",
-                      'Write e.g. regex = "tps = ([\\\\d.]+)", json = "summary.ops", or ratio = '
-                      '{ numerator = "...", denominator = "..." }.')
-    regex = json_path = ratio = None
+        raise c.error(where, f"metric '{name}' needs exactly one of regex, json, ratio or progress.",
+                      'Write e.g. regex = "tps = ([\\\\d.]+)", json = "summary.ops", ratio = '
+                      '{ numerator = "...", denominator = "..." }, or progress = "progress: .*?([\\\\d.]+) tps".')
+    regex = json_path = ratio = progress = None
+    skip = service_phases.check_progress_metric(c, m, where)
 
     def compiled(pattern, at: tuple) -> str:
         if not isinstance(pattern, str):
@@ -572,6 +580,8 @@ def _metric(c: _Checker, raw, where: tuple) -> MetricSpec:
         regex = compiled(m["regex"], where + ("regex",))
     elif "json" in m:
         json_path = c.typed(m, "json", where, str, "a KEY.PATH string")
+    elif "progress" in m:
+        progress = compiled(m["progress"], where + ("progress",))
     else:
         r = c.table(m["ratio"], where + ("ratio",), {"numerator": "regex", "denominator": "regex"},
                     ("numerator", "denominator"))
@@ -580,7 +590,7 @@ def _metric(c: _Checker, raw, where: tuple) -> MetricSpec:
     return MetricSpec(name, c.typed(m, "unit", where, str, "a string", ""),
                       bool(c.typed(m, "higher", where, bool, "true or false", True)),
                       bool(c.typed(m, "primary", where, bool, "true or false", False)),
-                      regex, json_path, ratio)
+                      regex, json_path, ratio, progress, skip if progress else 0)
 
 
 def _check_placeholders(c: _Checker, ef: ExperimentFile, data: dict) -> None:

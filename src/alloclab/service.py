@@ -18,6 +18,8 @@ How the server tree is accounted (service.lifetime = "run", the default):
     client ends and `idle` seconds of rest, before the server is stopped.
   * With lifetime = "block" a server outlives the run, so its CPU, faults and memory for one
     run are /proc deltas over the run's window (client start to final reading).
+  * A client's warm-up (before the load) and memory phases (after it) are in service_phases.py;
+    the server's CPU and faults during them are taken out of the run's figures.
   * Every process seen is checked for the variant's library in /proc/PID/maps (wrappers such
     as setpriv that exec into the server are skipped), so a backend that escaped the preload
     shows up in RunResult.processes and fails verification.
@@ -44,7 +46,7 @@ from typing import Callable
 
 import psutil
 
-from . import cbuild, measure, verify
+from . import cbuild, measure, service_phases, verify
 from .errors import AlloclabError
 from .experiment_file import ExperimentFile, Load, MetricSpec, Step, substitute, substitute_argv
 from .measure import RunInterrupted, RunResult, TreeSampler, kill_tree, run_once
@@ -84,6 +86,11 @@ class ProcStat:
     minflt: int
     majflt: int
     rss_kb: int
+    # Of its children that it has reaped (wait4 rusage counts them in the parent from then on).
+    child_user_s: float = 0.0
+    child_sys_s: float = 0.0
+    child_minflt: int = 0
+    child_majflt: int = 0
 
     def minus(self, other: "ProcStat | None") -> tuple[float, float, int, int]:
         if other is None:
@@ -102,7 +109,7 @@ def read_stat(pid: int) -> ProcStat | None:
     f = raw[raw.rfind(")") + 2:].split()
     # Fields after "(comm)", counted from 3 in proc(5): state ppid ... minflt(10) majflt(12) utime(14) stime(15) rss(24)
     return ProcStat(int(f[1]), f[0], int(f[11]) / _TICK, int(f[12]) / _TICK, int(f[7]), int(f[9]),
-                    int(f[21]) * _PAGE_KB)
+                    int(f[21]) * _PAGE_KB, int(f[13]) / _TICK, int(f[14]) / _TICK, int(f[8]), int(f[10]))
 
 
 def read_pss_kb(pid: int) -> int | None:
@@ -210,6 +217,20 @@ class ProcTree(TreeSampler):
 
     def sampled_cpu_s(self) -> float:
         return sum(st.user_s + st.sys_s for st in self.stat.values())
+
+    def usage_so_far(self) -> tuple[float, float, int, int]:
+        """CPU and faults of the tree up to now, read from /proc now: each live process's own plus
+        those of the children it reaped, so a process that exited is counted once, in its parent."""
+        u = s = 0.0
+        mi = ma = 0
+        for pid in list(self.known):
+            st = read_stat(pid)
+            if st is None:
+                continue
+            self.stat[pid] = st
+            u, s = u + st.user_s + st.child_user_s, s + st.sys_s + st.child_sys_s
+            mi, ma = mi + st.minflt + st.child_minflt, ma + st.majflt + st.child_majflt
+        return u, s, mi, ma
 
     def window_usage(self) -> tuple[float, float, int, int]:
         u = s = 0.0
@@ -661,6 +682,9 @@ class Session:
         entries += [(("teardown", i, "command"), s.command) for i, s in enumerate(ef.teardown)]
         key = "client" if ef.service else "command"
         entries += [((key, i, "command"), load.command) for i, load in enumerate(ef.loads)]
+        for i, load in enumerate(ef.loads):
+            entries += [((key, i, "warmup", j), cmd) for j, cmd in enumerate(load.warmup.commands if load.warmup else ())]
+            entries += [((key, i, "phase", j, "command"), p.command) for j, p in enumerate(load.phases) if p.command]
         if ef.service:
             entries.append((("service", "command"), ef.service.command))
             if ef.service.ready_command:
@@ -856,6 +880,14 @@ class Session:
             self.retire(server, hurry=hurry)
 
 
+def _plus(a: tuple, b: tuple) -> tuple:
+    return tuple(x + y for x, y in zip(a, b))
+
+
+def _minus(a: tuple, b: tuple) -> tuple:
+    return tuple(max(0, x - y) for x, y in zip(a, b))
+
+
 def _dotted(where: tuple) -> str:
     return ".".join(str(p) for p in where)
 
@@ -954,14 +986,30 @@ class ServiceExecutor:
                  result: RunResult) -> RunResult:
         s, load = self.session, self.load
         tree = server.tree
+        ready_kb = tree.last_kb
+        # The server's CPU and faults during the warm-up and the phases, taken out of the run's.
+        warm_excl = phase_excl = (0.0, 0.0, 0, 0)
+        failure: str | None = None
+        stage = "while the client ran"
+        if load.warmup is not None:
+            before = tree.usage_so_far()
+            try:
+                service_phases.run_warmup(server, load, run_command, s.clean_for_commands(), s.workdir)
+            except (service_phases.PhaseFailed, ServiceFailed) as exc:
+                failure, stage = str(exc), "during the warm-up"
+            warm_excl = _minus(tree.usage_so_far(), before)
         tree.begin_window()
         argv = s.identity.argv(substitute_argv(load.command, server.values()))
         timeout = timeout_s if timeout_s is not None else load.timeout
-        try:
-            done = run_command(argv, s.clean_for_commands(), s.workdir, timeout, workdir / "client",
-                               tick=server.sample)
-        except ServiceFailed as exc:  # the client could not be executed at all
-            done = Finished(None, f"{exc}", 0.0)
+        t_load = time.perf_counter() - tree.t0
+        if failure is not None:
+            done = Finished(None, failure, 0.0)
+        else:
+            try:
+                done = run_command(argv, s.clean_for_commands(), s.workdir, timeout, workdir / "client",
+                                   tick=server.sample)
+            except ServiceFailed as exc:  # the client could not be executed at all
+                done = Finished(None, f"{exc}", 0.0)
         result.wall_s = done.wall_s
         client_ok = done.code == 0
         died = server.done.is_set()
@@ -974,49 +1022,77 @@ class ServiceExecutor:
         if not died:
             server.sample(pss=True)
         final_kb, final_pss = tree.last_kb, tree.pss_last_kb
+        phase_info: dict = {}
+        if load.phases and client_ok and not died:
+            stage = "during the memory phases"
+            before = tree.usage_so_far()
+            load_reading = service_phases.Reading("load", t_load, time.perf_counter() - tree.t0, final_kb,
+                                                  final_pss if tree.pss_ok else None)
+            try:
+                readings = service_phases.run_phases(server, load, run_command, s.clean_for_commands(),
+                                                     s.workdir, SAMPLE_S)
+                phase_info = service_phases.phase_summary(ready_kb, load_reading, readings)
+            except (service_phases.PhaseFailed, ServiceFailed) as exc:
+                failure = str(exc)
+            phase_excl = _minus(tree.usage_so_far(), before)
+            died = server.done.is_set()
         with deferred_interrupts():
             if not shared:
                 server.stop()
             elif died:
                 s.retire(server)
         server.copy_ld_debug(env.get("LD_DEBUG_OUTPUT"))
-        self._account(server, shared, result, final_kb)
-        summary: dict = {"server_processes": len(tree.stat), "cpu_sampled_s": tree.sampled_cpu_s(),
+        # A shared server's figures are a window that opens after the warm-up already.
+        excluded = phase_excl if shared else _plus(warm_excl, phase_excl)
+        self._account(server, shared, result, final_kb, excluded)
+        summary: dict = {"server_processes": len(tree.stat),
+                         "cpu_sampled_s": max(0.0, tree.sampled_cpu_s() - excluded[0] - excluded[1]),
                          "cpu_source": "proc-window" if shared else "wait4+orphans", "server_port": server.port,
                          "server_serial": server.serial}
+        if load.warmup is not None or load.phases:
+            summary["excluded_cpu_s"] = excluded[0] + excluded[1]
         if tree.pss_ok:
             summary["peak_pss_mb"] = (tree.win_pss_peak_kb if shared else tree.pss_peak_kb) / 1024
             summary["final_pss_mb"] = final_pss / 1024
         summary |= derived_values(load.metrics, done.output)
+        steady, intervals = service_phases.steady_values(load.metrics, done.output)
+        summary |= steady
+        if intervals:
+            summary["intervals"] = intervals
+        summary |= phase_info
         result.stdout = done.output.rstrip("\n") + "\n" + summary_line(summary) + "\n"
         result.stderr = _loader_lines(server)
         if done.timed_out:
             result.status, result.error = "timeout", f"the client timed out after {timeout:g} s; it was killed"
         elif died:
             result.status = "failed"
-            result.error = f"the service exited ({server.exit_text()}) while the client ran"
+            result.error = f"the service exited ({server.exit_text()}) {stage}"
             result.stderr = (result.stderr + "\n" + server.log_tail()).strip()
+        elif failure is not None:
+            result.status, result.error = "failed", failure
         elif not client_ok:
             result.status = "failed"
             result.error = (f"the client exited with status {done.code}" if done.code is not None
                             else f"the client did not run: {done.output}")
         return result
 
-    def _account(self, server: Server, shared: bool, result: RunResult, final_kb: int) -> None:
+    def _account(self, server: Server, shared: bool, result: RunResult, final_kb: int,
+                 excluded: tuple[float, float, int, int] = (0.0, 0.0, 0, 0)) -> None:
         tree = server.tree
         result.processes = [p for p in tree.seen.values()]
         result.samples = tree.win_samples if shared else tree.samples
         result.final_rss_kb = final_kb
         if shared:
-            result.user_s, result.sys_s, result.minflt, result.majflt = tree.window_usage()
+            usage = _minus(tree.window_usage(), excluded)
+            result.user_s, result.sys_s, result.minflt, result.majflt = usage
             result.peak_rss_kb, result.max_rss_kb = tree.win_peak_kb, tree.win_max_proc_kb
             result.rss_series = tree.win_series
             return
         kernel = RunResult("ok", 0.0)
         if measure._read_launcher_result(server.res, kernel):
-            u, sy, mi, ma = tree.orphan_usage()
-            result.user_s, result.sys_s = kernel.user_s + u, kernel.sys_s + sy
-            result.minflt, result.majflt = kernel.minflt + mi, kernel.majflt + ma
+            u, sy, mi, ma = _minus(_plus(tree.orphan_usage(), (kernel.user_s, kernel.sys_s, kernel.minflt,
+                                                                kernel.majflt)), excluded)
+            result.user_s, result.sys_s, result.minflt, result.majflt = u, sy, mi, ma
             result.nvcsw, result.nivcsw = kernel.nvcsw, kernel.nivcsw
             result.max_rss_kb = max(kernel.max_rss_kb, tree.max_proc_kb)
         else:  # the launcher was killed: fall back on what /proc showed
@@ -1096,10 +1172,12 @@ def workloads(ef: ExperimentFile, params: dict[str, object], *, keep: bool = Fal
         defs = ef.metric_defs(load)
         if ef.service:
             executor = ServiceExecutor(session, i)
-            defs += list(SERVICE_METRICS)
+            defs += list(SERVICE_METRICS) + service_phases.phase_metric_defs(load)
             argv = shown(ef.service.command)
             info = {"mode": "service", "client": shown(load.command), "lifetime": ef.service.lifetime,
-                    "idle_s": ef.service.idle, "run_as": ef.run_as}
+                    "idle_s": ef.service.idle, "run_as": ef.run_as,
+                    "warmup": load.warmup.describe() if load.warmup else None,
+                    "phases": [p.name for p in load.phases]}
         else:
             executor = CommandModeExecutor(session, i)
             argv = shown(load.command)

@@ -179,8 +179,10 @@ def pick_runs(runs: list, k: int) -> list:
     return [runs[round(i * step)] for i in range(k)]
 
 
-def rss_over_time_chart(a: Analysis, order: list[int], series: dict[int, list[list]]) -> tuple[str, int]:
-    """series: variant -> the [[t, kb], ...] of the runs to draw. Returns (svg, lines drawn)."""
+def rss_over_time_chart(a: Analysis, order: list[int], series: dict[int, list[list]],
+                        marks: list[tuple[str, float]] = ()) -> tuple[str, int]:
+    """series: variant -> the [[t, kb], ...] of the runs to draw; marks: (phase, start time) drawn
+    as labelled vertical lines. Returns (svg, lines drawn)."""
     fig = Figure(figsize=(11.5, 3.4))
     _margins(fig, [], bottom=0.55)
     ax = fig.add_subplot()
@@ -201,6 +203,10 @@ def rss_over_time_chart(a: Analysis, order: list[int], series: dict[int, list[li
                 marker="o" if len(typical) < 8 else None, markersize=4, label=a.labels[vi])
     ax.autoscale()
     ax.set_ylim(bottom=0)
+    for name, t in marks:
+        ax.axvline(t, color="#555555", linewidth=0.8, linestyle=":")
+        ax.annotate(name, (t, 1.0), xycoords=("data", "axes fraction"), xytext=(2, -2), textcoords="offset points",
+                    fontsize=7, color="#333333", rotation=90, va="top", ha="left")
     ax.set_xlabel("time since start (s)")
     ax.set_ylabel("RSS of the process tree (MiB)")
     ax.set_title("RSS over time: a typical run per variant (bold) and others (thin)", loc="left", fontsize=10)

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import math
+import statistics
 from datetime import datetime, timezone
 
 import jinja2
@@ -32,6 +33,24 @@ def _series(run: dict) -> list:
         except json.JSONDecodeError:
             return []
     return [p for p in (s or []) if isinstance(p, (list, tuple)) and len(p) == 2]
+
+
+def _phase_marks(runs: list[dict]) -> list[tuple[str, float]]:
+    """Where the memory phases (service_phases) began, as the median over the runs drawn: read
+    from the summary line each run's stdout ends with."""
+    starts: dict[str, list[float]] = {}
+    for r in runs:
+        for line in reversed((r.get("stdout") or "").splitlines()):
+            if line.startswith('{"alloclab"'):
+                try:
+                    phases = json.loads(line)["alloclab"].get("phases") or []
+                except (json.JSONDecodeError, AttributeError):
+                    phases = []
+                for p in phases:
+                    if isinstance(p, dict) and isinstance(p.get("t_start"), (int, float)):
+                        starts.setdefault(str(p.get("name")), []).append(float(p["t_start"]))
+                break
+    return [(name, statistics.median(ts)) for name, ts in starts.items()]
 
 
 def _table(a: Analysis, w, order: list[int], details: bool) -> dict:
@@ -93,13 +112,17 @@ def _workload(a: Analysis, w, order: list[int], rec_choice, details: bool) -> di
             runs.setdefault(r["variant_idx"], []).append(r)
     wide = None
     if runs:
-        picked = {vi: [_series(r) for r in charts.pick_runs(rs, charts.RSS_LINES_PER_VARIANT)]
-                  for vi, rs in runs.items()}
+        chosen = {vi: charts.pick_runs(rs, charts.RSS_LINES_PER_VARIANT) for vi, rs in runs.items()}
+        picked = {vi: [_series(r) for r in rs] for vi, rs in chosen.items()}
+        marks = _phase_marks([r for rs in chosen.values() for r in rs])
         total = sum(len(rs) for rs in runs.values())
-        svg, shown = charts.rss_over_time_chart(a, order, picked)
+        svg, shown = charts.rss_over_time_chart(a, order, picked, marks)
         wide = {"svg": svg, "caption": f"RSS over time, {shown} of {total} measured runs drawn "
                                        f"(at most {charts.RSS_LINES_PER_VARIANT} per variant, spread over "
-                                       f"the experiment)."}
+                                       f"the experiment)." + (
+                                           " Dotted lines: where the load and each memory phase began (median "
+                                           "over the runs drawn); each phase ends with its RSS reading."
+                                           if marks else "")}
     return {"name": w.name, "argv": " ".join(w.argv), "table": _table(a, w, order, details),
             "verification": verification_rows(a, w), "failed": failed_run_lines(a, w),
             "warnings": warning_groups(a, w, details, limit=8), "figures": figures, "wide": wide,
