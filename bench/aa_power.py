@@ -274,7 +274,8 @@ def print_report(r: dict) -> None:
         runs = [e["runs"][lab] for e in r["real"]]
         print(f"real, {lab}: " + ", ".join(f"{v} {vs.count(v)}" for v in decide.VERDICTS if vs.count(v))
               + f" of {len(vs)}; runs per variant median {np.median(runs):.0f} (range {min(runs)}-{max(runs)})")
-    for key, what, bad in (("aa", "A/A (b vs a)", ("better", "worse")), ("slow", "+5% injected", ("worse",))):
+    injected = f"injected {r['realized_slowdown']:+.1%}"
+    for key, what, bad in (("aa", "A/A (b vs a)", ("better", "worse")), ("slow", injected, ("worse",))):
         x = r["resampled"][key]
         if not x.get("draws"):
             continue
