@@ -498,3 +498,21 @@ def test_ranks_and_spearman_match_scipy(values):
         return
     ref = sp.spearmanr(blocks, x)
     assert rho == pytest.approx(ref.statistic, abs=1e-9) and p == pytest.approx(ref.pvalue, abs=1e-9)
+
+
+def test_warnings_have_a_floor_of_size():
+    """A first run 0.04% from the others, an 'outlier' 0.1% away, or drift of 0.5% is no warning
+    when the margin is 2%; the same shapes at a size that matters still are."""
+    tiny = [455000.0] + [455200.0 + (i % 3) for i in range(11)]
+    assert "warmup-trend" in codes(S.cell_findings(tiny))
+    assert "warmup-trend" not in codes(S.cell_findings(tiny, floor=0.02))
+    big = [300000.0] + tiny[1:]
+    assert "warmup-trend" in codes(S.cell_findings(big, floor=0.02))
+    out_tiny = [100.0, 100.1, 99.9, 100.0, 100.05, 99.95, 100.0, 100.5]
+    assert "outliers" in codes(S.cell_findings(out_tiny))
+    assert "outliers" not in codes(S.cell_findings(out_tiny, floor=0.02))
+    assert "outliers" in codes(S.cell_findings(out_tiny[:-1] + [130.0], floor=0.02))
+    drift_tiny = [100 + 0.05 * i for i in range(12)]
+    assert "drift" in codes(S.cell_findings(drift_tiny, blocks=list(range(12))))
+    assert "drift" not in codes(S.cell_findings(drift_tiny, blocks=list(range(12)), floor=0.02))
+    assert "drift" in codes(S.cell_findings([100 + 3 * i for i in range(12)], blocks=list(range(12)), floor=0.02))
