@@ -535,15 +535,19 @@ def _spearman(x: np.ndarray, y: np.ndarray) -> tuple[float, float]:
     return rho, float(2 * _special.stdtr(df, -abs(t)))
 
 
+MIN_PAIRED_RUNS = 2   # the paired interval needs two blocks; with two, only a count that never varies decides
+
+
 def _too_few_runs(n: int, alpha: float, n_comparisons: int) -> Finding | None:
-    need = min_runs_for_significance(alpha, n_comparisons)
-    if n >= need:
+    """Fewer runs than any interval needs. (`alpha` and `n_comparisons` only mattered to the rank
+    test of the unpaired comparison, which now serves sweeps and diffs; the paired rule can decide
+    from two runs on, and the sequential looks say when it has.)"""
+    if n >= MIN_PAIRED_RUNS:
         return None
     return Finding(
         "too-few-runs",
-        f"{n} run(s); with {n_comparisons} comparison(s) at alpha={alpha:g} no difference "
-        f"can be significant below {need} runs per variant",
-        f"leave --runs out so that alloclab measures until decided, or give --runs {max(need, 10)} or more",
+        f"{n} run(s): no interval can be computed below {MIN_PAIRED_RUNS} runs per variant",
+        "leave --runs out so that alloclab measures until decided, or give --runs 10 or more",
     )
 
 
