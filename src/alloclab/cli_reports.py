@@ -10,7 +10,7 @@ from typing import Optional
 import typer
 from rich.table import Table
 
-from .cli_app import DbOption, app, console, err, percent
+from .cli_app import DbOption, app, console, err, percent, percent_or_none
 from .errors import AlloclabError
 from .fleet import hosts as fleet_hosts
 from .report import FORMATS, Options, write_report
@@ -45,7 +45,7 @@ def report(
     output: Optional[Path] = typer.Option(None, "--output", "-o", help="Write the report to FILE (default: stdout)."),
     details: bool = typer.Option(False, "--details", help="Show every standard measure."),
     baseline: Optional[str] = typer.Option(None, "--baseline", help="Variant label to compare against."),
-    min_effect: str = typer.Option("0%", "--min-effect", help="Smaller significant effects count as no change."),
+    min_effect: Optional[str] = typer.Option(None, "--min-effect", help="Equivalence margin (default: the experiment's, else 2%)."),
     max_rss_increase: Optional[str] = typer.Option(
         None, "--max-rss-increase", help="Memory budget of the recommendation, e.g. 10% (default: none)."),
     export_json: Optional[Path] = typer.Option(None, "--export-json", help="Also write the JSON report here."),
@@ -57,12 +57,12 @@ def report(
     e = store.load(experiment)
     if output is None and fmt == "html" and sys.stdout.isatty():
         output = Path(f"alloclab-report-{e.id}.html")  # a page of SVG is no use on a terminal
-    a = analyze(e, baseline=baseline, min_effect=percent(min_effect))
+    a = analyze(e, baseline=baseline, min_effect=percent_or_none(min_effect))
     options = Options(details=details, max_rss_increase=budget(max_rss_increase))
     written = write_report(a, fmt, output, options, console=console)
     if fmt == "terminal" and output is None and fleet_hosts.hosts_of(e):
         from .fleet.report import render_hosts
-        render_hosts(e, console, min_effect=percent(min_effect), details=details)
+        render_hosts(e, console, min_effect=a.min_effect, details=details)
     if export_json:
         write_report(a, "json", export_json, options)
     for path in (written, export_json):
@@ -128,7 +128,7 @@ def diff(
     fmt: str = typer.Option("terminal", "--format", "-f", help="One of: terminal, md, json."),
     output: Optional[Path] = typer.Option(None, "--output", "-o", help="Write to FILE (default: stdout)."),
     details: bool = typer.Option(False, "--details", help="Compare every standard measure."),
-    min_effect: str = typer.Option("0%", "--min-effect", help="Smaller significant effects count as no change."),
+    min_effect: str = typer.Option("2%", "--min-effect", help="Equivalence margin of the comparisons."),
 ) -> None:
     """Compare two experiments of the same workload (another day, machine or allocator version)."""
     if fmt not in ("terminal", "md", "json"):

@@ -227,7 +227,7 @@ def show_sweeps(store: Store, exp_id: int, *, min_effect: float = 0.0, console: 
 def sweep_command(
     experiment: Optional[int] = typer.Argument(None, help="Experiment id (default: the latest)."),
     db: Path = DbOption,
-    min_effect: str = typer.Option("0%", "--min-effect", help="Smaller significant effects count as noise."),
+    min_effect: str = typer.Option("2%", "--min-effect", help="Equivalence margin: effects within it count as noise."),
 ) -> None:
     """Show the sweep, ablation and thread-scaling tables of a stored experiment."""
     store = Store(db)
