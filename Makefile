@@ -5,7 +5,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 DEB_PACKAGES := gcc libc6-dev libgoogle-perftools4 libtcmalloc-minimal4 libjemalloc2 libmimalloc2.0 linux-perf
 # Real programs the recipes and end-to-end tests drive, and Chromium for the HTML report test.
-DEB_TEST_PACKAGES := postgresql postgresql-contrib redis-server redis-tools qemu-utils chromium valgrind
+DEB_TEST_PACKAGES := postgresql postgresql-contrib redis-server redis-tools qemu-utils chromium valgrind ceph-mon ceph-osd ceph-common librbd1 fio qemu-block-extra
 DB ?= demo.db
 
 .PHONY: setup setup-deb setup-deb-test venv demo test bench clean

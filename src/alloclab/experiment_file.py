@@ -373,7 +373,7 @@ METRIC = {"name": "string", "unit": "string", "higher": "bool (higher is better)
           "regex": "regex, first group is the number", "json": "KEY.PATH in a JSON line",
           "ratio": "{ numerator = regex | \"@cpu_s\", denominator = regex, scale = number }"}
 # What a ratio's numerator may name instead of a regex: a measure of the process under the variant.
-RATIO_MEASURES = ("cpu_s", "user_s", "sys_s", "wall_s")
+RATIO_MEASURES = ("cpu_s", "user_s", "sys_s", "wall_s", "load_cpu_s")   # load_cpu_s: a server's, while loaded
 
 
 def load(path: str | Path) -> ExperimentFile:
@@ -550,6 +550,9 @@ def _loads(c: _Checker, raw, key: str) -> list[Load]:
         raw_metrics = c.typed(entry, "metrics", where, list, "a list of metric tables", [])
         for j, m in enumerate(raw_metrics):
             metrics.append(_metric(c, m, where + ("metrics", j)))
+            if key == "command" and metrics[-1].ratio and metrics[-1].ratio[0] == "@load_cpu_s":
+                raise c.error(where + ("metrics", j, "ratio", "numerator"), "@load_cpu_s is a server's CPU while "
+                              "a client drives it, and a [[command]] has no server.", "Use @cpu_s.")
         if sum(m.primary for m in metrics) > 1:
             raise c.error(where + ("metrics",), f"[[{key}]] '{name}' has more than one primary metric.",
                           "Mark one metric primary = true.")

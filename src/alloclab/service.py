@@ -909,10 +909,12 @@ def _indent(text: str) -> str:
 
 # --- derived metrics and what the runner reads ---------------------------------------------------------
 
-def derived_values(specs: tuple[MetricSpec, ...], text: str, run: RunResult | None = None) -> dict[str, float]:
+def derived_values(specs: tuple[MetricSpec, ...], text: str, run: RunResult | None = None,
+                   more: dict[str, float] | None = None) -> dict[str, float]:
     """Ratio metrics; a numerator `@cpu_s` (etc.) is that measure of `run`, the process under the variant."""
     measured = {} if run is None else {"cpu_s": run.user_s + run.sys_s, "user_s": run.user_s,
                                        "sys_s": run.sys_s, "wall_s": run.wall_s}
+    measured |= more or {}
     out: dict[str, float] = {}
     for m in specs:
         if not m.derived:
@@ -1023,6 +1025,8 @@ class ServiceExecutor:
         if not died:
             server.sample(pss=True)
         final_kb, final_pss = tree.last_kb, tree.pss_last_kb
+        # The server's CPU while the client ran (and the idle after), without its start-up and stop.
+        load_cpu_s = sum(tree.window_usage()[:2])
         with deferred_interrupts():
             if not shared:
                 server.stop()
@@ -1036,7 +1040,8 @@ class ServiceExecutor:
         if tree.pss_ok:
             summary["peak_pss_mb"] = (tree.win_pss_peak_kb if shared else tree.pss_peak_kb) / 1024
             summary["final_pss_mb"] = final_pss / 1024
-        summary |= derived_values(load.metrics, done.output, result)
+        summary["load_cpu_s"] = load_cpu_s
+        summary |= derived_values(load.metrics, done.output, result, {"load_cpu_s": load_cpu_s})
         result.stdout = done.output.rstrip("\n") + "\n" + summary_line(summary) + "\n"
         result.stderr = _loader_lines(server)
         if done.timed_out:

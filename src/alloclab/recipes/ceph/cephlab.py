@@ -189,7 +189,12 @@ def osd_pid(d: str, osd_id: str) -> int | None:
 def osd_ready(d: str, osd_id: str) -> bool:
     """This instance of osd.ID is up in the map: its address carries the pid's nonce."""
     pid = osd_pid(d, osd_id)
-    if pid is None:
+    try:
+        # A stopped OSD may leave its pid file behind: only a live pid is this instance's.
+        with open(f"/proc/{pid}/comm") as fh:
+            if fh.read().strip() != "ceph-osd":
+                return False
+    except (OSError, TypeError):
         return False
     for osd in osd_map(d).get("osds", []):
         if str(osd.get("osd")) == osd_id and osd.get("up") == 1:
@@ -211,6 +216,8 @@ def wait_osds(d: str, count: int, seconds: float) -> None:
 
 
 def pool(d: str, name: str, image: str, size_mb: int) -> None:
+    if size_mb < 1:
+        sys.exit(f"cephlab pool: the image size must be at least 1 MiB (got {size_mb}); set image_mb to a positive size")
     wait_osds(d, 1, 120)
     ceph(d, "osd", "pool", "create", name, "16", "16")
     ceph(d, "osd", "pool", "set", name, "size", "1", "--yes-i-really-mean-it")
