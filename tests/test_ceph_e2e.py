@@ -76,7 +76,7 @@ def test_recipe_ceph_osd(cli, scratch):
     require_programs(xf.resolve("recipe:ceph-osd"))
     require_allocator("jemalloc")
     p = cli("run", "recipe:ceph-osd", "-a", "glibc", "-a", "jemalloc", "--runs", "1", "--warmup", "0",
-            *OSD_SMALL, timeout=240)
+            "--idle", "0", *OSD_SMALL, timeout=240)
     assert p.returncode == 0, p.stdout + p.stderr
     e = Store(cli.db).load()
     assert [w["name"] for w in e.workloads] == ["ceph-osd: 4K randwrite", "ceph-osd: 4K randread"]
@@ -123,7 +123,7 @@ def test_ctrl_c_mid_run_stops_the_osd_the_monitor_and_fio(tmp_path, scratch):
         port = port or mon_port(scratch)
         running = [" ".join(psutil.Process(p).cmdline()) for p in processes_with(str(scratch))]
         if any(" fio " in c for c in running) and \
-                sum("ceph-osd" in c for c in running) == 1 and any("ceph-mon" in c for c in running):
+                any(c.startswith("ceph-osd ") for c in running) and any(c.startswith("ceph-mon ") for c in running):
             break
     else:
         proc.kill()
