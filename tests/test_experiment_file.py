@@ -240,3 +240,50 @@ def test_a_single_bracket_client_table_gets_a_precise_fix(tmp_path):
     assert "unknown key 'clientx'" in error_of(tmp_path, text)
     single = '[service]\ncommand = ["s"]\nready = { tcp = true }\n[client]\ncommand = ["c"]\n'
     assert "Write [[client]] (double brackets)" in error_of(tmp_path, single)
+
+
+def test_background_env_and_measured_ratios_are_checked_with_their_line(tmp_path):
+    assert "exp.toml:5: `background = true` is for a [[setup]] step" in error_of(tmp_path, """
+    [[setup]]
+    command = ["sleep", "100"]
+    timeout = 3
+    background = true
+    [[command]]
+    command = ["true"]
+    """)
+    msg = error_of(tmp_path, """
+    [experiment]
+    env = { LD_PRELOAD = "/x.so" }
+    [[command]]
+    command = ["true"]
+    """)
+    assert "exp.toml:3: experiment.env cannot set 'LD_PRELOAD'" in msg
+    assert "cannot use '{port}'" in error_of(tmp_path, """
+    [experiment]
+    env = { X = "{port}" }
+    [service]
+    command = ["srv"]
+    ready = { tcp = true }
+    [[client]]
+    command = ["true"]
+    """)
+    assert "@load_cpu_s is a server's CPU" in error_of(tmp_path, """
+    [[command]]
+    command = ["true"]
+    metrics = [{ name = "x", ratio = { numerator = "@load_cpu_s", denominator = "n=(\\\\d+)" } }]
+    """)
+    assert "unknown measure '@cpu'" in error_of(tmp_path, """
+    [[command]]
+    command = ["true"]
+    metrics = [{ name = "x", ratio = { numerator = "@cpu", denominator = "n=(\\\\d+)" } }]
+    """)
+
+
+def test_a_measured_ratio_divides_the_measure_of_the_process_under_the_variant():
+    from alloclab.measure import RunResult
+    spec = xf.MetricSpec("cpu_us", "us", False, False, ratio=("@cpu_s", r"ops: (\d+)"), scale=1e6)
+    load = xf.MetricSpec("load_us", "us", False, False, ratio=("@load_cpu_s", r"ops: (\d+)"), scale=1e6)
+    run = RunResult("ok", 1.0, user_s=0.3, sys_s=0.1)
+    out = service.derived_values((spec, load), "ops: 4000", run, {"load_cpu_s": 0.2})
+    assert out == pytest.approx({"cpu_us": 100.0, "load_us": 50.0})
+    assert service.derived_values((spec,), "ops: 4000") == {}   # no run, no measure: no value
