@@ -1101,9 +1101,12 @@ class CommandModeExecutor:
     def cleanup(self) -> None:
         self.session.cleanup()
 
+    def argv(self) -> list[str]:
+        return substitute_argv(self.load.command, self.session.values())
+
     def execute(self, env, variant_env, workdir, *, timeout_s, mapped_marker, perf_file) -> RunResult:
         s, load = self.session, self.load
-        argv = substitute_argv(load.command, s.values())
+        argv = self.argv()
         clean = clean_env(env, variant_env)
         extra = {k: v for k, v in env.items() if clean.get(k) != v}
         ld_target = extra.get("LD_DEBUG_OUTPUT")
