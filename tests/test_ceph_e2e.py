@@ -75,7 +75,8 @@ def test_recipe_ceph_rbd_client(cli, scratch):
 def test_recipe_ceph_osd(cli, scratch):
     require_programs(xf.resolve("recipe:ceph-osd"))
     require_allocator("jemalloc")
-    p = cli("run", "recipe:ceph-osd", "-a", "glibc", "-a", "jemalloc", "--runs", "1", "--warmup", "0",
+    # One variant keeps it short: the OSD under a preloaded jemalloc, verified, is the point.
+    p = cli("run", "recipe:ceph-osd", "-a", "jemalloc", "--runs", "1", "--warmup", "0",
             "--idle", "0", *OSD_SMALL, timeout=240)
     assert p.returncode == 0, p.stdout + p.stderr
     e = Store(cli.db).load()
