@@ -8,7 +8,8 @@ DEB_PACKAGES := gcc libc6-dev libgoogle-perftools4 libtcmalloc-minimal4 libjemal
 DEB_BENCH_PACKAGES := hyperfine
 # Real programs the recipes and end-to-end tests drive, and Chromium for the HTML report test.
 DEB_TEST_PACKAGES := postgresql postgresql-contrib redis-server redis-tools qemu-utils chromium valgrind \
-	sqlite3 xz-utils git perl python3 $(DEB_BENCH_PACKAGES)
+	sqlite3 xz-utils git perl python3 ceph-mon ceph-osd ceph-common librbd1 fio qemu-block-extra \
+	$(DEB_BENCH_PACKAGES)
 DB ?= demo.db
 
 .PHONY: setup setup-test setup-bench setup-deb setup-deb-test setup-deb-all setup-deb-bench venv demo test bench clean

@@ -350,3 +350,48 @@ def test_fraction_returned_is_of_the_growth_since_readiness():
     # A server that barely grew: the growth counts as 1 MiB, so the fraction stays near 0.
     tiny = phase_summary(10 * mb, Reading("load", 0, 1, 10 * mb + 10, None), [Reading("x", 1, 2, 10 * mb, None)])
     assert tiny["returned_after_x"] == pytest.approx(10 / 1024)
+def test_background_env_and_measured_ratios_are_checked_with_their_line(tmp_path):
+    assert "exp.toml:5: `background = true` is for a [[setup]] step" in error_of(tmp_path, """
+    [[setup]]
+    command = ["sleep", "100"]
+    timeout = 3
+    background = true
+    [[command]]
+    command = ["true"]
+    """)
+    msg = error_of(tmp_path, """
+    [experiment]
+    env = { LD_PRELOAD = "/x.so" }
+    [[command]]
+    command = ["true"]
+    """)
+    assert "exp.toml:3: experiment.env cannot set 'LD_PRELOAD'" in msg
+    assert "cannot use '{port}'" in error_of(tmp_path, """
+    [experiment]
+    env = { X = "{port}" }
+    [service]
+    command = ["srv"]
+    ready = { tcp = true }
+    [[client]]
+    command = ["true"]
+    """)
+    assert "@load_cpu_s is a server's CPU" in error_of(tmp_path, """
+    [[command]]
+    command = ["true"]
+    metrics = [{ name = "x", ratio = { numerator = "@load_cpu_s", denominator = "n=(\\\\d+)" } }]
+    """)
+    assert "unknown measure '@cpu'" in error_of(tmp_path, """
+    [[command]]
+    command = ["true"]
+    metrics = [{ name = "x", ratio = { numerator = "@cpu", denominator = "n=(\\\\d+)" } }]
+    """)
+
+
+def test_a_measured_ratio_divides_the_measure_of_the_process_under_the_variant():
+    from alloclab.measure import RunResult
+    spec = xf.MetricSpec("cpu_us", "us", False, False, ratio=("@cpu_s", r"ops: (\d+)"), scale=1e6)
+    load = xf.MetricSpec("load_us", "us", False, False, ratio=("@load_cpu_s", r"ops: (\d+)"), scale=1e6)
+    run = RunResult("ok", 1.0, user_s=0.3, sys_s=0.1)
+    out = service.derived_values((spec, load), "ops: 4000", run, {"load_cpu_s": 0.2})
+    assert out == pytest.approx({"cpu_us": 100.0, "load_us": 50.0})
+    assert service.derived_values((spec,), "ops: 4000") == {}   # no run, no measure: no value

@@ -51,9 +51,10 @@ class MetricSpec:
     primary: bool
     regex: str | None = None
     json: str | None = None
-    ratio: tuple[str, str] | None = None   # (numerator regex, denominator regex)
+    ratio: tuple[str, str] | None = None   # (numerator regex or "@MEASURE", denominator regex)
     progress: str | None = None            # one match per interval: the steady-state mean (service_phases)
     skip: int = 0
+    scale: float = 1.0                     # the ratio is multiplied by it (e.g. s -> us)
 
     @property
     def derived(self) -> bool:
@@ -67,6 +68,9 @@ class Step:
     command: tuple[str, ...]
     timeout: float | None
     with_service: bool = False
+    # Left running (never under the variant) until the experiment ends, then stopped like a
+    # server: daemons that every run needs but none measures, e.g. a Ceph monitor.
+    background: bool = False
 
 
 @dataclass(frozen=True)
@@ -116,6 +120,7 @@ class ExperimentFile:
     service: Service | None
     loads: list[Load]                 # clients (service mode) or commands (command mode)
     teardown: list[Step]
+    env: dict[str, str] = field(default_factory=dict)   # for every command; placeholders allowed
     locator: "KeyLocator" = field(repr=False, default=None)
     max_runs: int | None = None       # until decided: at most this many runs per variant
     budget: str | None = None         # until decided: stop adding runs after this long ("25m")
@@ -364,8 +369,9 @@ TOP = {"experiment": "table: name, description, variants, runs, ...", "params": 
 EXPERIMENT = {"name": "string", "description": "string", "variants": "list of variant specs",
               "runs": "integer (the first look of until-decided)", "max_runs": "integer",
               "budget": "duration such as \"25m\"", "warmup": "integer", "run_as": "user name",
-              "requires": "list of { program, package }"}
-STEP = {"command": "argv list", "timeout": "seconds", "service": "bool: run with the service up"}
+              "requires": "list of { program, package }", "env": "table: VAR -> value, for every command"}
+STEP = {"command": "argv list", "timeout": "seconds", "service": "bool: run with the service up",
+        "background": "bool: leave it running until the experiment ends (setup only)"}
 SERVICE = {"command": "argv list", "ready": "{ tcp = true } | { command = [...] } | { log = \"regex\" }",
            "start_timeout": "seconds", "stop": "{ signal = \"SIGTERM\" } | { command = [...] }",
            "stop_timeout": "seconds", "port": "fixed port (default: a free one)",
@@ -374,7 +380,10 @@ SERVICE = {"command": "argv list", "ready": "{ tcp = true } | { command = [...] 
 LOAD = {"name": "string", "command": "argv list", "timeout": "seconds", "metrics": "list of metric tables"}
 METRIC = {"name": "string", "unit": "string", "higher": "bool (higher is better)", "primary": "bool",
           "regex": "regex, first group is the number", "json": "KEY.PATH in a JSON line",
-          "ratio": "{ numerator = regex, denominator = regex }", **service_phases.METRIC_KEYS}
+          "ratio": "{ numerator = regex | \"@cpu_s\", denominator = regex, scale = number }",
+          **service_phases.METRIC_KEYS}
+# What a ratio's numerator may name instead of a regex: a measure of the process under the variant.
+RATIO_MEASURES = ("cpu_s", "user_s", "sys_s", "wall_s", "load_cpu_s")   # load_cpu_s: a server's, while loaded
 
 
 def load(path: str | Path) -> ExperimentFile:
@@ -426,9 +435,14 @@ def load(path: str | Path) -> ExperimentFile:
         for i, s in enumerate(raw):
             where = (key, i)
             s = c.table(s, where, STEP, ("command",))
+            background = bool(c.typed(s, "background", where, bool, "true or false", False))
+            with_service = bool(c.typed(s, "service", where, bool, "true or false", False))
+            if background and (key != "setup" or with_service or "timeout" in s):
+                raise c.error(where + ("background",), f"`background = true` is for a [[setup]] step that starts "
+                                                       f"a daemon, without `service` or `timeout`.",
+                              "Remove the other keys, or make it an ordinary step.")
             out.append(Step(c.argv(s["command"], where + ("command",)),
-                            c.number(s, "timeout", where, None),
-                            bool(c.typed(s, "service", where, bool, "true or false", False))))
+                            c.number(s, "timeout", where, None), with_service, background))
         return out
 
     setup, teardown = steps("setup"), steps("teardown")
@@ -445,6 +459,13 @@ def load(path: str | Path) -> ExperimentFile:
                       "Add a [service] table, or name them [[command]] to run them under the variant.")
     loads = _loads(c, data.get(key, []), key)
     run_as = c.typed(exp, "run_as", ("experiment",), str, "a user name")
+    env = c.table(exp.get("env", {}), ("experiment", "env"), {k: "value" for k in exp.get("env", {})})
+    for var, value in env.items():
+        if not isinstance(value, str) or not re.match(r"^[A-Za-z_][A-Za-z0-9_]*$", var) or \
+                re.match(r"^(LD_|MALLOC_|GLIBC_TUNABLES$|TCMALLOC_|JE_MALLOC|MIMALLOC_)", var):
+            raise c.error(("experiment", "env", var), f"experiment.env cannot set '{var}' to {value!r}.",
+                          "Give a plain variable name and a string; the allocator's settings belong in the "
+                          "variants, never in env.")
     ef = ExperimentFile(
         path=path.resolve(), text=text, name=name, description=c.typed(exp, "description", ("experiment",), str,
                                                                         "a string", ""),
@@ -452,7 +473,7 @@ def load(path: str | Path) -> ExperimentFile:
         runs=c.typed(exp, "runs", ("experiment",), int, "an integer"),
         warmup=c.typed(exp, "warmup", ("experiment",), int, "an integer"),
         run_as=run_as, requires=requires, params=dict(params), files=dict(files), setup=setup,
-        service=service, loads=loads, teardown=teardown, locator=loc,
+        service=service, loads=loads, teardown=teardown, env=dict(env), locator=loc,
         max_runs=c.typed(exp, "max_runs", ("experiment",), int, "an integer"),
         budget=c.typed(exp, "budget", ("experiment",), str, "a duration such as \"25m\""))
     _check_placeholders(c, ef, data)
@@ -541,6 +562,9 @@ def _loads(c: _Checker, raw, key: str) -> list[Load]:
         raw_metrics = c.typed(entry, "metrics", where, list, "a list of metric tables", [])
         for j, m in enumerate(raw_metrics):
             metrics.append(_metric(c, m, where + ("metrics", j)))
+            if key == "command" and metrics[-1].ratio and metrics[-1].ratio[0] == "@load_cpu_s":
+                raise c.error(where + ("metrics", j, "ratio", "numerator"), "@load_cpu_s is a server's CPU while "
+                              "a client drives it, and a [[command]] has no server.", "Use @cpu_s.")
         if sum(m.primary for m in metrics) > 1:
             raise c.error(where + ("metrics",), f"[[{key}]] '{name}' has more than one primary metric.",
                           "Mark one metric primary = true.")
@@ -582,25 +606,39 @@ def _metric(c: _Checker, raw, where: tuple) -> MetricSpec:
         json_path = c.typed(m, "json", where, str, "a KEY.PATH string")
     elif "progress" in m:
         progress = compiled(m["progress"], where + ("progress",))
-    else:
-        r = c.table(m["ratio"], where + ("ratio",), {"numerator": "regex", "denominator": "regex"},
+    scale = 1.0
+    if "ratio" in m:
+        r = c.table(m["ratio"], where + ("ratio",), {"numerator": "regex, or @cpu_s, @user_s, @sys_s, @wall_s",
+                                                     "denominator": "regex", "scale": "number"},
                     ("numerator", "denominator"))
-        ratio = (compiled(r["numerator"], where + ("ratio", "numerator")),
-                 compiled(r["denominator"], where + ("ratio", "denominator")))
+        num = r["numerator"]
+        if isinstance(num, str) and num.startswith("@"):
+            if num[1:] not in RATIO_MEASURES:
+                raise c.error(where + ("ratio", "numerator"), f"metric '{name}': unknown measure '{num}'.",
+                              f"Use one of {', '.join('@' + x for x in RATIO_MEASURES)} (of the process under "
+                              f"the variant), or a regex.")
+        else:
+            num = compiled(num, where + ("ratio", "numerator"))
+        ratio = (num, compiled(r["denominator"], where + ("ratio", "denominator")))
+        scale = float(c.number(r, "scale", where + ("ratio",), 1.0, 1e-12))
     return MetricSpec(name, c.typed(m, "unit", where, str, "a string", ""),
                       bool(c.typed(m, "higher", where, bool, "true or false", True)),
                       bool(c.typed(m, "primary", where, bool, "true or false", False)),
-                      regex, json_path, ratio, progress, skip if progress else 0)
+                      regex, json_path, ratio, progress, skip if progress else 0, scale)
 
 
 def _check_placeholders(c: _Checker, ef: ExperimentFile, data: dict) -> None:
     known = set(BUILTIN_PLACEHOLDERS) | set(ef.params)
     for where, text in _strings(data):
-        if where and where[0] in ("params", "experiment"):
+        if where and (where[0] == "params" or (where[0] == "experiment" and where[1:2] != ("env",))):
             continue
         if "metrics" in where or where == ("service", "ready", "log"):
             continue  # regexes keep their braces
         for name in placeholders_in(text):
+            if where[:2] == ("experiment", "env") and name in ("port", "data_dir"):
+                raise c.error(where, f"experiment.env applies to every command alike, so it cannot use "
+                                     f"'{{{name}}}', which differs from server to server.",
+                              "Pass it on the command line instead.", line=c.loc.line_of_text("{" + name + "}"))
             if where[0] == "files" and name in ("port", "data_dir"):
                 raise c.error(where, f"[files] contents are written once, before any server starts, so they "
                                      f"cannot use '{{{name}}}', which differs from server to server.",

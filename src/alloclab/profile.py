@@ -33,7 +33,7 @@ from .errors import AlloclabError, Interrupted
 from .measure import RunInterrupted, RunResult, run_once
 from .metrics import extract
 from .perfstat import DEFAULT_FREQUENCY  # noqa: F401  (defined there: the CLI reads it at start)
-from .service import ServiceExecutor
+from .service import CommandModeExecutor, ServiceExecutor
 from .variants import Variant
 from .workload import Workload
 
@@ -585,8 +585,19 @@ def is_service(workload: Workload) -> bool:
     return isinstance(workload.executor, ServiceExecutor)
 
 
+def is_command_file(workload: Workload) -> bool:
+    """A [[command]] of an experiment file: its argv exists once the file's setup has run."""
+    return isinstance(workload.executor, CommandModeExecutor)
+
+
 def check_profilable(workload: Workload) -> None:
     """Refuse, before any run, a workload that profiling cannot run."""
+    if is_command_file(workload):
+        if workload.executor.session.identity.wrapper:
+            raise AlloclabError(f"Workload '{workload.name}' runs as {workload.executor.session.identity.user} "
+                                f"(run_as): profiling a [[command]] as another user is not supported. Profile "
+                                f"it without run_as, or as a [service].")
+        return
     if not is_service(workload):
         command_of(workload)
 
@@ -630,9 +641,18 @@ def profile_workload(workload: Workload, variants: list[Variant], runs: int = 3,
         # perf_event_paranoid 2 it would silently drop kernel samples.
         access = perf_access(is_privileged=False)
     event = sampling_event(access)
-    argv, cwd = (None, None) if service else command_of(workload)
-    workload.program()
+    check_profilable(workload)
+    command_file = is_command_file(workload)
     base_env = dict(os.environ) if base_env is None else base_env
+    if command_file:
+        # Setup (e.g. a private Ceph cluster) runs first; the command is then what it would be in a run.
+        session = workload.executor.session
+        session.prepare()
+        argv, cwd = workload.executor.argv(), str(session.workdir)
+        base_env = base_env | session.file_env
+    else:
+        argv, cwd = (None, None) if service else command_of(workload)
+    workload.program()
     metric = next((m for m in workload.metrics if m.primary), workload.metrics[0] if workload.metrics else None)
     cells = []
     for i, v in enumerate(variants):
@@ -683,7 +703,7 @@ def profile_workload(workload: Workload, variants: list[Variant], runs: int = 3,
         stop.summaries = [_finish(c.summary) for c in cells]
         raise stop from None
     finally:
-        if service:
+        if service or command_file:
             workload.executor.cleanup()
         shutil.rmtree(root, ignore_errors=True)
     return [_finish(c.summary) for c in cells]

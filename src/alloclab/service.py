@@ -57,6 +57,7 @@ from .variants import ALLOCATOR_ENV
 SAMPLE_S = 0.05
 PSS_EVERY_S = 0.5
 LOG_TAIL_LINES = 20
+BACKGROUND_STOP_S = 15.0   # a [[setup]] daemon gets this long to exit after SIGTERM
 WRAPPERS = frozenset({"setpriv", "env", "runuser"})
 _TICK = os.sysconf("SC_CLK_TCK")
 _PAGE_KB = os.sysconf("SC_PAGE_SIZE") // 1024
@@ -636,6 +637,8 @@ class Session:
         self.serial = 0
         self.starting: Server | None = None   # the latest server created, until it is up
         self.setup_port: int | None = None
+        self.file_env: dict[str, str] = {}   # experiment.env, once the working directory is known
+        self.background: list[tuple[subprocess.Popen, dict[int, psutil.Process]]] = []
 
     # --- values --------------------------------------------------------------------------------
 
@@ -726,6 +729,8 @@ class Session:
         self.identity.own(self.private)
         if self.keep:
             self.note(f"Working directory (kept): {self.workdir}")
+        self.file_env = {k: substitute(v, self.values()) for k, v in self.ef.env.items()}
+        self.base_clean = self.base_clean | self.file_env
         self._check_reachable()
         for name, content in self.ef.files.items():
             path = self.workdir / name
@@ -782,6 +787,9 @@ class Session:
                 if not step.with_service and server is not None:
                     server.stop()
                     server = None
+                if step.background:
+                    self._start_background(i, step)
+                    continue
                 self._run_step("setup", i, step, server.port if server else self._setup_port())
         finally:
             if server is not None:
@@ -801,6 +809,40 @@ class Session:
             raise AlloclabError(f"{self._step_place(kind, i)}: the {kind} step `{' '.join(argv)}` {why}. Fix the "
                                 f"step (or raise its timeout). Output tail:\n" + output_tail(done.output))
 
+    def _start_background(self, i: int, step: Step) -> None:
+        argv = self.identity.argv(substitute_argv(step.command, self.values(port=self._setup_port() or None)))
+        with open(self.private / f"setup-{i}.log", "wb") as out:
+            try:
+                proc = subprocess.Popen(argv, env=self.clean_for_commands(), cwd=self.workdir,
+                                        stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT,
+                                        start_new_session=True, close_fds=True)
+            except OSError as exc:
+                raise AlloclabError(f"{self._step_place('setup', i)}: could not start {argv[0]}: {exc.strerror}. "
+                                    f"Fix the command.") from None
+        self.background.append((proc, {}))
+        time.sleep(SAMPLE_S)
+        if proc.poll() is not None:
+            raise AlloclabError(f"{self._step_place('setup', i)}: the background step `{' '.join(argv)}` exited "
+                                f"at once (status {proc.returncode}); it must keep running. Output tail:\n"
+                                + output_tail(measure._tail(self.private / f'setup-{i}.log')))
+
+    def _stop_background(self) -> None:
+        """Newest first (a daemon may depend on an older one): SIGTERM, then whatever is left is killed."""
+        while self.background:
+            proc, seen = self.background.pop()
+            with contextlib.suppress(psutil.Error):
+                for c in psutil.Process(proc.pid).children(recursive=True):
+                    seen.setdefault(c.pid, c)
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(proc.pid, signal.SIGTERM)
+            try:
+                proc.wait(BACKGROUND_STOP_S)
+            except subprocess.TimeoutExpired:
+                pass
+            kill_tree(proc.pid, [proc.pid, *seen], grace_s=0.5)
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                proc.wait(5.0)
+
     def _step_place(self, kind: str, i: int) -> str:
         return self._place((kind, i))
 
@@ -810,6 +852,7 @@ class Session:
         self.cleaned = True
         with deferred_interrupts(reraise=False):
             self.stop_all(hurry=True)
+            self._stop_background()
             if self.prepared and self.workdir is not None:
                 for i, step in enumerate(self.ef.teardown):
                     try:
@@ -898,15 +941,23 @@ def _indent(text: str) -> str:
 
 # --- derived metrics and what the runner reads ---------------------------------------------------------
 
-def derived_values(specs: tuple[MetricSpec, ...], text: str) -> dict[str, float]:
+def derived_values(specs: tuple[MetricSpec, ...], text: str, run: RunResult | None = None,
+                   more: dict[str, float] | None = None) -> dict[str, float]:
+    """Ratio metrics; a numerator `@cpu_s` (etc.) is that measure of `run`, the process under the variant."""
+    measured = {} if run is None else {"cpu_s": run.user_s + run.sys_s, "user_s": run.user_s,
+                                       "sys_s": run.sys_s, "wall_s": run.wall_s}
+    measured |= more or {}
     out: dict[str, float] = {}
     for m in specs:
         if not m.derived:
             continue
-        num = extract(MetricDef("n", "", True, "regex", m.ratio[0]), text)
+        if m.ratio[0].startswith("@"):
+            num = measured.get(m.ratio[0][1:])
+        else:
+            num = extract(MetricDef("n", "", True, "regex", m.ratio[0]), text)
         den = extract(MetricDef("d", "", True, "regex", m.ratio[1]), text)
         if num is not None and den:
-            out[m.name] = num / den
+            out[m.name] = num / den * m.scale
     return out
 
 
@@ -1022,6 +1073,8 @@ class ServiceExecutor:
         if not died:
             server.sample(pss=True)
         final_kb, final_pss = tree.last_kb, tree.pss_last_kb
+        # The server's CPU while the client ran (and the idle after), without its start-up and stop.
+        load_cpu_s = sum(tree.window_usage()[:2])
         phase_info: dict = {}
         if load.phases and client_ok and not died:
             stage = "during the memory phases"
@@ -1054,7 +1107,8 @@ class ServiceExecutor:
         if tree.pss_ok:
             summary["peak_pss_mb"] = (tree.win_pss_peak_kb if shared else tree.pss_peak_kb) / 1024
             summary["final_pss_mb"] = final_pss / 1024
-        summary |= derived_values(load.metrics, done.output)
+        summary["load_cpu_s"] = load_cpu_s
+        summary |= derived_values(load.metrics, done.output, result, {"load_cpu_s": load_cpu_s})
         steady, intervals = service_phases.steady_values(load.metrics, done.output)
         summary |= steady
         if intervals:
@@ -1123,9 +1177,12 @@ class CommandModeExecutor:
     def cleanup(self) -> None:
         self.session.cleanup()
 
+    def argv(self) -> list[str]:
+        return substitute_argv(self.load.command, self.session.values())
+
     def execute(self, env, variant_env, workdir, *, timeout_s, mapped_marker, perf_file) -> RunResult:
         s, load = self.session, self.load
-        argv = substitute_argv(load.command, s.values())
+        argv = self.argv()
         clean = clean_env(env, variant_env)
         extra = {k: v for k, v in env.items() if clean.get(k) != v}
         ld_target = extra.get("LD_DEBUG_OUTPUT")
@@ -1137,7 +1194,7 @@ class CommandModeExecutor:
         if perf_file is not None:
             argv, _ = wrap_perf_stat(argv, {}, extra, perf_file)
             extra = {}
-        run_env = s.identity.env(clean)
+        run_env = s.identity.env(clean | s.file_env)
         if s.identity.wrapper:
             argv = s.identity.argv(argv, extra)
         else:
@@ -1147,7 +1204,7 @@ class CommandModeExecutor:
         if ld_dir is not None:
             for f in ld_dir.glob("ld.*"):
                 shutil.copyfile(f, Path(ld_target).parent / (Path(ld_target).name + f.suffix))
-        derived = derived_values(load.metrics, r.stdout + "\n" + r.stderr)
+        derived = derived_values(load.metrics, r.stdout + "\n" + r.stderr, r)
         if derived:
             r.stdout = r.stdout.rstrip("\n") + "\n" + summary_line(derived) + "\n"
         return r

@@ -172,6 +172,7 @@ def static_check(variant, program: Path, catalog: cat.Catalog | None = None) -> 
                 f"before any preloaded library's")
     # Dependencies of the executable, to find allocators linked in or bundled in a library.
     libs = [(soname, cat.find_library(soname)) for soname in facts.needed]
+    _check_indirect(ev, variant, exe, facts, catalog)
     for other in catalog.allocators.values():
         bundled = sorted(set(other.prefixed_symbols) & facts.defined)
         if bundled:
@@ -197,6 +198,50 @@ def static_check(variant, program: Path, catalog: cat.Catalog | None = None) -> 
                 f"{', '.join(taken) or 'nothing it calls'}"
                 + (f"; {', '.join(kept)} still reach the linked {linked.name}" if kept else ""))
     return ev
+
+
+# The C and C++ runtimes: naming them says nothing about an application's own libraries.
+_RUNTIME = re.compile(r"^(libc|libm|libdl|librt|libpthread|libgcc_s|libstdc\+\+|ld-linux[^.]*)\.so")
+
+
+def needed_closure(facts: ElfFacts) -> list[tuple[str, Path | None, str | None]]:
+    """(soname, path, the library that needs it or None when the executable does), breadth first."""
+    seen: set[str] = set()
+    out: list[tuple[str, Path | None, str | None]] = []
+    queue = [(soname, None) for soname in facts.needed]
+    while queue:
+        soname, via = queue.pop(0)
+        if soname in seen:
+            continue
+        seen.add(soname)
+        path = cat.find_library(soname)
+        out.append((soname, path, via))
+        if path is not None:
+            queue += [(n, soname) for n in elf_facts(path.resolve()).needed]
+    return out
+
+
+def _check_indirect(ev: Evidence, variant, exe: Path, facts: ElfFacts, catalog: cat.Catalog) -> None:
+    """What the libraries the program loads (transitively) link: a client of librbd/librados,
+    say, runs whatever allocator those link, so both the linked and the clean case are stated."""
+    closure = needed_closure(facts)
+    indirect = []
+    for soname, path, via in closure:
+        linked = _soname_allocator(soname, catalog)
+        if linked is not None and via is not None:
+            indirect.append(f"{soname} ({linked.name}) through {via}")
+    if indirect:
+        text = f"{exe.name} loads an allocator through its libraries: {'; '.join(indirect)}"
+        if variant.is_system:
+            ev.fail(text + ": with no preload it runs that allocator, not glibc's malloc")
+        else:
+            ev.note(text + ": the preload takes over what it exports, the rest still reaches the linked one")
+        return
+    direct = [s for s, _, via in closure if via is None and not _RUNTIME.match(s)]
+    if direct and not any(_soname_allocator(s, catalog) for s, _, _ in closure):
+        ev.note(f"{exe.name} and the {len(closure)} libraries it loads (DT_NEEDED, transitively; directly "
+                f"{', '.join(direct)}) link no allocator; libraries opened at run time (dlopen) are covered by "
+                f"the LD_DEBUG check only")
 
 
 # --- runtime: LD_DEBUG=bindings -------------------------------------------------------------
