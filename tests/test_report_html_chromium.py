@@ -63,7 +63,7 @@ def report(build, tmp_path_factory) -> Path:
     out = d / "report.html"
     p = subprocess.run([*ALLOCLAB, "compare", "--db", str(d / "h.db"), "--runs", "3", "-m", OPS,
                         *[x for v in variants for x in ("-a", v)], "--report", "html", "--report-file", str(out),
-                        "--", str(prog), "200", "8"], capture_output=True, text=True, timeout=180)
+                        "--", str(prog), "1500", "32"], capture_output=True, text=True, timeout=180)
     assert p.returncode == 0, p.stdout + p.stderr
     return out
 

@@ -53,7 +53,7 @@ def test_until_decided_stops_once_a_large_effect_is_decided(cli, store_of, simpl
 def test_four_verdicts_on_real_runs(cli, store_of, simple):
     require_allocator("tcmalloc")
     # tcmalloc as the baseline makes glibc worse; the same allocator under two labels is equivalent
-    # on its (deterministic) peak RSS and, at three runs and a zero margin, undecided on time.
+    # on its (deterministic) peak RSS and, at one run (no interval), undecided on time.
     # Measured until decided (within 26 runs), so a noisy machine takes longer, not a wrong turn.
     p = cli("compare", "-a", "tcmalloc", "-a", "glibc", "-a", "tcmalloc@tc-again", "--max-runs", "26",
             "--budget", "90s", "-m", NS, "--", *simple)
@@ -62,7 +62,7 @@ def test_four_verdicts_on_real_runs(cli, store_of, simple):
     assert v[("ns", "glibc")] == "worse"
     assert v[("peak_rss_mb", "tc-again")] == "equivalent"
     assert "≈ within ±2% [" in p.stdout
-    p = cli("compare", "-a", "glibc@a", "-a", "glibc@b", "--runs", "3", "--min-effect", "0%",
+    p = cli("compare", "-a", "glibc@a", "-a", "glibc@b", "--runs", "1", "--min-effect", "0%",
             "-m", NS, "--", *simple)
     assert p.returncode == 0, p.stderr
     # The interval is printed for the undecided comparison too.
@@ -79,7 +79,8 @@ def test_fail_if_worse_exit_codes(cli, simple):
     assert "decided worse" in worse.stderr and "glibc" in worse.stderr
     better = cli("compare", "-a", "glibc", "-a", "tcmalloc", *common, "--", *simple, check=False)
     assert better.returncode == 0, better.stderr
-    open_ = cli("compare", "-a", "glibc@a", "-a", "glibc@b", "-m", NS, "--fail-if-worse", "5%", "--runs", "2",
+    # One run per variant gives no interval: undecided, whatever the noise.
+    open_ = cli("compare", "-a", "glibc@a", "-a", "glibc@b", "-m", NS, "--fail-if-worse", "5%", "--runs", "1",
                 "--min-effect", "0%", "--", *simple, check=False)
     assert open_.returncode == 3, open_.stderr
     assert "undecided" in open_.stderr
