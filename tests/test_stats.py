@@ -16,7 +16,7 @@ from alloclab import stats as S
 
 _IV = r"\[([+-]\d+\.\d|[+-]?inf|nan), ([+-]\d+\.\d|[+-]?inf|nan)\]|\[n/a\]"
 FORMAT_RE = re.compile(
-    rf"^(\? \(n/a\)|[+-]\d+\.\d% ({_IV})|≈ within ±[0-9.e+-]+% ({_IV})|\? [+-]\d+\.\d% ({_IV})( ~\d+ more runs)?)$"
+    rf"^(\? \(n/a\)|x[0-9.e+-]+ \[x[0-9.e+-]+, x[0-9.e+-]+\]|[+-]\d+\.\d% ({_IV})|≈ within ±[0-9.e+-]+% ({_IV})|\? [+-]\d+\.\d% ({_IV})( ~\d+ more runs)?)$"
 )
 
 any_floats = st.floats(allow_nan=True, allow_infinity=True)
@@ -254,6 +254,7 @@ def test_format_comparison_examples():
     # Sign is the raw change; a lower-is-better metric going down is "better" but negative.
     down = _comparison(ratio=0.9, ci_low=0.85, ci_high=0.95, higher_is_better=False)
     assert S.format_comparison(down) == "-10.0% [-15.0, -5.0]"
+    assert S.format_comparison(_comparison(ratio=216.1, ci_low=111.3, ci_high=419.5)) == "x216 [x111, x420]"
     # The interval is always printed: "no difference beyond 2%" never reads like "anything".
     assert S.format_comparison(_comparison(verdict="equivalent", ratio=1.002, ci_low=0.992, ci_high=1.011,
                                            margin=0.02)) == "≈ within ±2% [-0.8, +1.1]"

@@ -399,6 +399,9 @@ def format_comparison(c: Comparison) -> str:
         return "? (n/a)"
     interval = f"[{lo:+.1f}, {hi:+.1f}]" if math.isfinite(lo) and math.isfinite(hi) else "[n/a]"
     if c.verdict in ("better", "worse"):
+        if c.ratio >= 3 and math.isfinite(c.ci_low) and math.isfinite(c.ci_high):
+            # +21509% reads worse than x216: large factors are given as factors.
+            return f"x{c.ratio:.3g} [x{c.ci_low:.3g}, x{c.ci_high:.3g}]"
         return f"{delta:+.1f}% {interval}"
     if c.verdict == "equivalent":
         return f"≈ within ±{c.margin * 100:g}% {interval}"

@@ -99,9 +99,15 @@ def answer_table(a: Analysis, console: Console) -> None:
     interval), with the deterministic counts that explain it."""
     t = Table(title="[bold]Answer[/] (primary metrics against " + a.labels[a.baseline_idx] + ")",
               title_justify="left", show_edge=False, box=None, pad_edge=False)
-    for col in ("workload", "metric", "variant", "verdict", "effect [interval]", "mechanism (decided)"):
-        t.add_column(col, no_wrap=col != "mechanism")
     rows = answers(a)
+    # The verdict and its interval are the answer: never cut them; the names fold, the mechanism wraps.
+    widest = lambda f: max((len(f(x)) for x in rows), default=0)  # noqa: E731
+    t.add_column("workload", overflow="fold", min_width=min(24, widest(lambda x: x.workload)))
+    t.add_column("metric", overflow="fold", min_width=min(16, widest(lambda x: x.metric)))
+    t.add_column("variant", overflow="fold", min_width=min(20, widest(lambda x: x.variant)))
+    t.add_column("verdict", no_wrap=True, min_width=widest(lambda x: x.verdict))
+    t.add_column("effect [interval]", no_wrap=True, min_width=widest(lambda x: x.text))
+    t.add_column("mechanism (decided)")
     for x in rows:
         t.add_row(x.workload, x.metric, x.variant, Text(x.verdict, style=VERDICT_STYLE.get(x.verdict, "")),
                   x.text, ", ".join(x.mechanism))
