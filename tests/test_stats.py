@@ -518,3 +518,15 @@ def test_warnings_have_a_floor_of_size():
     assert "drift" in codes(S.cell_findings(drift_tiny, blocks=list(range(12))))
     assert "drift" not in codes(S.cell_findings(drift_tiny, blocks=list(range(12)), floor=0.02))
     assert "drift" in codes(S.cell_findings([100 + 3 * i for i in range(12)], blocks=list(range(12)), floor=0.02))
+
+
+@settings(max_examples=100, deadline=None)
+@given(st.lists(st.integers(0, 20).map(float), min_size=10, max_size=25),
+       st.lists(st.integers(0, 20).map(float), min_size=10, max_size=25))
+def test_mannwhitney_normal_path_matches_scipy_asymptotic(a, b):
+    from scipy import stats as sp
+    x, y = np.asarray(a), np.asarray(b)
+    if np.all(np.concatenate([x, y]) == x[0]):
+        return
+    ref = sp.mannwhitneyu(x, y, alternative="two-sided", method="asymptotic").pvalue
+    assert S._mannwhitney_p(x, y) == pytest.approx(ref, abs=1e-9)
