@@ -33,6 +33,10 @@ def _sigterm_as_interrupt(*_):
 
 def main() -> None:
     signal.signal(signal.SIGTERM, _sigterm_as_interrupt)
+    # Started from a non-interactive shell's background job, a process inherits SIGINT ignored and
+    # Python then never raises KeyboardInterrupt: Ctrl-C (and kill -INT) must still stop the
+    # experiment, kill its children and keep the runs measured so far.
+    signal.signal(signal.SIGINT, signal.default_int_handler)
     _register_commands()
     try:
         app()
