@@ -16,7 +16,7 @@ from alloclab import stats as S
 
 _IV = r"\[([+-]\d+\.\d|[+-]?inf|nan), ([+-]\d+\.\d|[+-]?inf|nan)\]|\[n/a\]"
 FORMAT_RE = re.compile(
-    rf"^(\? \(n/a\)|x[0-9.e+-]+ \[x[0-9.e+-]+, x[0-9.e+-]+\]|[+-]\d+\.\d% ({_IV})|≈ within ±[0-9.e+-]+% ({_IV})|\? [+-]\d+\.\d% ({_IV})( ~\d+ more runs)?)$"
+    rf"^(\? \(n/a\)|x[0-9.e+-]+ \[x[0-9.e+-]+, x[0-9.e+-]+\]|[+-]\d+\.\d% ({_IV})|≈ within ±[0-9.e+-]+% ({_IV})|\? [+-]\d+\.\d% ({_IV})( ~\d+ more runs?)?)$"
 )
 
 any_floats = st.floats(allow_nan=True, allow_infinity=True)

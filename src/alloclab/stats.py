@@ -389,7 +389,7 @@ def format_comparison(c: Comparison) -> str:
         return f"{delta:+.1f}% {interval}"
     if c.verdict == "equivalent":
         return f"≈ within ±{c.margin * 100:g}% {interval}"
-    more = f" ~{c.more_runs} more runs" if c.more_runs else ""
+    more = f" ~{c.more_runs} more run{'s' if c.more_runs != 1 else ''}" if c.more_runs else ""
     return f"? {delta:+.1f}% {interval}{more}"
 
 
