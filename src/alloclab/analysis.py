@@ -116,15 +116,18 @@ def comparison(base: Cell, cand: Cell, higher_is_better: bool, *, design: decide
     if e is None:
         c = stats.compare(base.values, cand.values, higher_is_better, alpha=level, min_effect=margin,
                           n_boot=bootstrap_size(len(base.values), len(cand.values)), confidence=confidence)
-        return dataclasses.replace(c, p_adjusted=min(1.0, c.p_value * design.alpha / level)
-                                         if c.p_value == c.p_value else c.p_value)
+        return dataclasses.replace(c, p_adjusted=_adjusted(c.p_value, design.alpha / level))
     verdict = decide.verdict_for(e.ratio, e.ci_low, e.ci_high, higher_is_better, margin)
-    p_adj = min(1.0, e.p_value * design.alpha / level) if e.p_value == e.p_value else e.p_value
     return stats.Comparison(
-        ratio=e.ratio, ci_low=e.ci_low, ci_high=e.ci_high, p_value=e.p_value, p_adjusted=p_adj,
+        ratio=e.ratio, ci_low=e.ci_low, ci_high=e.ci_high, p_value=e.p_value, p_adjusted=_adjusted(e.p_value, design.alpha / level),
         higher_is_better=higher_is_better, verdict=verdict, n_baseline=len(base.values),
         n_candidate=len(cand.values), margin=margin, confidence=confidence, method="paired",
         more_runs=decide.more_runs(e.n, e.ratio, e.ci_low, e.ci_high, margin) if verdict == "undecided" else None)
+
+
+def _adjusted(p: float, factor: float) -> float:
+    """p scaled so that "adjusted p < alpha" means the comparison's own level was met (nan stays nan)."""
+    return min(1.0, p * factor) if p == p else p
 
 
 def analyze(exp: Experiment, baseline: str | int | None = None, alpha: float = 0.05,

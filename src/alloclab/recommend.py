@@ -174,8 +174,7 @@ def _caveats(a: Analysis, ws: list[WorkloadResult], vi: int) -> list[str]:
 
 
 def _decide(a: Analysis, scope: str, points: list[Point], metric: str, higher_is_better: bool,
-            budget: float | None, describe_speed, describe_memory,
-            runs_hint: str) -> tuple[int | None, str | None, str]:
+            budget: float | None, describe_speed, describe_memory) -> tuple[int | None, str | None, str]:
     """The pick, why, and the sentence; shared by the per-workload and the overall decision."""
     base = a.labels[a.baseline_idx]
     goodness = (lambda p: p.speed) if higher_is_better else (lambda p: -p.speed)  # noqa: E731
@@ -207,11 +206,7 @@ def _decide(a: Analysis, scope: str, points: list[Point], metric: str, higher_is
         return None, None, (f"Undecided for {scope}: no variant is decided better than {base} yet, and "
                             f"{len(open_)} comparison(s) are still open: {what}.{run}.")
     return None, None, (f"Nothing is worth changing for {scope}: every variant is decided equivalent to {base} "
-                        f"(within ±{a.min_effect * 100:g}%) or worse on {metric}{runs_hint}.")
-
-
-def _runs_hint(a: Analysis, ws: list[WorkloadResult]) -> str:
-    return ""
+                        f"(within ±{a.min_effect * 100:g}%) or worse on {metric}.")
 
 
 def recommend_workload(a: Analysis, w: WorkloadResult, budget: float | None = None) -> Choice:
@@ -229,7 +224,7 @@ def recommend_workload(a: Analysis, w: WorkloadResult, budget: float | None = No
         return Choice(w.name, metric, hib, points, front, None, None,
                       f"Nothing to recommend for {w.name}: no run succeeded and measured it (see the failed runs "
                       f"and the experiment's status).")
-    pick, reason, sentence = _decide(a, w.name, points, metric, hib, budget, speed, memory, _runs_hint(a, [w]))
+    pick, reason, sentence = _decide(a, w.name, points, metric, hib, budget, speed, memory)
     choice = Choice(w.name, metric, hib, points, front, pick, reason, sentence)
     if pick is not None:
         choice.apply = how_to_apply(a, pick, w.argv)
@@ -298,7 +293,7 @@ def _overall(a: Analysis, choices: list[Choice], budget: float | None) -> Choice
         [(p.speed if p.usable else math.nan, p.rss) for p in points])]
     scope = f"all {len(choices)} workloads"
     pick, reason, sentence = _decide(a, scope, points, "the primary metrics", True, budget,
-                                     lambda p: p.speed_text, lambda p: p.rss_text, _runs_hint(a, a.workloads))
+                                     lambda p: p.speed_text, lambda p: p.rss_text)
     choice = Choice("overall", "geomean of the primary-metric ratios", True, points, front, pick, reason, sentence)
     if pick is not None:
         choice.apply = how_to_apply(a, pick, None)
