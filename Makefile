@@ -52,8 +52,12 @@ $(VENV)/.installed: pyproject.toml
 demo: setup
 	$(BIN)/alloclab suite --db $(DB) --report html --report-file demo-report.html
 
+# Two workers, whole test files each (module fixtures stay shared); then, alone, the tests that
+# measure the machine itself, which another test beside them would disturb.
+TEST_WORKERS := $(shell n=$$(nproc); echo $$(( n < 2 ? 1 : 2 )))
 test: setup-test
-	$(BIN)/python -m pytest -q -ra
+	$(BIN)/python -m pytest -q -ra -n $(TEST_WORKERS) --dist loadfile -m "not serial"
+	$(BIN)/python -m pytest -q -ra -m serial
 
 bench: setup-bench
 	$(BIN)/python bench/overhead.py

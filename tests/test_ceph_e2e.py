@@ -122,7 +122,12 @@ def test_ctrl_c_mid_run_stops_the_osd_the_monitor_and_fio(tmp_path, scratch):
     while time.monotonic() < deadline:
         time.sleep(0.3)
         port = port or mon_port(scratch)
-        running = [" ".join(psutil.Process(p).cmdline()) for p in processes_with(str(scratch))]
+        running = []
+        for pid in processes_with(str(scratch)):
+            try:
+                running.append(" ".join(psutil.Process(pid).cmdline()))
+            except psutil.Error:
+                pass   # a short-lived set-up command ended between the two looks
         if any(" fio " in c for c in running) and \
                 any(c.startswith("ceph-osd ") for c in running) and any(c.startswith("ceph-mon ") for c in running):
             break

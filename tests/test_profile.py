@@ -352,6 +352,7 @@ def test_call_graphs_find_brk_and_faults_entered_from_glibc_malloc(build):
     assert s.kernel_from_allocator() > 0.5 * s.kernel_mm[0]
 
 
+@pytest.mark.serial
 def test_call_graphs_charge_glibcs_contended_arena_locks_to_the_allocator():
     needs_perf()
     # xthread frees on other threads than it allocates: under glibc the frees contend for the

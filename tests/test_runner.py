@@ -52,6 +52,7 @@ def test_store_is_versioned_and_keeps_every_run(build, cli):
     assert series.startswith("[")
 
 
+@pytest.mark.serial
 @pytest.mark.e2e
 def test_other_work_is_told_apart_from_the_workloads_own_threads(cli, store_of):
     """The runs record how much CPU other processes took: a 32-thread workload alone leaves that

@@ -1,27 +1,25 @@
 """One run: spawn a process tree, watch it, and collect what the kernel says about it.
 
-The program is started by a small static launcher (launcher/spawn.c) in its own session, so
-it and everything it starts form one process group we can kill, with stdin closed and
-stdout/stderr going to files. The launcher times the program and collects the kernel's
-rusage for it and every descendant it reaped, free of Python's own memory. The calling thread
-samples the tree's RSS from /proc between polls of a pidfd of the launcher, which becomes
-readable when it exits (no waiter thread: starting one and handing its result over cost more
-than a whole run of /bin/true).
+The program is forked by a small static launcher that stays running (launcher/spawn.c,
+spawner.py) in a session of its own, so it and everything it starts form one process group we
+can kill, with stdin closed and stdout/stderr going to files. The launcher times the program
+and collects the kernel's rusage for it and every descendant it reaped, free of Python's own
+memory. The calling thread samples the tree's RSS from /proc between polls of the launcher's
+reply pipe, which turns readable when the program has exited (no waiter thread: starting one
+and handing its result over cost more than a whole run of /bin/true).
 """
 
 from __future__ import annotations
 
 import os
-import select
 import signal
-import subprocess
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import psutil
 
-from . import cbuild, verify
+from . import spawner, verify
 
 SAMPLE_INTERVAL_S = 0.02   # the issue asks for <= 50 ms; 20 ms catches short peaks cheaply
 KILL_GRACE_S = 2.0
@@ -63,21 +61,28 @@ class RunResult:
 
 def _tail(path: Path, limit: int = OUTPUT_KEEP) -> str:
     try:
-        size = path.stat().st_size
-        with open(path, "rb") as fh:
-            if size > limit:
-                fh.seek(size - limit)
-            return fh.read().decode(errors="replace")
+        fd = os.open(path, os.O_RDONLY)
     except OSError:
         return ""
+    try:
+        size = os.fstat(fd).st_size
+        if size > limit:
+            os.lseek(fd, size - limit, os.SEEK_SET)
+        return os.read(fd, min(size, limit)).decode(errors="replace") if size else ""
+    except OSError:
+        return ""
+    finally:
+        os.close(fd)
 
 
 class TreeSampler:
     """RSS of a process and all its descendants, sampled from /proc."""
 
-    def __init__(self, root_pid: int, mapped_marker: str | None):
-        # The root is our launcher: its descendants are the program.
+    def __init__(self, root_pid: int, mapped_marker: str | None, root_is_program: bool = False):
+        # The root is either our one-shot launcher (its descendants are the program) or, forked by
+        # the persistent launcher, the program itself.
         self.root_pid = root_pid
+        self.root_is_program = root_is_program
         self._root: psutil.Process | None = None
         self._root_looked = False
         self.marker = mapped_marker
@@ -108,6 +113,8 @@ class TreeSampler:
         processes already known is read on every sample."""
         if self.root is None or self.samples % TREE_EVERY:
             return
+        if self.root_is_program:
+            self.known.setdefault(self.root_pid, self.root)
         try:
             for child in self.root.children(recursive=True):
                 self.known.setdefault(child.pid, child)
@@ -193,74 +200,72 @@ def kill_tree(pgid: int, pids: list[int], grace_s: float = KILL_GRACE_S) -> None
                     return
 
 
-def _spawn(argv: list[str], env: dict[str, str], cwd: str | None, out_fd: int, err_fd: int) -> int:
-    """Start the launcher in a new session, stdin closed, output to files.
-
-    posix_spawn (vfork-like in glibc) costs a fraction of forking this Python process; it
-    cannot change directory, so a workload with its own cwd goes through subprocess."""
-    if cwd is None:
-        return os.posix_spawn(argv[0], argv, env, setsid=True, file_actions=[
-            (os.POSIX_SPAWN_OPEN, 0, os.devnull, os.O_RDONLY, 0),
-            (os.POSIX_SPAWN_DUP2, out_fd, 1),
-            (os.POSIX_SPAWN_DUP2, err_fd, 2)])
-    proc = subprocess.Popen(argv, env=env, cwd=cwd, stdin=subprocess.DEVNULL, stdout=out_fd,
-                            stderr=err_fd, start_new_session=True, close_fds=True)
-    proc.returncode = 0  # run_once reaps it with wait4; keep Popen from trying too
-    return proc.pid
-
-
 def run_once(argv: list[str], env: dict[str, str], workdir: Path, *, timeout_s: float | None = None,
              cwd: str | None = None, mapped_marker: str | None = None,
              sample_interval_s: float = SAMPLE_INTERVAL_S) -> RunResult:
     """Run argv to completion (or timeout), measuring the whole process tree."""
-    workdir.mkdir(parents=True, exist_ok=True)
-    out_path, err_path, res_path = workdir / "stdout", workdir / "stderr", workdir / "rusage"
-    launch = [str(cbuild.launcher()), str(res_path), *argv]
-    with open(out_path, "wb") as out, open(err_path, "wb") as err:
-        t0 = time.perf_counter()
-        try:
-            pid = _spawn(launch, env, cwd, out.fileno(), err.fileno())
-        except OSError as exc:
-            return RunResult("error", 0.0, error=f"could not start {argv[0]}: {exc}")
-
-    exit_watch = ExitWatch(pid)
-    sampler = TreeSampler(pid, mapped_marker)
-    deadline = t0 + timeout_s if timeout_s else None
-    timed_out = interrupted = False
+    if not os.path.isdir(workdir):
+        workdir.mkdir(parents=True, exist_ok=True)
+    out_path, err_path = workdir / "stdout", workdir / "stderr"
+    srv = spawner.server()
+    child = spawner.Child(srv)
+    interrupted = timed_out = False
+    t0 = time.perf_counter()
     try:
-        # A run that ends within 10 ms needs no /proc walk at all: the launcher's ru_maxrss
-        # gives its peak, and short runs are where the harness's own cost would show.
-        exit_watch.wait(0.01)
-        while not exit_watch.done:
+        srv.start(argv, env, cwd, str(out_path), str(err_path))
+        try:
+            # A run that ends within 10 ms needs no /proc walk at all: the launcher's ru_maxrss
+            # gives its peak, and short runs are where the harness's own cost would show.
+            child.wait(0.01)
+        except KeyboardInterrupt:
+            interrupted = True
+        pid = child.started()
+    except OSError as exc:
+        spawner.discard(srv)
+        return RunResult("error", 0.0, error=f"could not start {argv[0]}: {exc}")
+
+    sampler = TreeSampler(pid, mapped_marker, root_is_program=True)
+    deadline = t0 + timeout_s if timeout_s else None
+    try:
+        while not child.done and not interrupted:
             sampler.sample()
             if deadline and time.perf_counter() > deadline:
                 timed_out = True
                 break
-            exit_watch.wait(sample_interval_s)
+            child.wait(sample_interval_s)
     except KeyboardInterrupt:
         interrupted = True
+    except OSError as exc:   # the launcher itself died (killed from outside): the run is lost
+        kill_tree(pid, sampler.pids())
+        spawner.discard(srv)
+        return RunResult("error", time.perf_counter() - t0, error=f"alloclab's launcher failed during the run: {exc}")
     if timed_out or interrupted:
         kill_tree(pid, sampler.pids())
-        exit_watch.wait(KILL_GRACE_S * 3)
-    exit_watch.close()
-    # Descendants that outlived the root (daemonized, or stuck) are part of this run: stop them.
+        try:
+            if not child.wait(KILL_GRACE_S * 3):
+                spawner.discard(srv)   # its wait4 is stuck: a fresh launcher for the next run
+        except OSError:
+            spawner.discard(srv)
+    # Descendants that outlived the program (daemonized, or stuck) are part of this run: stop them.
     leftovers = [p for p in sampler.pids() if p != pid and psutil.pid_exists(p)]
     if leftovers:
         kill_tree(pid, leftovers, grace_s=0.5)
 
-    waited = exit_watch.waited
-    t_end = waited.get("t_end", time.perf_counter())
+    t_end = child.t_end or time.perf_counter()
     result = RunResult("ok", t_end - t0, rss_series=sampler.series, samples=sampler.samples,
                        processes=list(sampler.seen.values()), peak_rss_kb=sampler.peak_kb,
                        final_rss_kb=sampler.last_kb)
     result.stdout = _tail(out_path)
     result.stderr = _tail(err_path, 64 * 1024)
-    launcher_status = waited.get("status")
-    if not _read_launcher_result(res_path, result) and not (timed_out or interrupted):
-        # The launcher itself failed (e.g. the program could not be executed).
-        code = os.WEXITSTATUS(launcher_status) if launcher_status is not None and os.WIFEXITED(launcher_status) else None
-        result.status, result.exit_code = "error", code
-        result.error = result.stderr.strip().splitlines()[-1] if result.stderr.strip() else "the launcher failed"
+    kind, _, rest = (child.line or "").partition(" ")
+    if kind == "noexec":
+        errno_, _, stage = rest.partition(" ")
+        result.status, result.exit_code = "error", 127
+        what = {"open": "open its output files for", "chdir": f"change to {cwd} for"}.get(stage, "execute")
+        result.error = f"alloclab-spawn: cannot {what} {argv[0]}: {os.strerror(int(errno_))}"
+        return result
+    if not parse_launcher_line(child.line or "", result) and not (timed_out or interrupted):
+        result.status, result.error = "error", f"the launcher failed ({child.line or 'no answer'})"
         return result
     if interrupted:
         result.status, result.error = "interrupted", "interrupted by Ctrl-C; the process tree was killed"
@@ -277,11 +282,16 @@ def run_once(argv: list[str], env: dict[str, str], workdir: Path, *, timeout_s: 
 
 
 def _read_launcher_result(path: Path, result: RunResult) -> bool:
+    """The one-shot launcher's result file (a service's server runs under it)."""
     try:
-        fields = path.read_text().split()
+        return parse_launcher_line(path.read_text(), result)
     except OSError:
         return False
-    if len(fields) != 10:
+
+
+def parse_launcher_line(text: str, result: RunResult) -> bool:
+    fields = text.split()
+    if len(fields) != 10 or fields[0] not in ("exit", "signal"):
         return False
     kind, code, wall_ns, utime, stime, maxrss, minflt, majflt, nvcsw, nivcsw = fields
     if kind == "signal":
@@ -295,57 +305,6 @@ def _read_launcher_result(path: Path, result: RunResult) -> bool:
     # A run too short for the sampler still has the kernel's figure.
     result.peak_rss_kb = max(result.peak_rss_kb, result.max_rss_kb)
     return True
-
-
-class ExitWatch:
-    """Waits for our child `pid` to exit and reaps it, in this thread.
-
-    A pidfd turns readable when the process exits, so poll() sleeps until then or the timeout;
-    where the kernel has no pidfd (before 5.3), wait4(WNOHANG) is tried each time instead, which
-    notices the exit up to one sampling interval late (the launcher's own wall time is exact
-    either way)."""
-
-    def __init__(self, pid: int):
-        self.pid = pid
-        self.done = False
-        self.waited: dict = {}
-        self.fd: int | None = None
-        try:
-            self.fd = os.pidfd_open(pid)
-            self.poller = select.poll()
-            self.poller.register(self.fd, select.POLLIN)
-        except (AttributeError, OSError):
-            self.fd = None
-
-    def wait(self, timeout_s: float) -> bool:
-        """True once the child has exited (and is reaped), waiting at most timeout_s for it."""
-        if self.done:
-            return True
-        if self.fd is not None:
-            if not self.poller.poll(max(0, int(timeout_s * 1000))):
-                return False
-            self._reap(0)
-        elif not self._reap(os.WNOHANG):
-            time.sleep(timeout_s)
-            self._reap(os.WNOHANG)
-        return self.done
-
-    def _reap(self, flags: int) -> bool:
-        try:
-            pid, status, usage = os.wait4(self.pid, flags)
-        except ChildProcessError:
-            self.done = True  # kill_tree's wait reaped it first, after a timeout or Ctrl-C
-            return True
-        if pid == 0:
-            return False
-        self.waited.update(t_end=time.perf_counter(), status=status, usage=usage)
-        self.done = True
-        return True
-
-    def close(self) -> None:
-        if self.fd is not None:
-            os.close(self.fd)
-            self.fd = None
 
 
 class RunInterrupted(Exception):

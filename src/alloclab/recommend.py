@@ -36,6 +36,7 @@ class Point:
     status: str             # verification status
     usable: bool            # measured and not shown INEFFECTIVE
     more_runs: int | None = None   # undecided speed: runs per variant likely to decide it
+    runs: int | None = None        # the fewer runs of the two sides of the speed comparison
 
 
 @dataclass(frozen=True)
@@ -147,7 +148,8 @@ def _workload_points(a: Analysis, w: WorkloadResult) -> tuple[list[Point], str, 
             "" if base else _text(pc.comparison if pc else None),
             "" if base else _text(rc.comparison if rc else None),
             status, math.isfinite(speed) and status != "ineffective",
-            None if base or not (pc and pc.comparison) else pc.comparison.more_runs))
+            None if base or not (pc and pc.comparison) else pc.comparison.more_runs,
+            None if base or not (pc and pc.comparison) else min(pc.comparison.n_baseline, pc.comparison.n_candidate)))
     return points, primary.name if primary else "n/a", primary.higher_is_better if primary else True
 
 
@@ -200,9 +202,14 @@ def _decide(a: Analysis, scope: str, points: list[Point], metric: str, higher_is
         most = max((p.more_runs or 0) for p in open_)
         what = "; ".join(f"{p.label} {metric} {p.speed_text}" + (f" (~{p.more_runs} more runs per variant)"
                                                                  if p.more_runs else "") for p in open_)
-        run = (f" To decide, give it about {most} more runs per variant (a larger --budget or --max-runs)"
-               if most else " More runs would not decide it at this margin; set --min-effect to the smallest "
-                            "difference that matters")
+        if most:
+            run = f" To decide, give it about {most} more runs per variant (a larger --budget or --max-runs)"
+        elif any(p.runs is not None and p.runs < 2 for p in open_):
+            run = (" One run per variant has no interval: leave --runs out so that alloclab measures until "
+                   "decided, or give --runs 10 or more")
+        else:
+            run = " More runs would not decide it at this margin; set --min-effect to the smallest difference that matters"
+        
         return None, None, (f"Undecided for {scope}: no variant is decided better than {base} yet, and "
                             f"{len(open_)} comparison(s) are still open: {what}.{run}.")
     return None, None, (f"Nothing is worth changing for {scope}: every variant is decided equivalent to {base} "

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import os
 import random
 import resource
@@ -84,6 +85,9 @@ class Experiment:
         self.perf_ok = machine.perf_counters()[0]
         self.exp_id: int | None = None
         self._env_max: dict[int, int] = {}
+        self._last_wall: dict[int, float] = {}
+        self._filler: tuple[int | None, int] = (None, 0)   # (block, its filler): drawn once per block
+        self._env_of: dict[tuple[int, int], tuple[dict[str, str], int]] = {}
         self._last_pad = 0
         self._stopped: str | None = None   # why a sequential experiment stopped adding blocks
         self._measured = self.design.looks[0]
@@ -135,7 +139,13 @@ class Experiment:
     # --- one job ---------------------------------------------------------------------------
 
     def _env(self, w: Workload, v: Variant, job: plan.Job, tmp: Path) -> tuple[dict, Path | None]:
-        env = pad_env(v.apply(self.base_env) | w.env, self._env_target(job))
+        cell = self.cells[job.cell]
+        key = (cell.workload_idx, cell.variant_idx)
+        if key not in self._env_of:   # the same for every run of the cell: built once
+            env = v.apply(self.base_env) | w.env
+            self._env_of[key] = env, env_size(env)
+        env, size = self._env_of[key]
+        env = pad_env(env, self._env_target(job), size)
         perf_file = None
         if job.verify:
             env |= verify.ld_debug_env(tmp / "ld")
@@ -151,8 +161,9 @@ class Experiment:
         if wi not in self._env_max:
             w = self.workloads[wi]
             self._env_max[wi] = max(env_size(v.apply(self.base_env) | w.env) for v in self.variants)
-        filler = random.Random(f"{self.settings.seed}-{job.block}").randrange(4096)
-        return self._env_max[wi] + len(PAD_VAR) + 2 + filler
+        if self._filler[0] != job.block:
+            self._filler = (job.block, random.Random(f"{self.settings.seed}-{job.block}").randrange(4096))
+        return self._env_max[wi] + len(PAD_VAR) + 2 + self._filler[1]
 
     def _check_run(self, cell: Cell, job: plan.Job, result: RunResult, tmp: Path) -> dict:
         v = self.variants[cell.variant_idx]
@@ -216,13 +227,24 @@ class Experiment:
             for job in self._jobs(planner, jobs, started):
                 cell = self.cells[job.cell]
                 w, v = self.workloads[cell.workload_idx], self.variants[cell.variant_idx]
-                tmp = root / f"run-{job.block}-{job.position}"
-                tmp.mkdir()
+                # A plain command's files (stdout, stderr, perf's counts) are rewritten by every run:
+                # one directory serves them all. Verification (LD_DEBUG writes a file per process)
+                # and executors that keep files of their own get a fresh one.
+                fresh = job.verify or getattr(w.executor, "fresh_workdir", True)
+                tmp = root / (f"run-{job.block}-{job.position}" if fresh else "run")
+                if fresh or not tmp.is_dir():
+                    tmp.mkdir()
                 env, perf_file = self._env(w, v, job, tmp)
+                if perf_file is not None and not fresh:
+                    perf_file.unlink(missing_ok=True)   # never read the previous run's counts
                 self._last_pad = len(env.get(PAD_VAR, ""))
                 self.progress.advance(f"{w.name[:30]} | {v.label}" + (" (warm-up)" if job.warmup else ""))
                 accounts_all_cpu = getattr(w.executor, "accounts_all_cpu", False)
-                busy0 = machine.busy_cpu_s()
+                # /proc/stat takes a tenth of a millisecond to read, and runs shorter than
+                # OTHER_CPU_MIN_WALL_S cannot tell other work apart anyway: skipped while the
+                # workload's runs are that short.
+                short = self._last_wall.get(cell.workload_idx, math.inf) < OTHER_CPU_MIN_WALL_S / 2
+                busy0 = None if short else machine.busy_cpu_s()
                 ours0 = _our_cpu_s()
                 try:
                     result = w.executor.execute(env, v.env, tmp, timeout_s=s.timeout_s, perf_file=perf_file,
@@ -235,7 +257,9 @@ class Experiment:
                 extra = self._check_run(cell, job, result, tmp)
                 # A service's load clients (and alloclab itself) are not in the run's own time: take
                 # them out too, so that only work outside the measured tree counts as competition.
-                extra["other_cpu"] = _other_cpu(result, busy0, machine.busy_cpu_s(),
+                self._last_wall[cell.workload_idx] = result.wall_s
+                busy1 = machine.busy_cpu_s() if busy0 is not None and result.wall_s >= OTHER_CPU_MIN_WALL_S else None
+                extra["other_cpu"] = _other_cpu(result, busy0, busy1,
                                                 0.0 if accounts_all_cpu else _our_cpu_s() - ours0)
                 values = self._metrics(cell, job, result, perf_file)
                 self._store(cell, job, result, values, extra)
@@ -255,7 +279,8 @@ class Experiment:
                             f"Every run of the first block failed, under every variant: the command itself "
                             f"is failing, not an allocator. Last error: {result.error}. Stderr tail:\n"
                             + output_tail(result.stderr))
-                shutil.rmtree(tmp, ignore_errors=True)
+                if fresh:
+                    shutil.rmtree(tmp, ignore_errors=True)
         except KeyboardInterrupt:
             status = "interrupted"
             raise Interrupted(
@@ -387,10 +412,10 @@ def env_size(env: dict[str, str]) -> int:
     return sum(len(k.encode()) + len(v.encode()) + 2 for k, v in env.items())
 
 
-def pad_env(env: dict[str, str], target: int) -> dict[str, str]:
+def pad_env(env: dict[str, str], target: int, size: int | None = None) -> dict[str, str]:
     """The environment with ALLOCLAB_PAD sized so the whole takes `target` bytes (or as near as the
-    variable's own name allows)."""
-    need = target - env_size(env) - len(PAD_VAR) - 2
+    variable's own name allows); `size` is env_size(env) where the caller knows it."""
+    need = target - (env_size(env) if size is None else size) - len(PAD_VAR) - 2
     return env | {PAD_VAR: "x" * max(0, need)}
 
 

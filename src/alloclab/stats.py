@@ -307,7 +307,8 @@ def compare(baseline: Iterable[float], candidate: Iterable[float], higher_is_bet
     c = np.sort(_finite(candidate))
     ratio = _ratio_of_medians(b, c)
     lo = hi = math.nan
-    if math.isfinite(ratio):
+    # One value on a side has no spread to resample: a bootstrap would print the point as its interval.
+    if math.isfinite(ratio) and min(b.size, c.size) >= 2:
         rng = np.random.default_rng(_seed(b, c, tag="compare"))
         mb = _bootstrap_medians(b, n_boot, rng)
         mc = _bootstrap_medians(c, n_boot, rng)

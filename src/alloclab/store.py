@@ -146,7 +146,8 @@ class Store:
             " VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
             (exp, workload_idx, variant_idx, block, position, int(warmup), now(), result.status,
              result.exit_code, result.signal, result.error, result.wall_s, result.stdout, result.stderr,
-             json.dumps(result.rss_series), json.dumps([p.__dict__ for p in result.processes]),
+             json.dumps(result.rss_series) if result.rss_series else "[]",
+             json.dumps([p.__dict__ for p in result.processes]) if result.processes else "[]",
              json.dumps(extra)))
         run_id = cur.lastrowid
         self.db.executemany("INSERT INTO metrics VALUES (?,?,?)",

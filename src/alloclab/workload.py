@@ -38,6 +38,8 @@ class CommandExecutor:
     # The run's user+sys time covers every process it started, so the rest of the machine's
     # busy time during the run is other work competing for the CPUs.
     accounts_all_cpu = True
+    # Its run directory holds only files every run rewrites (stdout, stderr, perf's counts).
+    fresh_workdir = False
 
     def program(self) -> Path:
         return verify.resolve_command(self.argv[0])
