@@ -461,9 +461,9 @@ def modified_zscores(values: Iterable[float], reference: Iterable[float] | None 
     if x.size == 0 or ref.size == 0:
         return np.zeros(x.size)
     with np.errstate(all="ignore"):
-        med = float(np.median(ref))
+        med = _median(ref)
         ref_dev = np.abs(ref - med)
-        mad = float(np.median(ref_dev))
+        mad = _median(ref_dev)
         if mad > 0:
             return 0.6745 * (x - med) / mad
         mean_ad = float(np.mean(ref_dev))
@@ -496,9 +496,35 @@ def _mw_normal_p(a: np.ndarray, b: np.ndarray, continuity: bool = False) -> floa
     return float(min(1.0, 2 * _special.ndtr(-z)))
 
 
+def _median(x) -> float:
+    """np.median's value; a few dozen values are sorted in Python, where numpy's call costs
+    more than the work (the demo's report takes some 6,000 medians of 6 values)."""
+    if len(x) > 64:
+        return float(np.median(x))
+    v = sorted(x.tolist() if isinstance(x, np.ndarray) else x)
+    n = len(v)
+    if n == 0 or any(e != e for e in v):   # empty, or a nan (which sorting cannot place)
+        return math.nan
+    h = n // 2
+    return float(v[h]) if n % 2 else (v[h - 1] + v[h]) / 2
+
+
 def _ranks(x: np.ndarray) -> np.ndarray:
     """Average ranks from 1 (ties share the mean of their ranks), as scipy's rankdata."""
     x = np.asarray(x, dtype=float)
+    if x.size <= 64:   # the common case, a few runs: Python's sort beats numpy's call overhead
+        v = x.tolist()
+        order = sorted(range(len(v)), key=v.__getitem__)
+        out = [0.0] * len(v)
+        i = 0
+        while i < len(order):
+            j = i
+            while j + 1 < len(order) and v[order[j + 1]] == v[order[i]]:
+                j += 1
+            for k in range(i, j + 1):
+                out[order[k]] = (i + j) / 2 + 1
+            i = j + 1
+        return np.array(out)
     order = np.argsort(x, kind="mergesort")
     sx = x[order]
     edges = np.flatnonzero(np.r_[True, sx[1:] != sx[:-1], True])
@@ -514,7 +540,9 @@ def _spearman(x: np.ndarray, y: np.ndarray) -> tuple[float, float]:
     if x.size < 3 or np.all(x == x[0]) or np.all(y == y[0]):
         return math.nan, math.nan
     rx, ry = _ranks(x), _ranks(y)
-    rho = float(np.corrcoef(rx, ry)[0, 1])
+    rx, ry = rx - rx.mean(), ry - ry.mean()
+    with np.errstate(all="ignore"):
+        rho = float(rx @ ry / math.sqrt(float(rx @ rx) * float(ry @ ry)))
     if not math.isfinite(rho):
         return math.nan, math.nan
     if abs(rho) >= 1:
@@ -575,23 +603,25 @@ def _warmup_trend(x: np.ndarray, floor: float = 0.0) -> Finding | None:
         return None
     head_len = max(1, n // 3)
     head, rest = x[:head_len], x[head_len:]
-    _, p_rest = _spearman(np.arange(rest.size, dtype=float), rest)
-    if math.isfinite(p_rest) and p_rest < 0.05:
-        return None
     p_head = _mw_normal_p(head, rest)
     # The first run is scored against the later runs only, so a slow first run
     # cannot inflate the spread it is judged by.
     later = x[1:]
     first_z = float(modified_zscores(x[:1], reference=later)[0])
-    head_size = _rel(float(np.median(head)), float(np.median(rest)))
-    first_size = _rel(float(x[0]), float(np.median(later)))
+    med_head, med_rest, med_later = _median(head), _median(rest), _median(later)
+    head_size = _rel(med_head, med_rest)
+    first_size = _rel(float(x[0]), med_later)
     if math.isfinite(p_head) and p_head < WARMUP_P and head_size >= floor:
-        msg = (f"first {head_len} runs (median {_fmt(float(np.median(head)))}) differ from "
-               f"the rest (median {_fmt(float(np.median(rest)))}), Mann-Whitney {format_p(p_head)}")
+        msg = (f"first {head_len} runs (median {_fmt(med_head)}) differ from "
+               f"the rest (median {_fmt(med_rest)}), Mann-Whitney {format_p(p_head)}")
     elif abs(first_z) > OUTLIER_Z and first_size >= floor:
         msg = (f"first run {_fmt(float(x[0]))} is far from the later runs "
-               f"(median {_fmt(float(np.median(later)))}, modified z {first_z:+.1f})")
+               f"(median {_fmt(med_later)}, modified z {first_z:+.1f})")
     else:
+        return None
+    # Checked last, as it is the dearest: a trend through the later runs is drift, not warm-up.
+    _, p_rest = _spearman(np.arange(rest.size, dtype=float), rest)
+    if math.isfinite(p_rest) and p_rest < 0.05:
         return None
     return Finding(
         "warmup-trend", msg,
@@ -604,7 +634,7 @@ def _outliers(x: np.ndarray, floor: float = 0.0) -> Finding | None:
     if x.size < OUTLIER_MIN_N:
         return None  # with a handful of runs every spread looks like an outlier
     z = modified_zscores(x)
-    med = float(np.median(x))
+    med = _median(x)
     # A run 0.04% from the median is no outlier worth a line, whatever its z-score.
     big = np.array([_rel(float(v), med) >= floor for v in x], dtype=bool)
     flagged = x[(np.abs(z) > OUTLIER_Z) & big]
@@ -629,7 +659,7 @@ def _drift(x: np.ndarray, blocks: np.ndarray, floor: float = 0.0) -> Finding | N
         return None
     ordered = x[np.argsort(blocks, kind="stable")]
     third = max(1, ordered.size // 3)
-    if _rel(float(np.median(ordered[-third:])), float(np.median(ordered[:third]))) < floor:
+    if _rel(_median(ordered[-third:]), _median(ordered[:third])) < floor:
         return None
     direction = "upward" if rho > 0 else "downward"
     return Finding(
@@ -673,7 +703,7 @@ def _short_runs(durations_s: Iterable[float] | None) -> Finding | None:
     d = _finite(durations_s)
     if d.size == 0:
         return None
-    med = float(np.median(d))
+    med = _median(d)
     if med >= SHORT_RUN_S:
         return None
     return Finding(

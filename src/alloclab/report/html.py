@@ -82,7 +82,13 @@ def _intervals(w, primary, rss) -> dict[int, tuple]:
     return out
 
 
-def _workload(a: Analysis, w, order: list[int], rec_choice, details: bool) -> dict:
+def _workload(a: Analysis, w, order: list[int], rec_choice, details: bool, jobs: list) -> dict:
+    """The workload's part of the page; its charts are appended to `jobs` (drawn later, together)
+    and stand in the figures as their job numbers."""
+    def chart(fn, *args):
+        jobs.append(lambda: fn(*args))
+        return len(jobs) - 1
+
     figures = []
     rss = w.row(RSS_METRIC)
     primary = w.primary()
@@ -91,15 +97,15 @@ def _workload(a: Analysis, w, order: list[int], rec_choice, details: bool) -> di
     for row in shown_rows(w, details):
         if row.name == RSS_METRIC or not (details or row is primary):
             continue
-        figures.append({"svg": charts.metric_chart(a, order, row), "caption": (
+        figures.append({"svg": chart(charts.metric_chart, a, order, row), "caption": (
             f"{row.name}: every measured run is a dot; the tick is the median, the black bar its 95% interval. "
             f"Labels in green or red: significantly better or worse than {a.labels[a.baseline_idx]}.")})
     if rss:
-        figures.append({"svg": charts.peak_rss_chart(a, order, rss), "caption":
+        figures.append({"svg": chart(charts.peak_rss_chart, a, order, rss), "caption":
                         "Peak RSS of the whole process tree, sampled every 20 ms: bar and tick at the median, "
                         "dots per run."})
     if primary and rss:
-        figures.append({"svg": charts.pareto_chart(rec_choice, order, f"{primary.name} (median, "
+        figures.append({"svg": chart(charts.pareto_chart, rec_choice, order, f"{primary.name} (median, "
                                                    f"{'higher' if primary.higher_is_better else 'lower'} is better)",
                                                    "peak RSS (MiB, median)", _intervals(w, primary, rss)),
                         "caption": "Each variant at its median speed and peak RSS with 95% intervals; the dashed "
@@ -116,8 +122,8 @@ def _workload(a: Analysis, w, order: list[int], rec_choice, details: bool) -> di
         picked = {vi: [_series(r) for r in rs] for vi, rs in chosen.items()}
         marks = _phase_marks([r for rs in chosen.values() for r in rs])
         total = sum(len(rs) for rs in runs.values())
-        svg, shown = charts.rss_over_time_chart(a, order, picked, marks)
-        wide = {"svg": svg, "caption": f"RSS over time, {shown} of {total} measured runs drawn "
+        shown = sum(1 for vi in order for series in picked.get(vi, []) if series)   # as the chart counts
+        wide = {"svg": chart(lambda *args: charts.rss_over_time_chart(*args)[0], a, order, picked, marks), "caption": f"RSS over time, {shown} of {total} measured runs drawn "
                                        f"(at most {charts.RSS_LINES_PER_VARIANT} per variant, spread over "
                                        f"the experiment)." + (
                                            " Dotted lines: where the load and each memory phase began (median "
@@ -231,7 +237,12 @@ def context(a: Analysis, options) -> dict:
     rec: Recommendation = recommend(a, options.max_rss_increase)
     charts.reset_ids()
     order = variant_order(a)
-    workloads = [_workload(a, w, order, c, options.details) for w, c in zip(a.workloads, rec.workloads)]
+    jobs: list = []
+    workloads = [_workload(a, w, order, c, options.details, jobs) for w, c in zip(a.workloads, rec.workloads)]
+    drawn = charts.draw_all(jobs)
+    for w in workloads:
+        for f in w["figures"] + ([w["wide"]] if w["wide"] else []):
+            f["svg"] = drawn[f["svg"]]
     overall_figure = None
     if len(a.workloads) > 1:
         overall_figure = charts.pareto_chart(rec.overall, order, "geomean of the primary-metric ratios (x, higher is better)",
