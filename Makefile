@@ -45,7 +45,10 @@ venv: $(VENV)/.installed
 # that installs editable pyproject packages, so pip is not upgraded first (a download and an
 # install saved on a bare machine).
 $(VENV)/.installed: pyproject.toml
-	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	@# Debian's python3 makes no venv without python3-venv (ensurepip); the apt-get beside this
+	@# job waits for the package lock rather than failing.
+	@test -x $(BIN)/python || { $(PYTHON) -c 'import ensurepip' 2>/dev/null || ./scripts/setup-deb python3-venv; \
+		$(PYTHON) -m venv $(VENV); }
 	$(BIN)/python -m pip install -q --disable-pip-version-check -e '.[test,fleet]'
 	@touch $@
 
