@@ -41,13 +41,15 @@ from pathlib import Path
 
 import numpy as np
 
-from alloclab import analysis, decide, machine
+from alloclab.stats import analysis
+from alloclab.stats import decide
+from alloclab.measure import machine
 from alloclab.errors import AlloclabError
-from alloclab.metrics import MetricDef
-from alloclab.runner import Experiment, Progress, Settings
-from alloclab.store import Store
-from alloclab.variants import parse_variants
-from alloclab.workload import Workload
+from alloclab.workloads.metrics import MetricDef
+from alloclab.measure.runner import Experiment, Progress, Settings
+from alloclab.store.db import Store
+from alloclab.catalog.variants import parse_variants
+from alloclab.workloads.command import Workload
 from alloclab.workloads import builtin
 
 ENV_VAR = "ALLOCLAB_BENCH_EXTRA_WORK"

@@ -33,7 +33,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from alloclab import measure
+from alloclab.measure import run as measure
 from alloclab.workloads import builtin
 
 

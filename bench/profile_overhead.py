@@ -24,11 +24,11 @@ import tempfile
 import time
 from pathlib import Path
 
-from alloclab import machine
-from alloclab.metrics import MetricDef
-from alloclab.profile import headline, profile_workload
-from alloclab.variants import parse_variants
-from alloclab.workload import Workload
+from alloclab.measure import machine
+from alloclab.workloads.metrics import MetricDef
+from alloclab.measure.profile import headline, profile_workload
+from alloclab.catalog.variants import parse_variants
+from alloclab.workloads.command import Workload
 
 ROOT = Path(__file__).resolve().parent.parent
 PROGRAMS = {

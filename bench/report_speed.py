@@ -43,13 +43,13 @@ import tempfile
 import time
 from pathlib import Path
 
-from alloclab import machine
-from alloclab.analysis import analyze
-from alloclab.measure import RunResult
-from alloclab.metrics import STANDARD, MetricDef
+from alloclab.measure import machine
+from alloclab.stats.analysis import analyze
+from alloclab.measure.run import RunResult
+from alloclab.workloads.metrics import STANDARD, MetricDef
 from alloclab.report import Options, export
-from alloclab.store import Store
-from alloclab.variants import installed_variants
+from alloclab.store.db import Store
+from alloclab.catalog.variants import installed_variants
 
 # Per allocator: (throughput factor, peak-RSS factor), roughly what churn-style programs show.
 SHAPE = {"glibc": (1.00, 1.00), "tcmalloc": (1.25, 1.12), "tcmalloc-minimal": (1.30, 1.11),
@@ -82,8 +82,8 @@ DEMO_WORKLOADS = ("simple", "oversized", "xthread", "larson", "threadcache", "re
 def build(db: Path, runs_per_cell: int, seed: int = 7, demo: bool = False) -> int:
     rng = random.Random(seed)
     if demo:
-        from alloclab.cli_suite import default_variants
-        from alloclab.variants import parse_variants
+        from alloclab.cli.suite import default_variants
+        from alloclab.catalog.variants import parse_variants
         variants = parse_variants(default_variants())
     else:
         variants = installed_variants()
@@ -181,7 +181,7 @@ def main() -> None:
             out = Path(d) / f"r.{fmt}"
             module = f"alloclab.report.{'markdown' if fmt == 'md' else fmt}"
             imports = [child_cpu(lambda: subprocess.run(
-                [sys.executable, "-c", f"import alloclab.cli, alloclab.analysis, {module}"], check=True))
+                [sys.executable, "-c", f"import alloclab.cli, alloclab.stats.analysis, {module}"], check=True))
                 for _ in range(args.repeat)]
             runs = [child_cpu(lambda: subprocess.run(
                 [sys.executable, "-m", "alloclab.cli", "report", "--db", str(db), "--format", fmt, "-o", str(out)],

@@ -24,12 +24,13 @@ from pathlib import Path
 
 from rich.console import Console
 
-from alloclab import cli_app, sweep
-from alloclab.analysis import analyze
-from alloclab.cli_sweep import render_sweeps
-from alloclab.machine import snapshot
-from alloclab.runner import Settings
-from alloclab.store import Store
+from alloclab.cli import app as cli_app
+from alloclab.plan import sweep
+from alloclab.stats.analysis import analyze
+from alloclab.cli.sweep import render_sweeps
+from alloclab.measure.machine import snapshot
+from alloclab.measure.runner import Settings
+from alloclab.store.db import Store
 from alloclab.workloads import builtin
 
 console = Console(width=170)

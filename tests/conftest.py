@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from alloclab import catalog as cat
+from alloclab.catalog import allocators as cat
 
 PROGRAMS = Path(__file__).parent / "programs"
 ALLOCLAB = [sys.executable, "-m", "alloclab.cli"]
@@ -69,7 +69,7 @@ def cli(tmp_path):
 
 @pytest.fixture
 def store_of():
-    from alloclab.store import Store
+    from alloclab.store.db import Store
 
     def _open(db: Path):
         return Store(db)

@@ -7,8 +7,8 @@ from __future__ import annotations
 
 import pytest
 
-from alloclab import stats
-from alloclab.analysis import analyze
+from alloclab.stats import estimates as stats
+from alloclab.stats.analysis import analyze
 from alloclab.workloads import builtin
 
 pytestmark = pytest.mark.e2e

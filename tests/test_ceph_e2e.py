@@ -14,9 +14,9 @@ from pathlib import Path
 import psutil
 import pytest
 
-from alloclab import experiment_file as xf
-from alloclab import service
-from alloclab.store import Store
+from alloclab.workloads import experiment_file as xf
+from alloclab.measure import service
+from alloclab.store.db import Store
 from conftest import ALLOCLAB, require_allocator
 from test_service_e2e import processes_with, require_programs, scratch, summary  # noqa: F401 (fixture)
 

@@ -10,9 +10,9 @@ import time
 import psutil
 import pytest
 
-from alloclab import catalog as cat
+from alloclab.catalog import allocators as cat
 from alloclab.errors import AlloclabError
-from alloclab.variants import parse_variant
+from alloclab.catalog.variants import parse_variant
 from conftest import ALLOCLAB, installed_allocators, require_allocator
 
 pytestmark = pytest.mark.e2e

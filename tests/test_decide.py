@@ -11,8 +11,8 @@ import pytest
 from hypothesis import given, settings, strategies as st
 from scipy import stats as sp
 
-from alloclab import decide
-from alloclab.runner import PAD_VAR, env_size, pad_env
+from alloclab.stats import decide
+from alloclab.measure.runner import PAD_VAR, env_size, pad_env
 
 
 # --- design ----------------------------------------------------------------------------------

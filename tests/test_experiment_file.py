@@ -9,8 +9,8 @@ import textwrap
 
 import pytest
 
-from alloclab import experiment_file as xf
-from alloclab import service
+from alloclab.workloads import experiment_file as xf
+from alloclab.measure import service
 from alloclab.errors import AlloclabError
 
 GOOD = """\
@@ -275,7 +275,7 @@ command = ["client", "{port}"]
 
 
 def test_warmup_progress_and_phases_parse(tmp_path):
-    from alloclab.service_phases import Phase, Warmup
+    from alloclab.measure.service_phases import Phase, Warmup
     ef = xf.load(write(tmp_path, PHASED))
     a, b = ef.loads
     assert a.warmup == Warmup(commands=(("warm", "{port}"), ("checkpoint",)))
@@ -285,7 +285,7 @@ def test_warmup_progress_and_phases_parse(tmp_path):
     assert tps.progress and tps.skip == 3 and tps.regex is None
     names = [d.name for d in ef.metric_defs(a)]
     assert names == ["tps"]
-    from alloclab.service_phases import phase_metric_defs
+    from alloclab.measure.service_phases import phase_metric_defs
     defs = {d.name: d for d in phase_metric_defs(a)}
     assert set(defs) == {"rss_after_load_mb", "rss_after_flush_mb", "pss_after_flush_mb", "returned_after_flush",
                          "rss_after_idle_mb", "pss_after_idle_mb", "returned_after_idle"}
@@ -325,7 +325,7 @@ def test_phases_and_warmup_belong_to_clients_only(tmp_path):
 
 
 def test_steady_state_drops_the_first_intervals():
-    from alloclab.service_phases import steady_values
+    from alloclab.measure.service_phases import steady_values
     spec = xf.MetricSpec("tps", "tps", True, True, progress=r"progress: [\d.]+ s, ([\d.]+) tps", skip=2)
     out = "\n".join(f"progress: {i}.0 s, {v} tps, lat 1 ms" for i, v in enumerate([2.0, 6.0, 9.0, 11.0, 10.0], 1))
     values, intervals = steady_values((spec,), out + "\ntps = 7.6 (without initial connection time)")
@@ -335,7 +335,7 @@ def test_steady_state_drops_the_first_intervals():
 
 
 def test_fraction_returned_is_of_the_growth_since_readiness():
-    from alloclab.service_phases import Reading, phase_summary
+    from alloclab.measure.service_phases import Reading, phase_summary
     mb = 1024
     load = Reading("load", 1.0, 5.0, 110 * mb, 100 * mb)
     phases = [Reading("half", 5.0, 6.0, 120 * mb, 110 * mb), Reading("flush", 6.0, 7.0, 30 * mb, 25 * mb),
@@ -388,7 +388,7 @@ def test_background_env_and_measured_ratios_are_checked_with_their_line(tmp_path
 
 
 def test_a_measured_ratio_divides_the_measure_of_the_process_under_the_variant():
-    from alloclab.measure import RunResult
+    from alloclab.measure.run import RunResult
     spec = xf.MetricSpec("cpu_us", "us", False, False, ratio=("@cpu_s", r"ops: (\d+)"), scale=1e6)
     load = xf.MetricSpec("load_us", "us", False, False, ratio=("@load_cpu_s", r"ops: (\d+)"), scale=1e6)
     run = RunResult("ok", 1.0, user_s=0.3, sys_s=0.1)

@@ -12,7 +12,7 @@ from alloclab.errors import AlloclabError
 from alloclab.fleet import hosts as H
 from alloclab.fleet.address import check_mode, parse
 from alloclab.fleet.merge import combine_verifications
-from alloclab.store import Experiment
+from alloclab.store.db import Experiment
 
 
 def test_addresses():
@@ -63,7 +63,7 @@ def test_one_hosts_view_and_references():
 
 
 def test_the_single_machine_path_does_not_import_dask():
-    code = ("import sys, alloclab.cli as c; c._register_commands(); "
+    code = ("import sys, alloclab.cli.core as c; c._register_commands(); "
             "print(sorted(m for m in sys.modules if m.split('.')[0] in ('dask', 'distributed')))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "[]"
@@ -99,7 +99,7 @@ def _two_host_experiment(shift: float) -> Experiment:
 
 
 def test_host_effects_and_agreement_from_real_statistics():
-    from alloclab.analysis import analyze
+    from alloclab.stats.analysis import analyze
     same = _two_host_experiment(1.0)
     analyses = {h: analyze(H.for_host(same, h)) for h in ("h1", "h2")}
     assert H.host_effects(analyses) == []

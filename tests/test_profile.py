@@ -18,18 +18,18 @@ from pathlib import Path
 import psutil
 import pytest
 
-from alloclab import machine
-from alloclab.callgrind import count, self_costs
-from alloclab.cli_profile import render_profiles, sparkline
+from alloclab.measure import machine
+from alloclab.measure.callgrind import count, self_costs
+from alloclab.cli.profile import render_profiles, sparkline
 from alloclab.errors import AlloclabError
-from alloclab.metrics import MetricDef
-from alloclab.profile import (Attribution, Frame, ProfileSummary, RunProfile, Sample, _finish, attribute, counters_of,
-                              headline, load_profiles, parse_perf_script, perf_access, perf_script,
-                              profile_workload, sampling_event, store_profiles, wrap_perf_record)
-from alloclab.store import Store
+from alloclab.workloads.metrics import MetricDef
+from alloclab.measure.profile import (Attribution, Frame, ProfileSummary, RunProfile, Sample, _finish,
+    attribute, counters_of, headline, load_profiles, parse_perf_script, perf_access, perf_script,
+    profile_workload, sampling_event, store_profiles, wrap_perf_record)
+from alloclab.store.db import Store
 from alloclab.workloads import builtin
-from alloclab.variants import parse_variants
-from alloclab.workload import Workload
+from alloclab.catalog.variants import parse_variants
+from alloclab.workloads.command import Workload
 from conftest import ALLOCLAB, require_allocator
 
 pytestmark = pytest.mark.e2e

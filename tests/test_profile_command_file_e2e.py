@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from alloclab import experiment_file as xf
+from alloclab.workloads import experiment_file as xf
 from test_service_e2e import require_programs, scratch  # noqa: F401 (fixture)
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow]

@@ -7,8 +7,8 @@ import shutil
 
 import pytest
 
-from alloclab import experiment_file as xf
-from alloclab import profile as prof
+from alloclab.workloads import experiment_file as xf
+from alloclab.measure import profile as prof
 from conftest import require_allocator
 from test_service_e2e import require_programs, scratch  # noqa: F401  (scratch is a fixture)
 

@@ -14,8 +14,8 @@ from pathlib import Path
 
 import pytest
 
-from alloclab import verify
-from alloclab.variants import installed_variants, parse_variant
+from alloclab.measure import verify
+from alloclab.catalog.variants import installed_variants, parse_variant
 from conftest import require_allocator
 
 pytestmark = pytest.mark.e2e

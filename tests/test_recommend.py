@@ -10,12 +10,12 @@ from pathlib import Path
 from types import SimpleNamespace
 
 
-from alloclab import catalog as cat
-from alloclab.analysis import analyze
-from alloclab.measure import RunResult
-from alloclab.metrics import STANDARD, MetricDef
-from alloclab.recommend import pareto_front, recommend
-from alloclab.store import Store
+from alloclab.catalog import allocators as cat
+from alloclab.stats.analysis import analyze
+from alloclab.measure.run import RunResult
+from alloclab.workloads.metrics import STANDARD, MetricDef
+from alloclab.stats.recommend import pareto_front, recommend
+from alloclab.store.db import Store
 
 JEMALLOC = "/usr/lib/x86_64-linux-gnu/libjemalloc.so.2"
 MIMALLOC = "/usr/lib/x86_64-linux-gnu/libmimalloc.so.2"

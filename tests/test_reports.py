@@ -14,14 +14,14 @@ import subprocess
 
 import pytest
 
-from alloclab import catalog as cat
-from alloclab import stats
-from alloclab.analysis import analyze
+from alloclab.catalog import allocators as cat
+from alloclab.stats import estimates as stats
+from alloclab.stats.analysis import analyze
 from alloclab.errors import AlloclabError
 from alloclab.report import Options, export, format_for, write_report
 from alloclab.report.common import full_delta
 from alloclab.report.diff import diff_experiments
-from alloclab.store import Store
+from alloclab.store.db import Store
 from conftest import ALLOCLAB, require_allocator
 from test_recommend import JEMALLOC, THREE, synthetic, variant
 
@@ -132,7 +132,7 @@ def test_every_format_of_a_real_experiment(real):
 
 @pytest.mark.e2e
 def test_experiments_lists_the_history(real):
-    from alloclab.cli_reports import _listing
+    from alloclab.cli.reports import _listing
 
     p = alloclab(real["db"], "experiments")
     lines = [x for x in p.stdout.splitlines() if "glibc-mmap0, jemalloc" in x]
@@ -167,7 +167,7 @@ def test_diff_of_two_real_experiments(real):
 
 @pytest.mark.e2e
 def test_bad_input_is_a_clear_error(real, tmp_path):
-    from alloclab.cli_reports import open_store
+    from alloclab.cli.reports import open_store
 
     p = alloclab(real["db"], "report", "99", check=False)
     assert p.returncode == 2 and "No experiment 99" in p.stderr and "alloclab experiments" in p.stderr
@@ -311,7 +311,7 @@ def test_diff_needs_a_shared_workload_and_label(tmp_path):
 def test_an_experiment_without_runs_still_reports(tmp_path):
     from types import SimpleNamespace
 
-    from alloclab.metrics import STANDARD
+    from alloclab.workloads.metrics import STANDARD
     from test_recommend import MACHINE
 
     store = Store(tmp_path / "e.db")

@@ -8,8 +8,8 @@ import sys
 
 import pytest
 
-from alloclab import plan
-from alloclab.store import SCHEMA_VERSION
+from alloclab.plan import schedule as plan
+from alloclab.store.db import SCHEMA_VERSION
 
 
 def test_schedule_blocks_hold_every_cell_once_in_a_seeded_order():

@@ -20,12 +20,12 @@ from pathlib import Path
 import psutil
 import pytest
 
-from alloclab import experiment_file as xf
-from alloclab import service
+from alloclab.workloads import experiment_file as xf
+from alloclab.measure import service
 from alloclab.errors import AlloclabError
-from alloclab.runner import Experiment, Settings
-from alloclab.store import Store
-from alloclab.variants import parse_variants
+from alloclab.measure.runner import Experiment, Settings
+from alloclab.store.db import Store
+from alloclab.catalog.variants import parse_variants
 from conftest import ALLOCLAB, require_allocator
 
 pytestmark = pytest.mark.e2e

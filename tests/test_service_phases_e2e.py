@@ -17,9 +17,9 @@ from pathlib import Path
 
 import pytest
 
-from alloclab import service
+from alloclab.measure import service
 from alloclab.errors import AlloclabError
-from alloclab.store import Store
+from alloclab.store.db import Store
 from conftest import ALLOCLAB, PROGRAMS, require_allocator
 from test_service_e2e import assert_torn_down, run_file, scratch, summary  # noqa: F401
 

@@ -9,8 +9,8 @@ import os
 import pytest
 import typer
 
-from alloclab import readback
-from alloclab.variants import parse_variant
+from alloclab.measure import readback
+from alloclab.catalog.variants import parse_variant
 from conftest import require_allocator
 
 pytestmark = pytest.mark.e2e
@@ -119,7 +119,7 @@ SHARED = ("allocator", "runs", "warmup", "timeout", "seed", "no_verify", "db", "
 
 
 def test_compare_suite_and_run_share_their_options():
-    from alloclab import cli
+    from alloclab.cli import core as cli
     cli._register_commands()
     group = typer.main.get_command(cli.app)
     commands = {name: {p.name: p for p in group.commands[name].params} for name in ("compare", "suite", "run")}

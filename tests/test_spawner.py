@@ -6,7 +6,8 @@ from __future__ import annotations
 import os
 import threading
 
-from alloclab import measure, spawner
+from alloclab.measure import run as measure
+from alloclab.measure import spawner
 
 
 def test_argv_env_and_directory_reach_the_program(tmp_path):

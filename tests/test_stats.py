@@ -12,7 +12,7 @@ from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 from scipy import stats as sp
 
-from alloclab import stats as S
+from alloclab.stats import estimates as S
 
 _IV = r"\[([+-]\d+\.\d|[+-]?inf|nan), ([+-]\d+\.\d|[+-]?inf|nan)\]|\[n/a\]"
 FORMAT_RE = re.compile(

@@ -21,7 +21,7 @@ import time
 
 import pytest
 
-from alloclab.store import Store
+from alloclab.store.db import Store
 
 KILLS = 8
 

@@ -7,7 +7,7 @@ import subprocess
 
 import pytest
 
-from alloclab import cbuild
+from alloclab.workloads import build as cbuild
 from alloclab.workloads import builtin
 from conftest import ALLOCLAB
 

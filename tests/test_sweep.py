@@ -6,12 +6,12 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from alloclab import sweep
-from alloclab.analysis import analyze
+from alloclab.plan import sweep
+from alloclab.stats.analysis import analyze
 from alloclab.errors import AlloclabError
-from alloclab.store import Experiment
-from alloclab.variants import parse_variant, parse_variants
-from alloclab.workload import Workload
+from alloclab.store.db import Experiment
+from alloclab.catalog.variants import parse_variant, parse_variants
+from alloclab.workloads.command import Workload
 
 
 def texts(spec: str) -> list[str]:

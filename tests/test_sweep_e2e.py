@@ -10,12 +10,13 @@ import os
 import pytest
 from rich.console import Console
 
-from alloclab import cli_app, sweep
-from alloclab.analysis import analyze
-from alloclab.cli_sweep import render_sweeps
-from alloclab.metrics import MetricDef
-from alloclab.runner import Settings
-from alloclab.store import Store
+from alloclab.cli import app as cli_app
+from alloclab.plan import sweep
+from alloclab.stats.analysis import analyze
+from alloclab.cli.sweep import render_sweeps
+from alloclab.workloads.metrics import MetricDef
+from alloclab.measure.runner import Settings
+from alloclab.store.db import Store
 from alloclab.workloads import builtin
 from conftest import require_allocator
 

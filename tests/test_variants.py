@@ -5,9 +5,9 @@ from __future__ import annotations
 import pytest
 from hypothesis import given, strategies as st
 
-from alloclab import catalog as cat
+from alloclab.catalog import allocators as cat
 from alloclab.errors import AlloclabError
-from alloclab.variants import expand_size, parse_variant, parse_variants
+from alloclab.catalog.variants import expand_size, parse_variant, parse_variants
 from conftest import installed_allocators, require_allocator
 
 

@@ -7,7 +7,7 @@ import json
 
 import pytest
 
-from alloclab.analysis import analyze
+from alloclab.stats.analysis import analyze
 from alloclab.report.common import answers
 from alloclab.workloads import builtin
 

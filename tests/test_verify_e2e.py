@@ -8,8 +8,8 @@ import stat
 
 import pytest
 
-from alloclab import verify
-from alloclab.variants import parse_variant
+from alloclab.measure import verify
+from alloclab.catalog.variants import parse_variant
 from alloclab.errors import AlloclabError
 from conftest import installed_allocators, require_allocator
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-from ..errors import AlloclabError
+from alloclab.errors import AlloclabError
 
 FORMS = ("tcp://HOST:PORT (a running Dask scheduler), ssh://COORDINATOR,HOST1,HOST2,... (alloclab starts "
          "a Dask SSHCluster: the scheduler on the first host, one worker on each of the others) or local:N "

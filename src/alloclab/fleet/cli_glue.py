@@ -8,7 +8,7 @@ from typing import Optional
 
 import typer
 
-from ..errors import AlloclabError
+from alloclab.errors import AlloclabError
 
 FleetOption = typer.Option(None, "--fleet", metavar="ADDRESS",
                            help="Run on a Dask fleet: tcp://HOST:PORT, ssh://COORDINATOR,HOST1,... or local:N (docs/fleet.md).")
@@ -22,7 +22,7 @@ def check(fleet: Optional[str], mode: str, **unsupported) -> None:
     """Refuse, before anything runs, what a fleet run cannot do yet."""
     if not fleet:
         return
-    from .address import check_mode, parse
+    from alloclab.fleet.address import check_mode, parse
     parse(fleet)
     check_mode(mode)
     named = [k for k, v in unsupported.items() if v]
@@ -33,10 +33,10 @@ def check(fleet: Optional[str], mode: str, **unsupported) -> None:
 
 def run(store, fleet: str, mode: str, require_all: bool, kind: str, inputs: dict, variant_specs: list[str],
         settings, note) -> int:
-    from ..variants import parse_variants
-    from .address import parse
-    from .client import FleetRun
-    from .spec import SessionSpec, portable
+    from alloclab.catalog.variants import parse_variants
+    from alloclab.fleet.address import parse
+    from alloclab.fleet.client import FleetRun
+    from alloclab.fleet.spec import SessionSpec, portable
     if mode == "split" and getattr(settings, "until_decided", False):
         raise AlloclabError("--fleet-mode split shares out a fixed number of blocks: give --runs N (each host then "
                             "runs its share). Measuring until decided works with --fleet-mode per-host, where each "
@@ -48,5 +48,5 @@ def run(store, fleet: str, mode: str, require_all: bool, kind: str, inputs: dict
 
 
 def show_hosts(store, exp_id: int, console, min_effect: float = 0.0) -> None:
-    from .report import render_hosts
+    from alloclab.fleet.report import render_hosts
     render_hosts(store.load(exp_id), console, min_effect=min_effect)

@@ -17,14 +17,14 @@ import uuid
 from dataclasses import dataclass, field
 from typing import Callable
 
-from .. import __version__
-from ..errors import AlloclabError, Interrupted
-from ..store import Store
-from . import hosts as H
-from .address import FleetAddress
-from .cluster import RESOURCE, open_client
-from .merge import combine_verifications, merge_session, update_experiment
-from .spec import SessionSpec
+from alloclab import __version__
+from alloclab.errors import AlloclabError, Interrupted
+from alloclab.store.db import Store
+from alloclab.fleet import hosts as H
+from alloclab.fleet.address import FleetAddress
+from alloclab.fleet.cluster import RESOURCE, open_client
+from alloclab.fleet.merge import combine_verifications, merge_session, update_experiment
+from alloclab.fleet.spec import SessionSpec
 
 PREFLIGHT_TIMEOUT_S = 180
 RETURN_GRACE_S = 30        # how long a dead worker's nanny has to bring it back
@@ -70,7 +70,7 @@ class FleetRun:
     # --- hosts -----------------------------------------------------------------------------
 
     def _preflight(self, client) -> list[Host]:
-        from .worker import preflight
+        from alloclab.fleet.worker import preflight
         info = _workers(client)
         futures, left_out = {}, {}
         for addr, w in info.items():
@@ -142,7 +142,7 @@ class FleetRun:
         return f"alloclab-{self.token}-e{self.exp_id}"
 
     def _submit(self, client, t: Task) -> None:
-        from .worker import run_session
+        from alloclab.fleet.worker import run_session
         key = t.key if t.attempt == 1 else f"{t.key}-try{t.attempt}"
         t.future = client.submit(run_session, t.spec.to_json(), t.host.label, key, key=key, pure=False,
                                  workers=[t.host.address], allow_other_workers=False, resources={RESOURCE: 1})
@@ -241,7 +241,7 @@ class FleetRun:
     def _stop(self, client, tasks: list[Task]) -> None:
         """Ctrl-C: every session stops and hands back its runs; what does not come back in time is cancelled."""
         from distributed import wait
-        from .worker import stop_sessions
+        from alloclab.fleet.worker import stop_sessions
         self.note("fleet: stopping every session; keeping the runs they hand back")
         # A finished task whose merge the Ctrl-C cut short (rolled back) is taken again below.
         open_tasks = [t for t in tasks if t.future is not None and not t.taken]

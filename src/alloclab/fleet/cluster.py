@@ -5,8 +5,8 @@ from __future__ import annotations
 import contextlib
 import logging
 
-from ..errors import AlloclabError
-from .address import FleetAddress
+from alloclab.errors import AlloclabError
+from alloclab.fleet.address import FleetAddress
 
 RESOURCE = "alloclab"           # one per worker; every task asks for it: two benchmarks never share a host
 CONNECT_TIMEOUT_S = 30

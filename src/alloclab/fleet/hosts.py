@@ -8,8 +8,8 @@ from __future__ import annotations
 
 import dataclasses
 
-from ..errors import AlloclabError
-from ..store import Experiment
+from alloclab.errors import AlloclabError
+from alloclab.store.db import Experiment
 
 # What makes two hosts the same machine for split mode (and what may explain a difference).
 FINGERPRINT = ("cpu_model", "cores", "usable_cores", "memory_total_mb", "kernel", "os", "glibc", "allocators",
@@ -109,7 +109,7 @@ def host_effects(analyses: dict[str, object], alpha: float = 0.05) -> list[str]:
     """Split mode's check that the hosts are interchangeable: per workload and variant, the primary
     metric on each host against the first host (Mann-Whitney, bootstrap interval of the ratio of
     medians, Holm across every such check). A line per significant difference; [] when none."""
-    from .. import stats
+    from alloclab.stats import estimates as stats
     hosts = list(analyses)
     first = analyses[hosts[0]]
     checks, where = [], []

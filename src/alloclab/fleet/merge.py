@@ -11,7 +11,7 @@ import json
 import tempfile
 from pathlib import Path
 
-from ..store import Store
+from alloclab.store.db import Store
 
 VERIFICATION_RANK = {"ineffective": 2, "unknown": 1, "verified": 0}
 

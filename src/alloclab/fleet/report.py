@@ -6,10 +6,10 @@ from __future__ import annotations
 from rich.console import Console, Group
 from rich.text import Text
 
-from ..analysis import analyze
-from ..report import terminal
-from ..store import Experiment
-from . import hosts as H
+from alloclab.stats.analysis import analyze
+from alloclab.report import terminal
+from alloclab.store.db import Experiment
+from alloclab.fleet import hosts as H
 
 
 def render_hosts(e: Experiment, console: Console, min_effect: float = 0.0, details: bool = False) -> None:

@@ -15,11 +15,11 @@ import threading
 import time
 from pathlib import Path
 
-from ..errors import AlloclabError
-from ..runner import Experiment, Progress
-from ..store import Store
-from ..variants import parse_variants
-from .spec import SessionSpec, build_workloads
+from alloclab.errors import AlloclabError
+from alloclab.measure.runner import Experiment, Progress
+from alloclab.store.db import Store
+from alloclab.catalog.variants import parse_variants
+from alloclab.fleet.spec import SessionSpec, build_workloads
 
 ORPHAN_POLL_S = 0.2
 

@@ -12,8 +12,8 @@ import json
 from dataclasses import dataclass
 from typing import Callable
 
-from ..errors import AlloclabError
-from ..runner import Settings
+from alloclab.errors import AlloclabError
+from alloclab.measure.runner import Settings
 
 
 @dataclass
@@ -38,23 +38,24 @@ class SessionSpec:
 
 
 def _compare(inputs: dict):
-    from .. import sweep
-    from ..metrics import parse_metric_option
+    from alloclab.plan import sweep
+    from alloclab.workloads.metrics import parse_metric_option
     metrics = [parse_metric_option(m) for m in inputs["metric"]]
     return sweep.command_workloads(inputs["command"], sweep.expand_params(inputs["param"]), metrics,
                                    inputs["shell"]), None
 
 
 def _suite(inputs: dict):
-    from .. import sweep
+    from alloclab.plan import sweep
     return sweep.builtin_workloads(inputs["workload"], sweep.expand_params(inputs["param"]), inputs["quick"]), None
 
 
 def _run(inputs: dict):
     import dataclasses as dc
 
-    from .. import experiment_file, service
-    from ..cli_service import _params
+    from alloclab.workloads import experiment_file
+    from alloclab.measure import service
+    from alloclab.cli.service import _params
     ef = experiment_file.resolve(inputs["target"])
     ef.check_requirements()
     params = ef.with_params(_params(inputs["param"]))
@@ -72,7 +73,7 @@ def portable(kind: str, inputs: dict) -> dict:
     (./prog, my-experiment.toml) made absolute. The file must exist at that path on every host."""
     from pathlib import Path
 
-    from ..experiment_file import RECIPE_PREFIX
+    from alloclab.workloads.experiment_file import RECIPE_PREFIX
     out = dict(inputs)
     if kind == "run" and not out["target"].startswith(RECIPE_PREFIX):
         out["target"] = str(Path(out["target"]).resolve())
@@ -93,8 +94,8 @@ def build_workloads(spec: SessionSpec):
 
 def host_problems(spec: SessionSpec) -> list[str]:
     """Why this host cannot run the spec (allocators missing with their apt line, programs absent)."""
-    from .. import cbuild
-    from ..variants import parse_variant
+    from alloclab.workloads import build as cbuild
+    from alloclab.catalog.variants import parse_variant
     problems = []
     for v in spec.variants:
         try:
@@ -105,10 +106,10 @@ def host_problems(spec: SessionSpec) -> list[str]:
         if spec.kind == "suite":
             cbuild.compiler()
         elif spec.kind == "compare":
-            from ..verify import resolve_command
+            from alloclab.measure.verify import resolve_command
             resolve_command(spec.inputs["command"][0] if not spec.inputs["shell"] else "sh")
         elif spec.kind == "run":
-            from .. import experiment_file
+            from alloclab.workloads import experiment_file
             experiment_file.resolve(spec.inputs["target"]).check_requirements()
     except AlloclabError as exc:
         problems.append(str(exc))

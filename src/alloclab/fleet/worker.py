@@ -17,7 +17,7 @@ import tempfile
 import threading
 from pathlib import Path
 
-from .. import __version__
+from alloclab import __version__
 
 _sessions: dict[int, subprocess.Popen] = {}
 _lock = threading.Lock()
@@ -33,9 +33,9 @@ def _clean_env() -> dict[str, str]:
 
 
 def preflight(spec_json: str) -> dict:
-    from .. import machine
-    from ..variants import parse_variant
-    from .spec import SessionSpec, host_problems
+    from alloclab.measure import machine
+    from alloclab.catalog.variants import parse_variant
+    from alloclab.fleet.spec import SessionSpec, host_problems
     spec = SessionSpec.from_json(spec_json)
     problems = host_problems(spec)
     variants = []

@@ -12,10 +12,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from ..errors import AlloclabError
+from alloclab.errors import AlloclabError
 
 if TYPE_CHECKING:  # the CLI imports this package at start; the statistics load when a report is made
-    from ..analysis import Analysis
+    from alloclab.stats.analysis import Analysis
 
 # format -> module in this package
 FORMATS = {"terminal": "terminal", "md": "markdown", "html": "html", "json": "jsonout", "csv": "csvout"}

@@ -25,8 +25,8 @@ from matplotlib.collections import LineCollection  # noqa: E402
 from matplotlib.figure import Figure  # noqa: E402
 from matplotlib.ticker import FuncFormatter  # noqa: E402
 
-from ..analysis import Analysis, MetricRow  # noqa: E402
-from ..recommend import Choice  # noqa: E402
+from alloclab.stats.analysis import Analysis, MetricRow  # noqa: E402
+from alloclab.stats.recommend import Choice  # noqa: E402
 
 # Beyond this many dots per variant they are drawn as one embedded bitmap inside the SVG: the
 # chart stays one self-contained element and renders fast at 10,000 runs.

@@ -5,8 +5,8 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 
-from .. import stats
-from ..analysis import DEFAULT_STANDARD, Analysis, MetricRow
+from alloclab.stats import estimates as stats
+from alloclab.stats.analysis import DEFAULT_STANDARD, Analysis, MetricRow
 
 STATUS_MARK = {"verified": "verified", "ineffective": "INEFFECTIVE", "unknown": "unknown"}
 

@@ -7,7 +7,7 @@ from __future__ import annotations
 import csv
 import io
 
-from ..analysis import Analysis
+from alloclab.stats.analysis import Analysis
 
 SUFFIX = ".csv"
 RUN_COLUMNS = ("experiment", "workload_idx", "workload", "variant_idx", "variant", "allocator", "version",
@@ -42,7 +42,7 @@ def export(a: Analysis, options=None) -> str:
 
 
 def _verdicts(a: Analysis) -> dict[tuple[int, int], list[str]]:
-    from .common import primary_comparisons
+    from alloclab.report.common import primary_comparisons
     out = {}
     pct = lambda r: _number((r - 1) * 100) if r == r else ""  # noqa: E731
     for w, row, vi, c in primary_comparisons(a):

@@ -12,12 +12,12 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
-from .. import stats
-from .jsonout import json_safe
-from ..analysis import DEFAULT_STANDARD
-from ..errors import AlloclabError
-from ..store import Experiment
-from .common import fmt_value, full_delta, verdict_word
+from alloclab.stats import estimates as stats
+from alloclab.report.jsonout import json_safe
+from alloclab.stats.analysis import DEFAULT_STANDARD
+from alloclab.errors import AlloclabError
+from alloclab.store.db import Experiment
+from alloclab.report.common import fmt_value, full_delta, verdict_word
 
 VERDICT_STYLE = {"better": "green", "worse": "red", "equivalent": "cyan", "undecided": "yellow"}
 # What may differ between two experiments and explain a change.
@@ -192,7 +192,7 @@ def render_terminal(d: Diff, console: Console) -> None:
 
 
 def render_markdown(d: Diff) -> str:
-    from .markdown import table
+    from alloclab.report.markdown import table
     out = [f"## alloclab diff: B = {_title(d)} = A", ""]
     if d.changes:
         out += ["What changed:", ""] + [f"- {what}: {va} -> {vb}" for what, va, vb in d.changes] + [""]

@@ -11,12 +11,13 @@ from datetime import datetime, timezone
 
 import jinja2
 
-from .. import __version__
-from ..analysis import Analysis
-from ..recommend import RSS_METRIC, Recommendation, recommend
-from . import charts
-from .common import (allocator_lines, failed_run_lines, fmt_value, full_delta, metadata, shown_rows,
-                     variant_order, verdict_word, answers, statistics_line, verification_rows, verification_summary, warning_groups)
+from alloclab import __version__
+from alloclab.stats.analysis import Analysis
+from alloclab.stats.recommend import RSS_METRIC, Recommendation, recommend
+from alloclab.report import charts
+from alloclab.report.common import (allocator_lines, failed_run_lines, fmt_value, full_delta, metadata,
+    shown_rows, variant_order, verdict_word, answers, statistics_line, verification_rows,
+    verification_summary, warning_groups)
 
 SUFFIX = ".html"
 

@@ -9,11 +9,11 @@ import json
 import math
 import uuid
 
-from .. import __version__
-from ..analysis import Analysis
-from ..recommend import recommend
-from ..store import Experiment
-from .common import answers, full_delta, statistics_line, verification_summary
+from alloclab import __version__
+from alloclab.stats.analysis import Analysis
+from alloclab.stats.recommend import recommend
+from alloclab.store.db import Experiment
+from alloclab.report.common import answers, full_delta, statistics_line, verification_summary
 
 SUFFIX = ".json"
 

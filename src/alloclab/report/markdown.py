@@ -5,10 +5,11 @@ Columns are padded so the raw text reads as well in a plain-text mail as rendere
 
 from __future__ import annotations
 
-from ..analysis import Analysis
-from ..recommend import Choice, recommend
-from .common import (allocator_lines, answers, failed_run_lines, fmt_value, full_delta, metadata, shown_rows,
-                     variant_order, verdict_word, verification_rows, verification_summary, warning_groups)
+from alloclab.stats.analysis import Analysis
+from alloclab.stats.recommend import Choice, recommend
+from alloclab.report.common import (allocator_lines, answers, failed_run_lines, fmt_value, full_delta,
+    metadata, shown_rows, variant_order, verdict_word, verification_rows, verification_summary,
+    warning_groups)
 
 SUFFIX = ".md"
 

@@ -8,9 +8,10 @@ from rich.console import Console, Group
 from rich.table import Table
 from rich.text import Text
 
-from ..analysis import DEFAULT_STANDARD, Analysis
-from ..recommend import Recommendation, recommend
-from .common import answers, runs_line, delta_text, failed_run_lines, fmt_value, metric_title, statistics_line, warning_groups
+from alloclab.stats.analysis import DEFAULT_STANDARD, Analysis
+from alloclab.stats.recommend import Recommendation, recommend
+from alloclab.report.common import (answers, runs_line, delta_text, failed_run_lines, fmt_value,
+    metric_title, statistics_line, warning_groups)
 
 STATUS_STYLE = {"verified": "green", "ineffective": "bold red", "unknown": "yellow"}
 VERDICT_STYLE = {"better": "green", "worse": "red", "equivalent": "cyan", "undecided": "yellow"}

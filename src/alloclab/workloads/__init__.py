@@ -1,1 +1,5 @@
-"""Workloads: the built-in C programs (builtin.py); commands and services live beside."""
+"""Workloads: what to run, described as data.
+
+In: built-in program names, a command line, an experiment file or a recipe. Out: Workloads
+(argv, metrics to read, parameters) and, for services, the parsed server, clients and phases.
+"""

@@ -13,10 +13,10 @@ import tomllib
 from dataclasses import dataclass
 from importlib import resources
 
-from .. import cbuild
-from ..errors import AlloclabError
-from ..metrics import MetricDef
-from ..workload import Workload
+from alloclab.workloads import build as cbuild
+from alloclab.errors import AlloclabError
+from alloclab.workloads.metrics import MetricDef
+from alloclab.workloads.command import Workload
 
 _NUMBER = re.compile(r"^\d+(\.\d+)?[KMG]?$", re.IGNORECASE)
 ZERO_ALLOWED = {"seed", "extra-work", "no-release", "keep-threads", "warmup"}

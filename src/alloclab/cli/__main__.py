@@ -1,0 +1,3 @@
+from alloclab.cli import main
+
+main()

@@ -1,0 +1,159 @@
+"""Commands that look at stored results: report, experiments, diff."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+from typing import Optional
+
+import typer
+from rich.table import Table
+
+from alloclab.cli.app import DbOption, app, console, err, percent, percent_or_none
+from alloclab.errors import AlloclabError
+from alloclab.fleet import hosts as fleet_hosts
+from alloclab.report import FORMATS, Options, write_report
+from alloclab.store.db import Store
+
+FORMAT_HELP = f"One of: {', '.join(FORMATS)}."
+
+
+def open_store(db: Path) -> Store:
+    if not db.exists():
+        raise AlloclabError(f"No database at {db}. Give the path of one with --db (alloclab compare and "
+                            f"alloclab suite write alloclab.db in the current directory by default).")
+    return Store(db)
+
+
+def _load_ref(store: Store, ref: str):
+    """ID, or ID@HOST: one host's runs of a fleet experiment, so that hosts can be diffed."""
+    exp, host = fleet_hosts.parse_ref(ref)
+    e = store.load(exp)
+    return fleet_hosts.for_host(e, host) if host else e
+
+
+def budget(text: str | None) -> float | None:
+    return None if text is None else percent(text)
+
+
+@app.command()
+def report(
+    experiment: Optional[int] = typer.Argument(None, help="Experiment id (default: the latest)."),
+    db: Path = DbOption,
+    fmt: str = typer.Option("terminal", "--format", "-f", help=FORMAT_HELP),
+    output: Optional[Path] = typer.Option(None, "--output", "-o", help="Write the report to FILE (default: stdout)."),
+    details: bool = typer.Option(False, "--details", help="Show every standard measure."),
+    baseline: Optional[str] = typer.Option(None, "--baseline", help="Variant label to compare against."),
+    min_effect: Optional[str] = typer.Option(None, "--min-effect", help="Equivalence margin (default: the experiment's, else 2%)."),
+    max_rss_increase: Optional[str] = typer.Option(
+        None, "--max-rss-increase", help="Memory budget of the recommendation, e.g. 10% (default: none)."),
+    export_json: Optional[Path] = typer.Option(None, "--export-json", help="Also write the JSON report here."),
+) -> None:
+    """Show a stored experiment as a terminal table, Markdown, HTML, JSON or CSV, with a recommendation."""
+    from alloclab.stats.analysis import analyze
+
+    store = open_store(db)
+    e = store.load(experiment)
+    if output is None and fmt == "html" and sys.stdout.isatty():
+        output = Path(f"alloclab-report-{e.id}.html")  # a page of SVG is no use on a terminal
+    a = analyze(e, baseline=baseline, min_effect=percent_or_none(min_effect))
+    options = Options(details=details, max_rss_increase=budget(max_rss_increase))
+    written = write_report(a, fmt, output, options, console=console)
+    if fmt == "terminal" and output is None and fleet_hosts.hosts_of(e):
+        from alloclab.fleet.report import render_hosts
+        render_hosts(e, console, min_effect=a.min_effect, details=details)
+    if export_json:
+        write_report(a, "json", export_json, options)
+    for path in (written, export_json):
+        if path:
+            err.print(f"Report written to {path}", highlight=False)
+
+
+def _listing(store: Store) -> list[dict]:
+    """One row per experiment, counted in SQL so that a long history lists fast."""
+    q = store.db.execute
+    variants: dict[int, list[str]] = {}
+    for r in q("SELECT experiment_id, label FROM variants ORDER BY experiment_id, idx"):
+        variants.setdefault(r[0], []).append(r[1])
+    workloads = dict(q("SELECT experiment_id, count(*) FROM workloads GROUP BY experiment_id").fetchall())
+    runs = {r[0]: (r[1], r[2]) for r in q(
+        "SELECT experiment_id, count(*), sum(status = 'ok') FROM runs WHERE warmup = 0 GROUP BY experiment_id")}
+    out = []
+    for row in store.experiments():
+        machine = json.loads(row["machine"])
+        total, ok = runs.get(row["id"], (0, 0))
+        out.append({"id": row["id"], "date": row["created"], "kind": row["kind"], "status": row["status"],
+                    "title": row["title"], "workloads": workloads.get(row["id"], 0),
+                    "variants": variants.get(row["id"], []), "runs": total, "runs_ok": ok or 0,
+                    "host": machine.get("host", ""), "kernel": machine.get("kernel", ""),
+                    "glibc": machine.get("glibc", "")})
+    return out
+
+
+@app.command()
+def experiments(
+    db: Path = DbOption,
+    as_json: bool = typer.Option(False, "--json", help="Print the list as JSON."),
+) -> None:
+    """List stored experiments: id, date, command or recipe, variants, runs, host."""
+    rows = _listing(open_store(db))
+    if as_json:
+        console.print_json(json.dumps(rows))
+        return
+    if not rows:
+        console.print(f"No experiments in {db} yet. Run `alloclab compare -- CMD` or `alloclab suite`.")
+        return
+    t = Table(title=f"Experiments in {db}", title_justify="left")
+    for col in ("id", "date (UTC)", "kind", "status", "command / recipe", "variants", "runs ok/total", "host"):
+        t.add_column(col, justify="right" if col in ("id", "runs ok/total") else "left")
+    status_style = {"complete": "green", "interrupted": "yellow", "failed": "red", "running": "yellow"}
+    for r in rows:
+        title = r["title"] if len(r["title"]) <= 60 else r["title"][:57] + "..."
+        if r["workloads"] > 1:
+            title += f" ({r['workloads']} workloads)"
+        t.add_row(str(r["id"]), r["date"].replace("T", " ")[:16], r["kind"],
+                  f"[{status_style.get(r['status'], '')}]{r['status']}[/]", title, ", ".join(r["variants"]),
+                  f"{r['runs_ok']}/{r['runs']}", f"{r['host']} ({r['kernel']}, glibc {r['glibc']})")
+    console.print(t)
+    console.print("Show one with `alloclab report ID`; compare two with `alloclab diff A B`.", style="dim")
+
+
+@app.command()
+def diff(
+    a: str = typer.Argument(..., metavar="A", help="Experiment id of the reference; ID@HOST for one host of a fleet experiment."),
+    b: str = typer.Argument(..., metavar="B", help="Experiment id to compare against A; ID@HOST for one host of a fleet experiment."),
+    db: Path = DbOption,
+    db_b: Optional[Path] = typer.Option(None, "--db-b", help="Database of B, when it was measured elsewhere."),
+    fmt: str = typer.Option("terminal", "--format", "-f", help="One of: terminal, md, json."),
+    output: Optional[Path] = typer.Option(None, "--output", "-o", help="Write to FILE (default: stdout)."),
+    details: bool = typer.Option(False, "--details", help="Compare every standard measure."),
+    min_effect: str = typer.Option("2%", "--min-effect", help="Equivalence margin of the comparisons."),
+) -> None:
+    """Compare two experiments of the same workload (another day, machine or allocator version)."""
+    if fmt not in ("terminal", "md", "json"):
+        raise AlloclabError(f"Unknown diff format '{fmt}'; choose terminal, md or json.")
+    from alloclab.report.diff import diff_experiments, render_json, render_markdown, render_terminal
+
+    ea, eb = (_load_ref(open_store(path), ref) for path, ref in ((db, a), (db_b or db, b)))
+    d = diff_experiments(ea, eb, min_effect=percent(min_effect), details=details)
+    if fmt == "terminal" and output is None:
+        render_terminal(d, console)
+        return
+    if fmt == "terminal":
+        import io
+
+        from rich.console import Console
+        buf = io.StringIO()
+        render_terminal(d, Console(file=buf, width=160, color_system=None))
+        text = buf.getvalue()
+    else:
+        text = render_markdown(d) if fmt == "md" else render_json(d)
+    if output is None:
+        typer.echo(text, nl=False)
+        return
+    try:
+        output.write_text(text)
+    except OSError as exc:
+        raise AlloclabError(f"Cannot write {output}: {exc.strerror}. Give a writable path with -o.") from None
+    err.print(f"Diff written to {output}", highlight=False)

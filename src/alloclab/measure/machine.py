@@ -1,0 +1,99 @@
+"""What the machine looked like: recorded with every experiment, read-only (we change nothing)."""
+
+from __future__ import annotations
+
+import functools
+import os
+import platform
+import re
+import socket
+import subprocess
+from datetime import datetime, timezone
+from pathlib import Path
+
+from alloclab import __version__
+from alloclab.catalog import allocators as cat
+
+
+def _read(path: str) -> str | None:
+    try:
+        return Path(path).read_text().strip()
+    except OSError:
+        return None
+
+
+def cpu_model() -> str:
+    text = _read("/proc/cpuinfo") or ""
+    m = re.search(r"^model name\s*:\s*(.+)$", text, re.MULTILINE)
+    return m.group(1).strip() if m else platform.processor() or "unknown"
+
+
+def thp_mode() -> str | None:
+    text = _read("/sys/kernel/mm/transparent_hugepage/enabled")
+    m = re.search(r"\[(\w+)\]", text or "")
+    return m.group(1) if m else text
+
+
+def governor() -> str | None:
+    return _read("/sys/devices/system/cpu/cpu0/cpufreq/scaling_governor")
+
+
+def usable_cores() -> int:
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:
+        return os.cpu_count() or 1
+
+
+def busy_cpu_s() -> float | None:
+    """CPU seconds the whole machine has spent busy since boot (all CPUs, /proc/stat)."""
+    line = (_read("/proc/stat") or "").partition("\n")[0].split()
+    if not line or line[0] != "cpu":
+        return None
+    # user nice system idle iowait irq softirq steal: all but idle and iowait are busy.
+    t = [int(v) for v in line[1:9]]
+    return (sum(t) - t[3] - t[4]) / os.sysconf("SC_CLK_TCK")
+
+
+@functools.cache
+def perf_counters() -> tuple[bool, str]:
+    """Can `perf stat` count hardware events here? Detected once; never an error."""
+    try:
+        out = subprocess.run(["perf", "stat", "-x,", "-e", "instructions", "true"],
+                             capture_output=True, text=True, timeout=20)
+    except FileNotFoundError:
+        return False, "perf is not installed (apt-get install -y linux-perf)"
+    except subprocess.TimeoutExpired:
+        return False, "perf stat timed out"
+    text = out.stderr + out.stdout
+    if out.returncode != 0:
+        return False, f"perf stat failed: {text.strip().splitlines()[-1] if text.strip() else out.returncode}"
+    if "<not supported>" in text or "<not counted>" in text:
+        return False, "this machine exposes no hardware performance counters (perf stat says <not supported>)"
+    return True, "hardware counters available"
+
+
+def snapshot(variants=()) -> dict:
+    ok, why = perf_counters()
+    paranoid = _read("/proc/sys/kernel/perf_event_paranoid")
+    return {
+        "host": socket.gethostname(),
+        "cpu_model": cpu_model(),
+        "cores": os.cpu_count(),
+        "usable_cores": usable_cores(),
+        "kernel": platform.release(),
+        "os": (re.search(r'PRETTY_NAME="([^"]+)"', _read("/etc/os-release") or "") or [None, None])[1],
+        "glibc": cat.glibc_version(),
+        "allocators": {v.label: v.version() for v in variants},
+        "thp": thp_mode(),
+        "thp_defrag": (re.search(r"\[(\w+)\]", _read("/sys/kernel/mm/transparent_hugepage/defrag") or "") or [None, None])[1],
+        "governor": governor(),
+        "perf_counters": ok,
+        "perf_counters_note": why,
+        "perf_event_paranoid": int(paranoid) if paranoid and paranoid.lstrip("-").isdigit() else None,
+        "load_start": list(os.getloadavg()),
+        "memory_total_mb": os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") // (1024 * 1024),
+        "python": platform.python_version(),
+        "alloclab": __version__,
+        "date": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+    }

@@ -1,0 +1,441 @@
+"""Run an experiment: every workload under every variant, in the planned order, stored as it goes."""
+
+from __future__ import annotations
+
+import math
+import os
+import random
+import resource
+import shutil
+import tempfile
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable
+
+from alloclab.stats import decide
+from alloclab.measure import machine
+from alloclab.plan import schedule as plan
+from alloclab.measure import readback
+from alloclab.measure import verify
+from alloclab.errors import AlloclabError, Interrupted
+from alloclab.measure.run import RunInterrupted, RunResult
+from alloclab.workloads.metrics import HW_COUNTERS, STANDARD, extract, output_tail, standard_values
+from alloclab.measure.perfstat import parse_perf_stat
+from alloclab.store.db import Store
+from alloclab.catalog.variants import Variant, removed_from_env
+from alloclab.workloads.command import Workload
+
+
+@dataclass
+class Settings:
+    runs: int = 5
+    warmup: int = 1
+    timeout_s: float | None = None
+    seed: int = 1
+    verify: bool = True
+    kind: str = "compare"
+    title: str = ""
+    until_precise: float | None = None   # stop adding blocks when every CI half-width is below this
+    until_decided: bool = False          # add blocks until every primary comparison has a verdict
+    first_look: int = 10                 # --until-decided: blocks before the first look
+    margin: float = 0.02                 # equivalence margin (--min-effect)
+    alpha: float = 0.05
+    max_runs: int = 50
+    max_seconds: float = 1800.0          # the budget of the adaptive modes
+    extra_config: dict = field(default_factory=dict)   # e.g. the sweep structure, for reports
+
+
+@dataclass
+class Cell:
+    workload_idx: int
+    variant_idx: int
+
+
+@dataclass
+class Progress:
+    """Callbacks the CLI plugs a progress bar into; the runner knows nothing of terminals."""
+
+    start: Callable[[int], None] = lambda total: None
+    advance: Callable[[str], None] = lambda text: None
+    note: Callable[[str], None] = lambda text: None
+
+
+@dataclass
+class Experiment:
+    store: Store
+    workloads: list[Workload]
+    variants: list[Variant]
+    settings: Settings
+    progress: Progress = field(default_factory=Progress)
+    base_env: dict[str, str] = field(default_factory=lambda: dict(os.environ))
+
+    def __post_init__(self) -> None:
+        if self.settings.runs < 1:
+            raise AlloclabError(f"--runs must be at least 1 (got {self.settings.runs}).")
+        if self.settings.warmup < 0:
+            raise AlloclabError(f"--warmup cannot be negative (got {self.settings.warmup}).")
+        if self.settings.until_decided and self.settings.max_runs < 2:
+            raise AlloclabError(f"--max-runs must be at least 2 to decide anything (got {self.settings.max_runs}).")
+        s = self.settings
+        self.design = (decide.Design.sequential(s.first_look, s.max_runs, s.alpha) if s.until_decided
+                       else decide.Design.fixed(s.runs, s.alpha))
+        if self.settings.timeout_s is not None and not self.settings.timeout_s > 0:
+            raise AlloclabError(f"--timeout must be a positive number of seconds (got {self.settings.timeout_s:g}).")
+        self.programs = [w.program() for w in self.workloads]
+        self.cells = [Cell(w, v) for w in range(len(self.workloads)) for v in range(len(self.variants))]
+        self.evidence: dict[tuple[int, int], verify.Evidence] = {}
+        self.found_metric: set[tuple[int, str]] = set()
+        self.perf_ok = machine.perf_counters()[0]
+        self.exp_id: int | None = None
+        self._env_max: dict[int, int] = {}
+        self._last_wall: dict[int, float] = {}
+        self._filler: tuple[int | None, int] = (None, 0)   # (block, its filler): drawn once per block
+        self._env_of: dict[tuple[int, int], tuple[dict[str, str], int]] = {}
+        self._last_pad = 0
+        self._stopped: str | None = None   # why a sequential experiment stopped adding blocks
+        self._measured = self.design.looks[0]
+
+    # --- set-up ----------------------------------------------------------------------------
+
+    def _record_setup(self) -> None:
+        s = self.settings
+        removed = removed_from_env(self.base_env)
+        config = {"runs": self.design.looks[0], "warmup": s.warmup, "until_precise": s.until_precise,
+                  "until_decided": s.until_decided, "budget_s": s.max_seconds if s.until_decided else None,
+                  "max_runs": s.max_runs, "timeout_s": s.timeout_s, "seed": s.seed,
+                  "verify": s.verify, "schedule": "randomized interleaved blocks",
+                  "design": self.design.to_config(), "margin": s.margin,
+                  "env_padding": "ALLOCLAB_PAD: every variant of a block gets the same environment size, "
+                                 "plus a filler of 0-4095 bytes drawn per block",
+                  "removed_env": removed, "perf_counters": self.perf_ok}
+        config.update(s.extra_config)
+        meta = machine.snapshot(self.variants)
+        self.exp_id = self.store.new_experiment(s.kind, s.title or self.workloads[0].name, config, meta)
+        for i, w in enumerate(self.workloads):
+            defs = list(w.metrics) + list(STANDARD) + (list(HW_COUNTERS) if self.perf_ok else [])
+            self.store.add_workload(self.exp_id, i, w.name, w.argv, w.params, w.info, defs)
+        for i, v in enumerate(self.variants):
+            self.store.add_variant(self.exp_id, i, v, meta["allocators"].get(v.label, "unknown"))
+        for c in self.cells:
+            ev = verify.static_check(self.variants[c.variant_idx], self.programs[c.workload_idx])
+            self.evidence[(c.workload_idx, c.variant_idx)] = ev
+        self.config = config
+        self._read_settings_back()
+        if removed:
+            self.progress.note("Removed inherited allocator settings from the environment of every run: "
+                               + ", ".join(f"{k}={v}" for k, v in removed.items()))
+
+    def _read_settings_back(self) -> None:
+        """Untimed, before the first run: each setting as the running allocator reports it."""
+        for vi, v in enumerate(self.variants):
+            results = readback.check(v, v.apply(self.base_env)) if self.settings.verify else []
+            for (_, cvi), ev in self.evidence.items():
+                if cvi != vi:
+                    continue
+                for r in results:
+                    (ev.fail if r.status == readback.INEFFECTIVE else ev.note)(r.line())
+                if v.tunables and not self.settings.verify:
+                    ev.note("settings not read back from the allocator (--no-verify)")
+                for note in v.notes:
+                    ev.note(note)
+
+    # --- one job ---------------------------------------------------------------------------
+
+    def _env(self, w: Workload, v: Variant, job: plan.Job, tmp: Path) -> tuple[dict, Path | None]:
+        cell = self.cells[job.cell]
+        key = (cell.workload_idx, cell.variant_idx)
+        if key not in self._env_of:   # the same for every run of the cell: built once
+            env = v.apply(self.base_env) | w.env
+            self._env_of[key] = env, env_size(env)
+        env, size = self._env_of[key]
+        env = pad_env(env, self._env_target(job), size)
+        perf_file = None
+        if job.verify:
+            env |= verify.ld_debug_env(tmp / "ld")
+        elif self.perf_ok:
+            perf_file = tmp / "perf.csv"
+        return env, perf_file
+
+    def _env_target(self, job: plan.Job) -> int:
+        """The environment size every variant of this job's block gets: the largest variant's, plus a
+        filler drawn per block. A variant's LD_PRELOAD and settings lengthen the environment, which
+        moves the initial stack and can shift timings by itself (Mytkowicz et al., ASPLOS 2009)."""
+        wi = self.cells[job.cell].workload_idx
+        if wi not in self._env_max:
+            w = self.workloads[wi]
+            self._env_max[wi] = max(env_size(v.apply(self.base_env) | w.env) for v in self.variants)
+        if self._filler[0] != job.block:
+            self._filler = (job.block, random.Random(f"{self.settings.seed}-{job.block}").randrange(4096))
+        return self._env_max[wi] + len(PAD_VAR) + 2 + self._filler[1]
+
+    def _check_run(self, cell: Cell, job: plan.Job, result: RunResult, tmp: Path) -> dict:
+        v = self.variants[cell.variant_idx]
+        ev = self.evidence[(cell.workload_idx, cell.variant_idx)]
+        extra: dict = {"load": os.getloadavg()[0], "samples": result.samples, "env_pad": self._last_pad}
+        for refusal in verify.preload_refusals(result.stderr):
+            ev.fail(refusal)
+            extra.setdefault("verification", []).append(refusal)
+        if job.verify:
+            verify.bindings_check(v, tmp / "ld", ev)
+        if not v.is_system:
+            # perf (when it wraps the program) is ours, not the program's.
+            escaped = [p for p in result.processes if p.mapped is False and p.name != "perf"]
+            for p in escaped:
+                ev.fail(f"process {p.name} (pid {p.pid}) ran without {v.library.name} mapped: it escaped the preload")
+            if escaped:
+                extra.setdefault("verification", []).append(f"{len(escaped)} process(es) escaped the preload")
+        return extra
+
+    def _metrics(self, cell: Cell, job: plan.Job, result: RunResult, perf_file: Path | None) -> dict:
+        w = self.workloads[cell.workload_idx]
+        values: dict[str, float] = standard_values(result)
+        if perf_file is not None:
+            values |= parse_perf_stat(perf_file)
+        if result.status != "ok":
+            return values
+        text = result.stdout + "\n" + result.stderr
+        for m in w.metrics:
+            value = extract(m, text)
+            if value is None:
+                if (cell.workload_idx, m.name) not in self.found_metric:
+                    raise AlloclabError(
+                        f"Metric '{m.name}' ({m.source}: {m.pattern}) matched nothing in the output of run "
+                        f"{job.block}.{job.position} ({w.name} under {self.variants[cell.variant_idx].label}). "
+                        f"Fix the pattern so its first group captures the number. Output tail:\n"
+                        + output_tail(text))
+                result.status, result.error = "failed", f"metric {m.name} not found in the output"
+            else:
+                self.found_metric.add((cell.workload_idx, m.name))
+                values[m.name] = value
+        return values
+
+    # --- the whole experiment ----------------------------------------------------------------
+
+    def run(self) -> int:
+        self._record_setup()
+        s = self.settings
+        planner = plan.Planner(len(self.cells), s.seed)
+        jobs = planner.initial(self.design.looks[0], s.warmup, s.verify)
+        self.progress_total = len(jobs)
+        self.progress.start(len(jobs))
+        root = Path(tempfile.mkdtemp(prefix="alloclab-"))
+        block0: list[RunResult] = []
+        status = "complete"
+        prepared: list[Workload] = []
+        started = time.monotonic()
+        try:
+            for w in self.workloads:
+                prepared.append(w)
+                w.executor.prepare()
+            for job in self._jobs(planner, jobs, started):
+                cell = self.cells[job.cell]
+                w, v = self.workloads[cell.workload_idx], self.variants[cell.variant_idx]
+                # A plain command's files (stdout, stderr, perf's counts) are rewritten by every run:
+                # one directory serves them all. Verification (LD_DEBUG writes a file per process)
+                # and executors that keep files of their own get a fresh one.
+                fresh = job.verify or getattr(w.executor, "fresh_workdir", True)
+                tmp = root / (f"run-{job.block}-{job.position}" if fresh else "run")
+                if fresh or not tmp.is_dir():
+                    tmp.mkdir()
+                env, perf_file = self._env(w, v, job, tmp)
+                if perf_file is not None and not fresh:
+                    perf_file.unlink(missing_ok=True)   # never read the previous run's counts
+                self._last_pad = len(env.get(PAD_VAR, ""))
+                self.progress.advance(f"{w.name[:30]} | {v.label}" + (" (warm-up)" if job.warmup else ""))
+                accounts_all_cpu = getattr(w.executor, "accounts_all_cpu", False)
+                # /proc/stat takes a tenth of a millisecond to read, and runs shorter than
+                # OTHER_CPU_MIN_WALL_S cannot tell other work apart anyway: skipped while the
+                # workload's runs are that short.
+                short = self._last_wall.get(cell.workload_idx, math.inf) < OTHER_CPU_MIN_WALL_S / 2
+                busy0 = None if short else machine.busy_cpu_s()
+                ours0 = _our_cpu_s()
+                try:
+                    result = w.executor.execute(env, v.env, tmp, timeout_s=s.timeout_s, perf_file=perf_file,
+                                                mapped_marker=verify.mapped_marker(v))
+                except RunInterrupted as stop:
+                    self._store(cell, job, stop.result, {}, {"interrupted": True})
+                    raise KeyboardInterrupt from None
+                if result.status == "error":
+                    raise AlloclabError(f"Could not start the workload '{w.name}': {result.error}.")
+                extra = self._check_run(cell, job, result, tmp)
+                # A service's load clients (and alloclab itself) are not in the run's own time: take
+                # them out too, so that only work outside the measured tree counts as competition.
+                self._last_wall[cell.workload_idx] = result.wall_s
+                busy1 = machine.busy_cpu_s() if busy0 is not None and result.wall_s >= OTHER_CPU_MIN_WALL_S else None
+                extra["other_cpu"] = _other_cpu(result, busy0, busy1,
+                                                0.0 if accounts_all_cpu else _our_cpu_s() - ours0)
+                values = self._metrics(cell, job, result, perf_file)
+                self._store(cell, job, result, values, extra)
+                if result.status != "ok":
+                    self.progress.note(f"run {job.block}.{job.position} ({w.name} | {v.label}) {result.status}: "
+                                       f"{result.error}")
+                if job.block == 0:
+                    block0.append(result)
+                    if len(block0) == len(self.cells) and all(r.status == "timeout" for r in block0):
+                        raise AlloclabError(
+                            f"Every run of the first block timed out (--timeout {s.timeout_s:g} s), under every "
+                            f"variant: the limit is too short for this command, whatever the allocator (last "
+                            f"error: {result.error}). Raise --timeout or make the workload smaller. The runs "
+                            f"so far are kept in {self.store.path} as experiment {self.exp_id}.")
+                    if len(block0) == len(self.cells) and all(r.status != "ok" for r in block0):
+                        raise AlloclabError(
+                            f"Every run of the first block failed, under every variant: the command itself "
+                            f"is failing, not an allocator. Last error: {result.error}. Stderr tail:\n"
+                            + output_tail(result.stderr))
+                if fresh:
+                    shutil.rmtree(tmp, ignore_errors=True)
+        except KeyboardInterrupt:
+            status = "interrupted"
+            raise Interrupted(
+                f"Interrupted: every child process was stopped and the runs measured so far are kept in "
+                f"{self.store.path} as experiment {self.exp_id}. See them with "
+                f"`alloclab report --db {self.store.path} {self.exp_id}`.") from None
+        except AlloclabError:
+            status = "failed"
+            raise
+        finally:
+            for w in prepared:
+                w.executor.cleanup()
+            self._save_verification()
+            if self.exp_id is not None and self.settings.until_decided:
+                self.store.set_config(self.exp_id, self.config | {"stopped": self._stopped or status,
+                                                                  "runs_done": self._measured})
+            self.store.finish(self.exp_id, status, {"load_end": list(os.getloadavg())})
+            shutil.rmtree(root, ignore_errors=True)
+        return self.exp_id
+
+    def _jobs(self, planner: plan.Planner, jobs: list[plan.Job], started: float):
+        """The planned jobs, then, with --until-decided or --until-precise, more interleaved blocks
+        while needed."""
+        yield from jobs
+        s = self.settings
+        if s.until_decided:
+            yield from self._until_decided(planner, started)
+            return
+        if not s.until_precise:
+            return
+        measured = s.runs
+        while measured < s.max_runs and time.monotonic() - started < s.max_seconds:
+            imprecise = self._imprecise_cells(s.until_precise)
+            if not imprecise:
+                self.progress.note(f"every interval is within ±{s.until_precise:.1%} after {measured} runs")
+                return
+            self.progress.note(f"{len(imprecise)} cell(s) not yet within ±{s.until_precise:.1%}; adding a block")
+            block = planner.block()
+            self.progress_total += len(block)
+            self.progress.start(self.progress_total)
+            yield from block
+            measured += 1
+        self.progress.note(f"stopped at {measured} runs per cell (--max-runs {s.max_runs} / "
+                           f"{s.max_seconds:g} s) before every interval was within ±{s.until_precise:.1%}")
+
+    def _until_decided(self, planner: plan.Planner, started: float):
+        """Blocks until every primary comparison has a verdict, the budget is spent, or --max-runs.
+
+        Looks happen only at the design's planned block counts (see decide.py: each look is tested
+        at alpha/K, so looking cannot inflate the false-positive rate). A decided comparison stops
+        running; a workload whose comparisons are all decided stops, so the budget goes to what is
+        still open. Blocks keep their random order and hold the baseline with every open variant."""
+        from alloclab.stats import analysis
+        s, design = self.settings, self.design
+        base = 0
+        open_: dict[int, set[int]] = {wi: set(range(1, len(self.variants))) for wi in range(len(self.workloads))}
+        measured, block_s, t_block = design.looks[0], 0.0, time.monotonic()
+        self._stopped = "max-runs"
+        while True:
+            if measured in design.looks:
+                a = analysis.analyze(self.store.load(self.exp_id), only_primary=True, min_effect=s.margin,
+                                     workload_idxs={wi for wi, vs in open_.items() if vs})
+                for w in a.workloads:
+                    for vi in list(open_[w.idx]):
+                        verdicts = [r.cells[vi].comparison.verdict for r in w.rows if r.cells[vi].comparison]
+                        # No comparison at all: every run of the variant failed; more runs will not help.
+                        if all(v in decide.DECIDED for v in verdicts):
+                            open_[w.idx].discard(vi)
+                left = sum(len(vs) for vs in open_.values())
+                if not left:
+                    self._stopped = "decided"
+                    self.progress.note(f"every primary comparison decided after {measured} runs per variant")
+                    return
+                self.progress.note(f"look at {measured} runs: {left} comparison(s) undecided")
+            if measured >= design.looks[-1]:
+                self.progress.note(f"stopped at --max-runs {measured} with comparisons still undecided")
+                return
+            elapsed = time.monotonic() - started
+            if elapsed + block_s > s.max_seconds:
+                self._stopped = "budget"
+                self.progress.note(f"stopped by the {s.max_seconds:g} s budget after {measured} runs per variant, "
+                                   f"with comparisons still undecided")
+                return
+            cells = [i for i, c in enumerate(self.cells)
+                     if open_[c.workload_idx] and (c.variant_idx == base or c.variant_idx in open_[c.workload_idx])]
+            block = planner.block(cells=cells)
+            self.progress_total += len(block)
+            self.progress.start(self.progress_total)
+            t_block = time.monotonic()
+            yield from block
+            block_s = time.monotonic() - t_block
+            measured += 1
+            self._measured = measured
+
+    def _imprecise_cells(self, target: float) -> list[Cell]:
+        """Cells whose primary metrics' median CI is still wider than the target.
+
+        Only precision decides, never significance: stopping when p first drops below alpha
+        would inflate the false-positive rate."""
+        from alloclab.stats import estimates as stats
+        runs = self.store.load(self.exp_id).runs
+        out = []
+        for c in self.cells:
+            w = self.workloads[c.workload_idx]
+            names = [m.name for m in w.metrics] or ["wall_s"]
+            ok_runs = [r for r in runs if r["workload_idx"] == c.workload_idx and r["variant_idx"] == c.variant_idx
+                       and not r["warmup"] and r["status"] == "ok"]
+            for name in names:
+                values = [r["metrics"][name] for r in ok_runs if name in r["metrics"]]
+                if not stats.precise_enough(values, target):
+                    out.append(c)
+                    break
+        return out
+
+    def _store(self, cell: Cell, job: plan.Job, result: RunResult, values: dict, extra: dict) -> None:
+        self.store.add_run(self.exp_id, cell.workload_idx, cell.variant_idx, job.block, job.position,
+                           job.warmup, result, values, extra)
+
+    def _save_verification(self) -> None:
+        for (wi, vi), ev in self.evidence.items():
+            self.store.set_verification(self.exp_id, wi, vi, ev.status, ev.reasons, ev.notes)
+
+
+PAD_VAR = "ALLOCLAB_PAD"
+
+
+def env_size(env: dict[str, str]) -> int:
+    """Bytes the environment takes on the new program's stack ("KEY=VALUE\0" each)."""
+    return sum(len(k.encode()) + len(v.encode()) + 2 for k, v in env.items())
+
+
+def pad_env(env: dict[str, str], target: int, size: int | None = None) -> dict[str, str]:
+    """The environment with ALLOCLAB_PAD sized so the whole takes `target` bytes (or as near as the
+    variable's own name allows); `size` is env_size(env) where the caller knows it."""
+    need = target - (env_size(env) if size is None else size) - len(PAD_VAR) - 2
+    return env | {PAD_VAR: "x" * max(0, need)}
+
+
+OTHER_CPU_MIN_WALL_S = 0.25   # /proc/stat counts in 10 ms ticks per CPU: shorter runs are all error
+
+
+def _our_cpu_s() -> float:
+    """CPU of alloclab and of the children it has reaped (load clients, set-up commands)."""
+    me, kids = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
+    return me.ru_utime + me.ru_stime + kids.ru_utime + kids.ru_stime
+
+
+def _other_cpu(result: RunResult, busy0: float | None, busy1: float | None, ours: float = 0.0) -> float | None:
+    """Cores' worth of CPU that other work used during the run: the machine's busy time less the
+    run's own. The load average cannot tell them apart: a run's own threads raise it too.
+    None where the run is too short to tell."""
+    if busy0 is None or busy1 is None or result.wall_s < OTHER_CPU_MIN_WALL_S:
+        return None
+    return round(max(0.0, (busy1 - busy0) - (result.user_s + result.sys_s) - ours) / result.wall_s, 3)

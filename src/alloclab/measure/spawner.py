@@ -1,0 +1,148 @@
+"""The persistent launcher: one small static process per thread that forks every run.
+
+Starting the launcher afresh for each run (an exec of its own, a result file written and read)
+cost about as much as a whole run of /bin/true; kept running, it only forks. What a run gets is
+unchanged: it is forked from the same small static program (so ru_maxrss is the program's own
+and LD_PRELOAD never touches the launcher), in a session of its own, stdin closed, stdout and
+stderr to files, timed and accounted by the kernel around fork/exec/wait4. Protocol: see
+launcher/spawn.c (`--serve`).
+
+One server per thread and per process: a forked child (a fleet worker's process pool) or a
+second thread starts its own rather than sharing pipes. A server that stops answering (its child
+stuck beyond a kill) is killed and replaced at the next run.
+"""
+
+from __future__ import annotations
+
+import atexit
+import os
+import select
+import struct
+import subprocess
+import sys
+import threading
+import time
+
+from alloclab.workloads import build as cbuild
+
+_local = threading.local()
+FS_ENCODING = sys.getfilesystemencoding()
+
+
+class SpawnError(OSError):
+    pass
+
+
+class Server:
+    def __init__(self) -> None:
+        self.proc = subprocess.Popen([str(cbuild.launcher()), "--serve"], stdin=subprocess.PIPE,
+                                     stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, close_fds=True,
+                                     env={}, bufsize=0)
+        self.owner = os.getpid()
+        self._buf = b""
+        self.poller = select.poll()
+        self.poller.register(self.proc.stdout.fileno(), select.POLLIN)
+        atexit.register(self.close)
+
+    def alive(self) -> bool:
+        return self.owner == os.getpid() and self.proc.poll() is None
+
+    def start(self, argv: list[str], env: dict[str, str], cwd: str | None, out: str, err: str) -> None:
+        """Ask for argv to be forked; its pid is the first line of the reply (see Child)."""
+        fields = [out, err, cwd or "", str(len(argv)), *argv, *(f"{k}={v}" for k, v in env.items())]
+        payload = ("\0".join(fields) + "\0").encode(FS_ENCODING, "surrogateescape")   # as os.fsencode
+        try:
+            self.proc.stdin.write(struct.pack("=I", len(payload)) + payload)
+        except (BrokenPipeError, OSError) as exc:
+            raise SpawnError(f"the launcher is gone: {exc}") from None
+
+    def readline(self, timeout_s: float | None) -> str | None:
+        """The next reply line, or None if none came within timeout_s."""
+        deadline = None if timeout_s is None else time.perf_counter() + timeout_s
+        while b"\n" not in self._buf:
+            wait = -1 if deadline is None else max(0, int((deadline - time.perf_counter()) * 1000))
+            if not self.poller.poll(wait):
+                if deadline is not None and time.perf_counter() >= deadline:
+                    return None
+                continue
+            chunk = os.read(self.proc.stdout.fileno(), 4096)
+            if not chunk:
+                raise SpawnError("the launcher exited")
+            self._buf += chunk
+        line, _, self._buf = self._buf.partition(b"\n")
+        return line.decode()
+
+    def close(self) -> None:
+        if self.owner != os.getpid() or self.proc.poll() is not None:
+            return
+        try:
+            self.proc.stdin.close()
+            self.proc.wait(timeout=5)
+        except (OSError, subprocess.TimeoutExpired):
+            self.kill()
+
+    def kill(self) -> None:
+        try:
+            self.proc.kill()
+            self.proc.wait(timeout=5)
+        except (OSError, subprocess.TimeoutExpired):
+            pass
+
+
+def server() -> Server:
+    """This thread's launcher, started on first use."""
+    s = getattr(_local, "server", None)
+    if s is None or not s.alive():
+        s = _local.server = Server()
+    return s
+
+
+def discard(s: Server) -> None:
+    """Kill a launcher that did not answer; the next run starts a fresh one."""
+    s.kill()
+    if getattr(_local, "server", None) is s:
+        _local.server = None
+
+
+class Child:
+    """A run asked of the server: its pid comes first, then its result; wait for them in this
+    thread, sampling in between. A run that ends within the first wait costs one wake-up."""
+
+    def __init__(self, srv: Server):
+        self.server = srv
+        self.pid: int | None = None
+        self.done = False
+        self.line: str | None = None
+        self.t_end: float | None = None
+
+    def wait(self, timeout_s: float | None) -> bool:
+        """True once the program has exited, waiting at most timeout_s (None: as long as it takes)."""
+        deadline = None if timeout_s is None else time.perf_counter() + timeout_s
+        while not self.done:
+            left = None if deadline is None else max(0.0, deadline - time.perf_counter())
+            line = self.server.readline(left)
+            if line is None:
+                return False
+            if self.pid is None:
+                kind, _, value = line.partition(" ")
+                if kind == "pid":
+                    self.pid = int(value)
+                    continue
+                if kind == "fail":
+                    raise SpawnError(int(value), os.strerror(int(value)))
+                raise SpawnError(f"the launcher answered {line!r}")
+            self.line, self.t_end, self.done = line, time.perf_counter(), True
+        return True
+
+    def started(self) -> int:
+        """The program's pid (the leader of its own process group), waiting for the fork if need be."""
+        while self.pid is None:
+            line = self.server.readline(None)
+            kind, _, value = (line or "").partition(" ")
+            if kind == "pid":
+                self.pid = int(value)
+            elif kind == "fail":
+                raise SpawnError(int(value), os.strerror(int(value)))
+            else:
+                raise SpawnError(f"the launcher answered {line!r}")
+        return self.pid

@@ -1,0 +1,362 @@
+"""Is the variant's allocator really serving the program's malloc?
+
+Three kinds of evidence, combined into one status per variant:
+  1. the ELF files before anything runs (static binary, setuid, an executable that defines
+     malloc, a bundled prefixed allocator, an allocator library linked in);
+  2. one untimed run under LD_DEBUG=bindings: in every process, which object the dynamic
+     linker bound `malloc` and `free` to;
+  3. in every measured run: the loader's "cannot be preloaded" message on stderr, and in every
+     process of the tree whether the variant's library is mapped (a child that cleared its
+     environment, say a server's backend, shows up here).
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+import re
+import shutil
+import stat
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from elftools.common.exceptions import ELFError
+from elftools.elf.dynamic import DynamicSection
+from elftools.elf.elffile import ELFFile
+from elftools.elf.sections import SymbolTableSection
+
+from alloclab.catalog import allocators as cat
+from alloclab.errors import AlloclabError
+
+VERIFIED, INEFFECTIVE, UNKNOWN = "verified", "ineffective", "unknown"
+MALLOC_API = ("malloc", "free", "calloc", "realloc", "posix_memalign", "aligned_alloc",
+              "memalign", "valloc", "pvalloc", "malloc_usable_size")
+CORE_API = ("malloc", "free")
+PRELOAD_REFUSED = re.compile(r"ERROR: ld\.so: object '([^']*)' from LD_PRELOAD cannot be preloaded \(([^)]*)\): ignored")
+_BINDING = re.compile(r"binding file (.+?) \[\d+\] to (.+?) \[\d+\]: normal symbol `([^']+)'")
+
+
+# --- ELF facts ------------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class ElfFacts:
+    path: Path
+    is_elf: bool
+    is_static: bool = False
+    needed: tuple[str, ...] = ()
+    defined: frozenset[str] = frozenset()    # defined function symbols (dynamic + static tables)
+    exported: frozenset[str] = frozenset()   # defined in the dynamic symbol table
+    imported: frozenset[str] = frozenset()   # undefined in the dynamic symbol table
+    # Undefined, yet with an address: a non-PIE executable that takes a function's address gets
+    # a canonical PLT entry, and the loader binds every library's reference to that entry. The
+    # entry is no definition: it jumps to wherever the executable's own reference is bound.
+    canonical_plt: frozenset[str] = frozenset()
+
+
+@functools.cache
+def elf_facts(path: Path) -> ElfFacts:
+    try:
+        with open(path, "rb") as fh:
+            elf = ELFFile(fh)
+            has_interp = any(seg["p_type"] == "PT_INTERP" for seg in elf.iter_segments())
+            has_dynamic = any(seg["p_type"] == "PT_DYNAMIC" for seg in elf.iter_segments())
+            needed: list[str] = []
+            defined, exported, imported, canonical_plt = set(), set(), set(), set()
+            for section in elf.iter_sections():
+                if isinstance(section, DynamicSection):
+                    needed += [t.needed for t in section.iter_tags() if t.entry.d_tag == "DT_NEEDED"]
+                if isinstance(section, SymbolTableSection):
+                    dynamic = section.name == ".dynsym"
+                    for sym in section.iter_symbols():
+                        if not sym.name:
+                            continue
+                        if sym["st_shndx"] == "SHN_UNDEF":
+                            if dynamic:
+                                imported.add(sym.name.split("@")[0])
+                                if sym["st_value"]:
+                                    canonical_plt.add(sym.name.split("@")[0])
+                        elif sym["st_info"]["type"] in ("STT_FUNC", "STT_GNU_IFUNC"):
+                            name = sym.name.split("@")[0]
+                            defined.add(name)
+                            if dynamic and sym["st_info"]["bind"] in ("STB_GLOBAL", "STB_WEAK"):
+                                exported.add(name)
+            is_static = elf["e_type"] == "ET_EXEC" and not has_interp and not has_dynamic or (
+                not has_interp and elf["e_type"] == "ET_DYN" and not needed and "malloc" in defined)
+            return ElfFacts(path, True, is_static, tuple(needed), frozenset(defined),
+                            frozenset(exported), frozenset(imported), frozenset(canonical_plt))
+    except (ELFError, OSError, ValueError):
+        return ElfFacts(path, False)
+
+
+def exported_allocator_symbols(path: Path) -> set[str]:
+    return set(MALLOC_API) & set(elf_facts(Path(path).resolve()).exported)
+
+
+def resolve_command(argv0: str) -> Path:
+    found = shutil.which(argv0)
+    if not found:
+        raise AlloclabError(
+            f"Command not found: '{argv0}'. Give a program on PATH or a path to an executable file "
+            f"(note that alloclab runs it without a shell; use --shell for shell syntax)."
+        )
+    return Path(found).resolve()
+
+
+def real_executable(path: Path, _depth: int = 0) -> Path:
+    """Follow `#!` lines (and `/usr/bin/env X`) to the ELF file the kernel finally runs."""
+    try:
+        with open(path, "rb") as fh:
+            head = fh.read(256)
+    except OSError:
+        return path
+    if not head.startswith(b"#!") or _depth > 4:
+        return path
+    words = head[2:].split(b"\n", 1)[0].decode(errors="replace").split()
+    if not words:
+        return path
+    interp = words[0]
+    if Path(interp).name == "env" and len(words) > 1:
+        args = [w for w in words[1:] if not w.startswith("-")]
+        interp = shutil.which(args[0]) if args else interp
+    return real_executable(Path(interp or path).resolve(), _depth + 1)
+
+
+def _soname_allocator(soname: str, catalog: cat.Catalog) -> cat.Allocator | None:
+    for a in catalog.allocators.values():
+        if any(soname == lib or soname.split(".so")[0] == lib.split(".so")[0] for lib in a.libraries):
+            return a
+    return None
+
+
+# --- static verdict -------------------------------------------------------------------------
+
+@dataclass
+class Evidence:
+    status: str = UNKNOWN
+    reasons: list[str] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+
+    def fail(self, reason: str) -> None:
+        self.status = INEFFECTIVE
+        if reason not in self.reasons:
+            self.reasons.append(reason)
+
+    def note(self, text: str) -> None:
+        if text not in self.notes:
+            self.notes.append(text)
+
+
+def static_check(variant, program: Path, catalog: cat.Catalog | None = None) -> Evidence:
+    """What the files alone say about whether the preload can take effect."""
+    catalog = catalog or cat.load_catalog()
+    ev = Evidence()
+    exe = real_executable(program)
+    facts = elf_facts(exe)
+    if exe != program:
+        ev.note(f"{program.name} is a script run by {exe}")
+    if not facts.is_elf:
+        ev.note(f"{exe} is not an ELF file; only the runtime check applies")
+        return ev
+    if facts.is_static:
+        if variant.is_system:
+            ev.note(f"{exe.name} is statically linked: it runs the malloc built into it")
+        else:
+            ev.fail(f"{exe.name} is statically linked: no dynamic loader runs, so LD_PRELOAD is ignored")
+        return ev
+    st = exe.stat()
+    if (st.st_mode & stat.S_ISUID and st.st_uid != os.getuid()) or (st.st_mode & stat.S_ISGID and st.st_gid != os.getgid()):
+        if not variant.is_system:
+            ev.fail(f"{exe.name} is setuid/setgid: the loader runs it in secure mode and ignores LD_PRELOAD")
+    if "malloc" in facts.defined and "malloc" not in facts.imported:
+        ev.fail(f"{exe.name} defines malloc itself: symbol lookup finds the executable's malloc "
+                f"before any preloaded library's")
+    # Dependencies of the executable, to find allocators linked in or bundled in a library.
+    libs = [(soname, cat.find_library(soname)) for soname in facts.needed]
+    _check_indirect(ev, variant, exe, facts, catalog)
+    for other in catalog.allocators.values():
+        bundled = sorted(set(other.prefixed_symbols) & facts.defined)
+        if bundled:
+            ev.fail(f"{exe.name} bundles its own {other.name} ({', '.join(bundled)}): LD_PRELOAD only "
+                    f"swaps libc's malloc, the program's own allocations stay with the bundled copy")
+    for soname, path in libs:
+        linked = _soname_allocator(soname, catalog)
+        if linked is None or path is None:
+            continue
+        lib_api = elf_facts(path.resolve()).exported
+        used = sorted(facts.imported & lib_api)
+        if variant.is_system:
+            ev.fail(f"{exe.name} is linked against {soname} ({linked.name}): with no preload it runs "
+                    f"{linked.name}, not glibc's malloc")
+            continue
+        if variant.library and variant.library.resolve() == path.resolve():
+            ev.note(f"{exe.name} is already linked against {soname}; the preload changes nothing but the settings")
+            continue
+        preload_api = elf_facts(variant.library.resolve()).exported if variant.library else frozenset()
+        taken = [s for s in used if s in preload_api]
+        kept = [s for s in used if s not in preload_api]
+        ev.note(f"{exe.name} is linked against {soname} ({linked.name}): the preload takes over "
+                f"{', '.join(taken) or 'nothing it calls'}"
+                + (f"; {', '.join(kept)} still reach the linked {linked.name}" if kept else ""))
+    return ev
+
+
+# The C and C++ runtimes: naming them says nothing about an application's own libraries.
+_RUNTIME = re.compile(r"^(libc|libm|libdl|librt|libpthread|libgcc_s|libstdc\+\+|ld-linux[^.]*)\.so")
+
+
+def needed_closure(facts: ElfFacts) -> list[tuple[str, Path | None, str | None]]:
+    """(soname, path, the library that needs it or None when the executable does), breadth first."""
+    seen: set[str] = set()
+    out: list[tuple[str, Path | None, str | None]] = []
+    queue = [(soname, None) for soname in facts.needed]
+    while queue:
+        soname, via = queue.pop(0)
+        if soname in seen:
+            continue
+        seen.add(soname)
+        path = cat.find_library(soname)
+        out.append((soname, path, via))
+        if path is not None:
+            queue += [(n, soname) for n in elf_facts(path.resolve()).needed]
+    return out
+
+
+def _check_indirect(ev: Evidence, variant, exe: Path, facts: ElfFacts, catalog: cat.Catalog) -> None:
+    """What the libraries the program loads (transitively) link: a client of librbd/librados,
+    say, runs whatever allocator those link, so both the linked and the clean case are stated."""
+    closure = needed_closure(facts)
+    indirect = []
+    for soname, path, via in closure:
+        linked = _soname_allocator(soname, catalog)
+        if linked is not None and via is not None:
+            indirect.append(f"{soname} ({linked.name}) through {via}")
+    if indirect:
+        text = f"{exe.name} loads an allocator through its libraries: {'; '.join(indirect)}"
+        if variant.is_system:
+            ev.fail(text + ": with no preload it runs that allocator, not glibc's malloc")
+        else:
+            ev.note(text + ": the preload takes over what it exports, the rest still reaches the linked one")
+        return
+    direct = [s for s, _, via in closure if via is None and not _RUNTIME.match(s)]
+    if direct and not any(_soname_allocator(s, catalog) for s, _, _ in closure):
+        ev.note(f"{exe.name} and the {len(closure)} libraries it loads (DT_NEEDED, transitively; directly "
+                f"{', '.join(direct)}) link no allocator; libraries opened at run time (dlopen) are covered by "
+                f"the LD_DEBUG check only")
+
+
+# --- runtime: LD_DEBUG=bindings -------------------------------------------------------------
+
+def ld_debug_env(prefix: Path) -> dict[str, str]:
+    return {"LD_DEBUG": "bindings", "LD_DEBUG_OUTPUT": str(prefix)}
+
+
+def expected_target(variant) -> str:
+    return str(variant.library.resolve()) if variant.library else "libc.so"
+
+
+def _same_object(target: str, expected: str) -> bool:
+    if expected == "libc.so":
+        return Path(target).name.startswith("libc.so")
+    try:
+        return Path(target).resolve() == Path(expected)
+    except OSError:
+        return target == expected
+
+
+def _is_canonical_plt(obj: str, symbol: str) -> bool:
+    try:
+        path = Path(obj).resolve()
+    except OSError:
+        return False
+    return symbol in elf_facts(path).canonical_plt
+
+
+def _follow_plt(symbol: str, targets: set[str], bindings: dict[tuple[str, str], set[str]]) -> set[str]:
+    """Replace each canonical PLT entry among `targets` by what that entry is bound to.
+
+    An entry whose own reference was never bound (lazy binding, never called) sent no call
+    anywhere, so it drops out."""
+    out: set[str] = set()
+    seen: set[str] = set()
+    todo = list(targets)
+    while todo:
+        obj = todo.pop()
+        if obj in seen:
+            continue
+        seen.add(obj)
+        if not _is_canonical_plt(obj, symbol):
+            out.add(obj)
+            continue
+        todo += [t for t in bindings.get((obj, symbol), set()) if t != obj]
+    return out
+
+
+def _read_bindings(path: Path) -> dict[tuple[str, str], set[str]]:
+    """(referencing object, symbol) -> the objects the loader bound that reference to."""
+    bindings: dict[tuple[str, str], set[str]] = {}
+    with open(path, errors="replace") as fh:
+        for line in fh:
+            m = _BINDING.search(line)
+            if m and m.group(3) in CORE_API:
+                bindings.setdefault((m.group(1), m.group(3)), set()).add(m.group(2))
+    return bindings
+
+
+def bindings_check(variant, prefix: Path, ev: Evidence) -> dict[int, dict[str, set[str]]]:
+    """Read every LD_DEBUG_OUTPUT file of the verification run; per process, where malloc went."""
+    per_pid: dict[int, dict[str, set[str]]] = {}
+    for f in sorted(prefix.parent.glob(prefix.name + ".*")):
+        try:
+            pid = int(f.suffix[1:])
+        except ValueError:
+            continue
+        bindings = _read_bindings(f)
+        targets: dict[str, set[str]] = {}
+        for (_, symbol), where in bindings.items():
+            targets.setdefault(symbol, set()).update(where)
+        per_pid[pid] = {symbol: _follow_plt(symbol, where, bindings) for symbol, where in targets.items()}
+    expected = expected_target(variant)
+    if not per_pid:
+        ev.note("the dynamic linker wrote no binding trace (static binary, setuid, or LD_DEBUG ignored)")
+        return per_pid
+    good = bad = 0
+    for pid, targets in per_pid.items():
+        where = targets.get("malloc", set()) | targets.get("free", set())
+        if not where:
+            continue
+        wrong = sorted(t for t in where if not _same_object(t, expected))
+        if wrong:
+            bad += 1
+            ev.fail(f"in process {pid}, malloc/free were bound to {', '.join(wrong)} instead of "
+                    f"{Path(expected).name}")
+        else:
+            good += 1
+    if good and not bad and ev.status != INEFFECTIVE:
+        ev.status = VERIFIED
+        ev.note(f"malloc and free bound to {Path(expected).name} in {good} process(es)")
+    elif not good and not bad:
+        ev.note("no process called malloc through the dynamic linker")
+    return per_pid
+
+
+# --- runtime: every measured run ------------------------------------------------------------
+
+def preload_refusals(stderr_text: str) -> list[str]:
+    return [f"the loader refused the preload of {m.group(1)} ({m.group(2)})"
+            for m in PRELOAD_REFUSED.finditer(stderr_text)]
+
+
+def maps_mention(pid: int, needle: str) -> bool | None:
+    """Is a file whose path contains `needle` mapped into the process? None if unreadable."""
+    try:
+        with open(f"/proc/{pid}/maps", "rb") as fh:
+            maps = fh.read()
+    except OSError:
+        return None
+    # A zombie (exited, not yet reaped) has no mappings at all: that says nothing.
+    return (needle.encode() in maps) if maps else None
+
+
+def mapped_marker(variant) -> str:
+    """What to look for in /proc/PID/maps: the preloaded library, or libc for the baseline."""
+    return str(variant.library.resolve()) if variant.library else "/libc.so"

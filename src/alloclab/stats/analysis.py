@@ -1,0 +1,277 @@
+"""From stored runs to decisions: per cell summaries, comparisons against the baseline with
+their verdicts (decide.py: paired within blocks, sequential looks, four verdicts) and findings,
+as plain data the reports render.
+
+The multiplicity family is, by default, one workload and one metric: the many-to-one
+comparisons of every variant against the baseline on that metric (`family="experiment"` pools
+every headline comparison of the experiment instead, which is stricter and needs more runs).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, field
+
+from alloclab.stats import decide
+from alloclab.stats import estimates as stats
+from alloclab.store.db import Experiment
+
+DEFAULT_MARGIN = 0.02   # equivalence margin (--min-effect) unless the user sets one
+
+# Shown by default; the rest of the standard measures appear with details=True.
+HEADLINE_STANDARD = ("wall_s", "cpu_s", "peak_rss_mb")
+DEFAULT_STANDARD = HEADLINE_STANDARD + ("minflt",)
+BOOTSTRAP_BUDGET = 400_000  # resampled values per group and comparison
+
+
+@dataclass
+class Cell:
+    variant_idx: int
+    values: list[float]
+    blocks: list          # (host, block) of each value: the pairing key
+    summary: stats.CellSummary
+    comparison: stats.Comparison | None = None
+    findings: list[stats.Finding] = field(default_factory=list)
+
+
+@dataclass
+class MetricRow:
+    name: str
+    unit: str
+    higher_is_better: bool
+    source: str
+    primary: bool
+    cells: list[Cell]
+
+    @property
+    def headline(self) -> bool:
+        return self.source != "run" or self.name in HEADLINE_STANDARD
+
+
+@dataclass
+class WorkloadResult:
+    idx: int
+    name: str
+    argv: list[str]
+    info: dict
+    params: dict
+    rows: list[MetricRow]
+    runs_total: dict[int, int]
+    runs_failed: dict[int, list[dict]]
+    verification: dict[int, dict]
+
+    def row(self, name: str) -> MetricRow | None:
+        return next((r for r in self.rows if r.name == name), None)
+
+    def primary(self) -> MetricRow | None:
+        return next((r for r in self.rows if r.primary), None) or next(
+            (r for r in self.rows if r.source != "run"), None) or self.row("wall_s")
+
+
+@dataclass
+class Analysis:
+    experiment: Experiment
+    baseline_idx: int
+    labels: list[str]
+    workloads: list[WorkloadResult]
+    alpha: float
+    min_effect: float
+    design: decide.Design | None = None
+
+
+def bootstrap_size(*ns: int) -> int:
+    """2000 resamples for the run counts experiments have; fewer for thousands of runs per cell,
+    where the interval is narrow anyway and the resampling would dominate a report's time."""
+    return int(min(2000, max(400, BOOTSTRAP_BUDGET // max(1, max(ns)))))
+
+
+def block_key(r: dict) -> tuple:
+    """What pairs runs: the block they ran in (on the host that ran it, for fleet runs)."""
+    return (r.get("host"), r["block"])
+
+
+def _values(runs: list[dict], metric: str) -> tuple[list[float], list[tuple]]:
+    vals, blocks = [], []
+    for r in runs:
+        if r["status"] == "ok" and metric in r["metrics"]:
+            vals.append(r["metrics"][metric])
+            blocks.append(block_key(r))
+    return vals, blocks
+
+
+def measured_blocks(runs: list[dict]) -> int:
+    """Blocks a variant took part in (failed runs too): the look a comparison is at."""
+    return len({block_key(r) for r in runs})
+
+
+def comparison(base: Cell, cand: Cell, higher_is_better: bool, *, design: decide.Design, blocks: int,
+               family_size: int, margin: float) -> stats.Comparison:
+    """The candidate's effect against the baseline, judged at the alpha its look has (Bonferroni over
+    the `family_size` comparisons of its family): paired within blocks where every value is positive,
+    else the unpaired ratio of medians."""
+    a_look = design.alpha_at(blocks)
+    level = a_look / max(1, family_size)
+    confidence = 1 - level
+    e = decide.paired_effect(dict(zip(base.blocks, base.values)), dict(zip(cand.blocks, cand.values)),
+                             confidence)
+    if e is None:
+        c = stats.compare(base.values, cand.values, higher_is_better, alpha=level, min_effect=margin,
+                          n_boot=bootstrap_size(len(base.values), len(cand.values)), confidence=confidence)
+        return dataclasses.replace(c, p_adjusted=_adjusted(c.p_value, design.alpha / level))
+    verdict = decide.verdict_for(e.ratio, e.ci_low, e.ci_high, higher_is_better, margin)
+    return stats.Comparison(
+        ratio=e.ratio, ci_low=e.ci_low, ci_high=e.ci_high, p_value=e.p_value, p_adjusted=_adjusted(e.p_value, design.alpha / level),
+        higher_is_better=higher_is_better, verdict=verdict, n_baseline=len(base.values),
+        n_candidate=len(cand.values), margin=margin, confidence=confidence, method="paired",
+        more_runs=decide.more_runs(e.n, e.ratio, e.ci_low, e.ci_high, margin) if verdict == "undecided" else None)
+
+
+def _adjusted(p: float, factor: float) -> float:
+    """p scaled so that "adjusted p < alpha" means the comparison's own level was met (nan stays nan)."""
+    return min(1.0, p * factor) if p == p else p
+
+
+def analyze(exp: Experiment, baseline: str | int | None = None, alpha: float = 0.05,
+            min_effect: float | None = None, family: str = "metric",
+            only_primary: bool = False, workload_idxs: set[int] | None = None) -> Analysis:
+    """`only_primary` and `workload_idxs` give the cheap analysis a sequential look needs."""
+    labels = [v["label"] for v in exp.variants]
+    base = _baseline_index(labels, baseline)
+    if min_effect is None:
+        min_effect = float(exp.config.get("margin", DEFAULT_MARGIN))
+    design = decide.Design.from_config(exp.config, 0)
+    if exp.config.get("design"):
+        alpha = design.alpha
+    else:
+        design = decide.Design(alpha, design.looks)
+    cores = exp.machine.get("usable_cores") or exp.machine.get("cores")
+    n_cmp = max(1, len(labels) - 1)
+    workloads: list[WorkloadResult] = []
+    pending: list[tuple] = []   # (family key, row, cell): comparisons to make once families are known
+    for w in exp.workloads:
+        wi = w["idx"]
+        if workload_idxs is not None and wi not in workload_idxs:
+            continue
+        cell_runs = {vi: exp.cell_runs(wi, vi) for vi in range(len(labels))}
+        blocks_of = {vi: measured_blocks(runs) for vi, runs in cell_runs.items()}
+        rows = []
+        defs = exp.defs_for(wi)
+        if only_primary:
+            defs = [d for d in defs if d["primary_metric"]] or [d for d in defs if d["source"] != "run"][:1] \
+                or [d for d in defs if d["name"] == "wall_s"]
+        for d in defs:
+            cells = []
+            for vi, runs in cell_runs.items():
+                vals, blocks = _values(runs, d["name"])
+                n_failed = sum(1 for r in runs if r["status"] != "ok")
+                summary = stats.summarize(vals, n_failed=n_failed)
+                findings = [] if only_primary else stats.cell_findings(
+                    vals, alpha=alpha, n_comparisons=n_cmp, blocks=[b for _, b in blocks],
+                    durations_s=[r["wall_s"] for r in runs if r["status"] == "ok"],
+                    load_avg=[r["extra"].get("load") for r in runs if r["extra"].get("load") is not None],
+                    n_cores=cores, n_failed=n_failed,
+                    # Recorded (possibly None: too short to tell) for commands; absent for services.
+                    other_cpu=([r["extra"]["other_cpu"] for r in runs if r["extra"].get("other_cpu") is not None]
+                               if any("other_cpu" in r["extra"] for r in runs) else None),
+                    floor=min_effect)
+                cells.append(Cell(vi, vals, blocks, summary, findings=findings))
+            if not any(c.values for c in cells):
+                continue  # e.g. hardware counters on a machine without them
+            row = MetricRow(d["name"], d["unit"], bool(d["higher_is_better"]), d["source"],
+                            bool(d["primary_metric"]), cells)
+            for c in cells:
+                if c.variant_idx != base and c.values and cells[base].values:
+                    key = (("headline",) if row.headline else ("detail",)) if family == "experiment" \
+                        else (wi, d["name"])
+                    pending.append((key, row, c, blocks_of[c.variant_idx]))
+            rows.append(row)
+        workloads.append(WorkloadResult(
+            wi, w["name"], w["argv"], w["info"], w["params"], rows,
+            runs_total={vi: len(r) for vi, r in cell_runs.items()},
+            runs_failed={vi: [r for r in runs if r["status"] != "ok"] for vi, runs in cell_runs.items()},
+            verification={vi: exp.verifications.get((wi, vi), {"status": "unknown", "reasons": [], "notes": []})
+                          for vi in range(len(labels))}))
+    sizes: dict[tuple, int] = {}
+    for key, *_ in pending:
+        sizes[key] = sizes.get(key, 0) + 1
+    for key, row, c, blocks in pending:
+        c.comparison = comparison(row.cells[base], c, row.higher_is_better, design=design, blocks=blocks,
+                                  family_size=sizes[key], margin=min_effect)
+    return Analysis(exp, base, labels, workloads, alpha, min_effect, design)
+
+
+def _baseline_index(labels: list[str], baseline: str | int | None) -> int:
+    if baseline is None:
+        return 0
+    if isinstance(baseline, int):
+        return baseline
+    if baseline in labels:
+        return labels.index(baseline)
+    from alloclab.errors import AlloclabError
+    raise AlloclabError(f"Baseline '{baseline}' is not a variant of this experiment; its variants are: "
+                        f"{', '.join(labels)}.")
+
+
+# --- across workloads -------------------------------------------------------------------------
+
+SPEED_UNITS = ("ns", "us", "ms", "s")
+
+
+def is_speed(row: MetricRow) -> bool:
+    """Throughput (x/s) or time per operation: the metrics a speed score may average."""
+    return row.unit.endswith("/s") or row.unit in SPEED_UNITS
+
+
+@dataclass
+class VariantSummary:
+    variant_idx: int
+    label: str
+    speed: stats.GeoMean | None       # >1: faster than the baseline
+    memory: stats.GeoMean | None      # peak RSS ratio, >1: more memory than the baseline
+    better: list[str]                 # workloads where the primary metric is significantly better
+    worse: list[str]
+    statuses: set[str]
+
+
+def summarize_variants(a: Analysis) -> list[VariantSummary]:
+    out = []
+    base = a.baseline_idx
+    for vi, label in enumerate(a.labels):
+        speed_pairs, mem_pairs, better, worse, statuses = [], [], [], [], set()
+        for w in a.workloads:
+            statuses.add(w.verification[vi]["status"])
+            p = w.primary()
+            if p is not None:
+                if is_speed(p):
+                    speed_pairs.append((p.cells[base].values, p.cells[vi].values, p.higher_is_better))
+                c = p.cells[vi].comparison
+                if c and c.verdict == "better":
+                    better.append(w.name)
+                elif c and c.verdict == "worse":
+                    worse.append(w.name)
+            rss = w.row("peak_rss_mb")
+            if rss is not None:
+                # Oriented as "more memory" so that 1.3 reads as +30% RSS.
+                mem_pairs.append((rss.cells[base].values, rss.cells[vi].values, True))
+        out.append(VariantSummary(vi, label,
+                                  stats.geomean_ratio(speed_pairs) if speed_pairs else None,
+                                  stats.geomean_ratio(mem_pairs) if mem_pairs else None,
+                                  better, worse, statuses))
+    return out
+
+
+def winners(a: Analysis) -> list[tuple[str, str | None, MetricRow | None]]:
+    """Per workload: the variant with the best primary median among the significantly better."""
+    out = []
+    for w in a.workloads:
+        p = w.primary()
+        if p is None:
+            out.append((w.name, None, None))
+            continue
+        better = [c for c in p.cells if c.comparison and c.comparison.verdict == "better"]
+        if not better:
+            out.append((w.name, None, p))
+            continue
+        best = max(better, key=lambda c: c.comparison.ratio if p.higher_is_better else -c.comparison.ratio)
+        out.append((w.name, a.labels[best.variant_idx], p))
+    return out

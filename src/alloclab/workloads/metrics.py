@@ -1,0 +1,127 @@
+"""What a run yields: the standard measures of every run, and metrics read from the output.
+
+A metric is written `NAME=REGEX[:higher|lower]` (first capture group, else the whole match;
+the last match in stdout+stderr wins, since programs print their summary last) or
+`NAME=json:KEY.PATH[:higher|lower]` (read from the last JSON object line that has the key).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+from dataclasses import dataclass
+
+from alloclab.errors import AlloclabError
+from alloclab.measure.run import RunResult
+
+
+@dataclass(frozen=True)
+class MetricDef:
+    name: str
+    unit: str
+    higher_is_better: bool
+    source: str = "run"        # run (standard measure) | regex | json
+    pattern: str = ""
+    primary: bool = False
+
+    def to_dict(self) -> dict:
+        return {"name": self.name, "unit": self.unit, "higher_is_better": self.higher_is_better,
+                "source": self.source, "pattern": self.pattern, "primary": self.primary}
+
+
+# The measures every run has, in the order reports show them (lower is better for all).
+STANDARD = (
+    MetricDef("wall_s", "s", False),
+    MetricDef("cpu_s", "s", False),
+    MetricDef("user_s", "s", False),
+    MetricDef("sys_s", "s", False),
+    MetricDef("peak_rss_mb", "MiB", False),
+    MetricDef("max_rss_mb", "MiB", False),
+    MetricDef("final_rss_mb", "MiB", False),
+    MetricDef("minflt", "faults", False),
+    MetricDef("majflt", "faults", False),
+    MetricDef("nvcsw", "switches", False),
+    MetricDef("nivcsw", "switches", False),
+)
+HW_COUNTERS = (
+    MetricDef("cycles", "cycles", False, "perf"),
+    MetricDef("instructions", "instructions", False, "perf"),
+    MetricDef("cache_misses", "misses", False, "perf"),
+)
+
+
+def standard_values(r: RunResult) -> dict[str, float]:
+    return {
+        "wall_s": r.wall_s, "cpu_s": r.user_s + r.sys_s, "user_s": r.user_s, "sys_s": r.sys_s,
+        "peak_rss_mb": r.peak_rss_kb / 1024, "max_rss_mb": r.max_rss_kb / 1024,
+        "final_rss_mb": r.final_rss_kb / 1024, "minflt": r.minflt, "majflt": r.majflt,
+        "nvcsw": r.nvcsw, "nivcsw": r.nivcsw,
+    }
+
+
+def parse_metric_option(text: str) -> MetricDef:
+    name, sep, rest = text.partition("=")
+    if not sep or not name or not rest or not re.match(r"^[A-Za-z_][\w.-]*$", name):
+        raise AlloclabError(
+            f"Cannot read --metric '{text}': write NAME=REGEX[:higher|lower] (e.g. "
+            f"'iops=IOPS:\\s*([\\d.]+):higher') or NAME=json:KEY[:higher|lower]."
+        )
+    higher = True
+    m = re.search(r":(higher|lower)$", rest)
+    if m:
+        higher = m.group(1) == "higher"
+        rest = rest[: m.start()]
+    if rest.startswith("json:"):
+        return MetricDef(name, "", higher, "json", rest[5:])
+    try:
+        re.compile(rest)
+    except re.error as exc:
+        raise AlloclabError(f"The regex of --metric '{name}' does not compile ({exc}): '{rest}'. "
+                            f"Fix the pattern; put the number in a capture group.") from None
+    return MetricDef(name, "", higher, "regex", rest)
+
+
+def _number(text: str) -> float | None:
+    try:
+        return float(text.replace(",", "").replace("_", "").strip())
+    except ValueError:
+        return None
+
+
+def _json_lookup(obj, path: str):
+    for key in path.split("."):
+        if isinstance(obj, dict) and key in obj:
+            obj = obj[key]
+        else:
+            return None
+    return obj
+
+
+def extract(defn: MetricDef, text: str) -> float | None:
+    """The metric's value in this output, or None if it is not there."""
+    if defn.source == "regex":
+        matches = list(re.finditer(defn.pattern, text, re.MULTILINE))
+        for m in reversed(matches):
+            value = _number(m.group(1) if m.groups() else m.group(0))
+            if value is not None:
+                return value
+        return None
+    if defn.source == "json":
+        for line in reversed(text.splitlines()):
+            line = line.strip()
+            if not line.startswith("{"):
+                continue
+            try:
+                value = _json_lookup(json.loads(line), defn.pattern)
+            except json.JSONDecodeError:
+                continue
+            if isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value):
+                return float(value)
+        return None
+    return None
+
+
+def output_tail(text: str, lines: int = 15) -> str:
+    tail = text.strip().splitlines()[-lines:]
+    return "\n".join("    " + line for line in tail) if tail else "    (no output)"
