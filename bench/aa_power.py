@@ -47,6 +47,7 @@ from alloclab.measure import machine
 from alloclab.errors import AlloclabError
 from alloclab.workloads.metrics import MetricDef
 from alloclab.measure.runner import Experiment, Progress, Settings
+from alloclab.stats.looks import Judge
 from alloclab.store.db import Store
 from alloclab.catalog.variants import parse_variants
 from alloclab.workloads.command import Workload
@@ -84,7 +85,7 @@ def run_core(store: Store, workload: Workload, specs: list[str], seed: int, tag:
     settings = Settings(runs=runs, warmup=1, seed=seed, verify=True, kind="compare", title=f"aa_power {tag}",
                         until_decided=until_decided, first_look=10, max_runs=max_runs, max_seconds=budget_s,
                         margin=MARGIN)
-    return Experiment(store, [workload], parse_variants(specs), settings, quiet_progress(tag)).run()
+    return Experiment(store, [workload], parse_variants(specs), settings, quiet_progress(tag), judge=Judge()).run()
 
 
 def primary_blocks(store: Store, exp_id: int, metric: str) -> dict[int, dict[str, float]]:

@@ -275,7 +275,7 @@ command = ["client", "{port}"]
 
 
 def test_warmup_progress_and_phases_parse(tmp_path):
-    from alloclab.measure.service_phases import Phase, Warmup
+    from alloclab.workloads.phases import Phase, Warmup
     ef = xf.load(write(tmp_path, PHASED))
     a, b = ef.loads
     assert a.warmup == Warmup(commands=(("warm", "{port}"), ("checkpoint",)))
@@ -285,7 +285,7 @@ def test_warmup_progress_and_phases_parse(tmp_path):
     assert tps.progress and tps.skip == 3 and tps.regex is None
     names = [d.name for d in ef.metric_defs(a)]
     assert names == ["tps"]
-    from alloclab.measure.service_phases import phase_metric_defs
+    from alloclab.workloads.phases import phase_metric_defs
     defs = {d.name: d for d in phase_metric_defs(a)}
     assert set(defs) == {"rss_after_load_mb", "rss_after_flush_mb", "pss_after_flush_mb", "returned_after_flush",
                          "rss_after_idle_mb", "pss_after_idle_mb", "returned_after_idle"}
@@ -325,7 +325,7 @@ def test_phases_and_warmup_belong_to_clients_only(tmp_path):
 
 
 def test_steady_state_drops_the_first_intervals():
-    from alloclab.measure.service_phases import steady_values
+    from alloclab.workloads.phases import steady_values
     spec = xf.MetricSpec("tps", "tps", True, True, progress=r"progress: [\d.]+ s, ([\d.]+) tps", skip=2)
     out = "\n".join(f"progress: {i}.0 s, {v} tps, lat 1 ms" for i, v in enumerate([2.0, 6.0, 9.0, 11.0, 10.0], 1))
     values, intervals = steady_values((spec,), out + "\ntps = 7.6 (without initial connection time)")

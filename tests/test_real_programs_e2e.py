@@ -15,6 +15,8 @@ from pathlib import Path
 import pytest
 
 from alloclab.measure import verify
+from alloclab.catalog.elf import elf_facts
+from alloclab.workloads.command import real_executable, resolve_command
 from alloclab.catalog.variants import installed_variants, parse_variant
 from conftest import require_allocator
 
@@ -44,7 +46,7 @@ def verdict(variant, argv: list[str], tmp: Path) -> verify.Evidence:
     env = variant.apply(dict(os.environ)) | verify.ld_debug_env(prefix)
     proc = subprocess.run(argv, env=env, capture_output=True, timeout=60)
     assert proc.returncode == 0, (argv, variant.label, proc.stderr[-2000:])
-    ev = verify.static_check(variant, verify.resolve_command(argv[0]))
+    ev = verify.static_check(variant, resolve_command(argv[0]))
     verify.bindings_check(variant, prefix, ev)
     return ev
 
@@ -54,8 +56,8 @@ def test_real_program_is_verified_under_every_allocator(name, tmp_path):
     argv = real_programs(tmp_path)[name]
     if not (Path(argv[0]).exists() or shutil.which(argv[0])):
         pytest.skip(f"{name} is not installed (make test installs it: see DEB_TEST_PACKAGES)")
-    exe = verify.real_executable(verify.resolve_command(argv[0]))
-    linked = [n for n in verify.elf_facts(exe).needed if n.startswith("libjemalloc")]
+    exe = real_executable(resolve_command(argv[0]))
+    linked = [n for n in elf_facts(exe).needed if n.startswith("libjemalloc")]
     for variant in installed_variants():
         ev = verdict(variant, argv, tmp_path)
         if variant.is_system and linked:
@@ -71,7 +73,7 @@ def test_non_pie_executable_taking_mallocs_address_is_verified(build, cli, store
     executable's canonical PLT entry, which itself binds to the preloaded allocator."""
     require_allocator("jemalloc")
     prog = build("malloc_address", "-no-pie", "-fno-pic")
-    assert {"malloc", "free"} <= verify.elf_facts(prog).canonical_plt
+    assert {"malloc", "free"} <= elf_facts(prog).canonical_plt
     p = cli("compare", "--runs", "1", "-a", "glibc", "-a", "jemalloc", "--", str(prog))
     assert p.returncode == 0, p.stderr
     e = store_of(cli.db).load()

@@ -7,6 +7,7 @@ import numpy as np
 import pytest
 
 from alloclab.plan import sweep
+from alloclab.stats import sweep as sweep_stats
 from alloclab.stats.analysis import analyze
 from alloclab.errors import AlloclabError
 from alloclab.store.db import Experiment
@@ -254,7 +255,7 @@ def test_best_and_cheapest_within_noise():
     a = analyze(fake_experiment(labels, [("w", {})], data))
     s = {"tunable": "PAD", "points": [{"variant": lab, "value": v, "text": str(v)}
                                       for lab, v in zip(labels, [0, 1, 2, 3])]}
-    [curve] = sweep.sweep_results(a, [s])
+    [curve] = sweep_stats.sweep_results(a, [s])
     assert curve.best.text == "3" or curve.best.text == "2"
     # 99 is not different from ~100 at 1% noise; 10 is.
     assert curve.points[0].vs_best.verdict == "worse" and not curve.points[0].within_noise
@@ -267,7 +268,7 @@ def test_lower_is_better_curve_and_too_few_runs_note():
     labels = ["a", "b"]
     data = {(0, 0): [5.0, 5.1, 4.9], (0, 1): [1.0, 1.1, 0.9]}
     a = analyze(fake_experiment(labels, [("w", {})], data, metric="ms", higher=False))
-    [curve] = sweep.sweep_results(a, [{"tunable": "X", "points": [{"variant": "b", "value": 2},
+    [curve] = sweep_stats.sweep_results(a, [{"tunable": "X", "points": [{"variant": "b", "value": 2},
                                                                   {"variant": "a", "value": 1}]}])
     assert [p.text for p in curve.points] == ["1", "2"]   # sorted by value
     assert curve.best.label == "b" and curve.cheap.label == "a"   # 3 runs: nothing can be significant
@@ -280,7 +281,7 @@ def scaling_for(throughputs: list[float], threads=(1, 2, 4), cores=2, n=10):
     a = analyze(fake_experiment(["glibc"], ws, data, cores=cores))
     s = {"param": "threads", "base": "larson", "fixed": {},
          "points": [{"workload": i, "value": t, "text": str(t)} for i, t in enumerate(threads)]}
-    [curve] = sweep.sweep_results(a, [s])
+    [curve] = sweep_stats.sweep_results(a, [s])
     return curve.scaling
 
 
@@ -313,7 +314,7 @@ def ablation_on(base, a_, b_, both, spread=0.01):
     s = {"ablation": {"baseline": "glibc", "combined": "glibc A=1,B=1",
                       "settings": [{"setting": "A=1", "variant": "glibc A=1"},
                                    {"setting": "B=1", "variant": "glibc B=1"}]}}
-    [r] = sweep.ablation_result(a, s)
+    [r] = sweep_stats.ablation_result(a, s)
     return r
 
 

@@ -12,6 +12,7 @@ from rich.console import Console
 
 from alloclab.cli import app as cli_app
 from alloclab.plan import sweep
+from alloclab.stats import sweep as sweep_stats
 from alloclab.stats.analysis import analyze
 from alloclab.cli.sweep import render_sweeps
 from alloclab.workloads.metrics import MetricDef
@@ -55,7 +56,7 @@ def test_top_pad_sweep_on_oversized_finds_the_threshold(tmp_path):
     assert len(blocks) == 4 and all(sorted(v) == [0, 1, 2] for v in blocks.values())
     assert len({tuple(v) for v in blocks.values()}) > 1
 
-    [curve] = sweep.sweep_results(a, sweeps)
+    [curve] = sweep_stats.sweep_results(a, sweeps)
     assert curve.metric == "queries_per_s" and [p.text for p in curve.points] == ["0", "2M", "64M"]
     assert curve.best.text == "64M"
     assert [p.vs_best.verdict for p in curve.points[:2]] == ["worse", "worse"]
@@ -72,7 +73,7 @@ def test_ablation_of_two_settings_that_do_the_same_job(tmp_path):
     specs, structure = sweep.ablation_specs("glibc:MALLOC_TOP_PAD_=64M,MALLOC_TRIM_THRESHOLD_=64M")
     w = builtin.workload("oversized", OVERSIZED, quick=True)
     _, _, a = run(tmp_path, [w], specs, runs=5, sweeps=[structure])
-    [r] = sweep.ablation_result(a, structure)
+    [r] = sweep_stats.ablation_result(a, structure)
     assert r.baseline == "glibc" and [e.name for e in r.singles] == ["MALLOC_TOP_PAD_=64M",
                                                                       "MALLOC_TRIM_THRESHOLD_=64M"]
     assert [e.comparison.verdict for e in r.singles] == ["better", "better"]
@@ -94,7 +95,7 @@ def test_thread_scaling_of_a_builtin_workload(tmp_path):
     store, exp_id, a = run(tmp_path, workloads, ["glibc", "tcmalloc-minimal"], runs=3, sweeps=sweeps)
     for r in store.load(exp_id).runs:     # each point's value reached the program
         assert json.loads(r["stdout"].strip().splitlines()[-1])["threads"] == [1, 2, 4][r["workload_idx"]]
-    curves = sweep.sweep_results(a, sweeps)
+    curves = sweep_stats.sweep_results(a, sweeps)
     assert [c.subject for c in curves] == ["glibc", "tcmalloc-minimal"]
     cores = len(os.sched_getaffinity(0))
     for c in curves:
@@ -123,7 +124,7 @@ def test_threads_placeholder_in_a_command_reaches_the_program(tmp_path):
     for r in e.runs:
         printed = json.loads(r["stdout"].strip().splitlines()[-1])
         assert printed["threads"] == int(e.workloads[r["workload_idx"]]["params"]["threads"])
-    [curve] = sweep.sweep_results(a, sweeps)
+    [curve] = sweep_stats.sweep_results(a, sweeps)
     assert curve.base == f"{exe} --threads={{threads}} --rounds 30"
     assert [s.threads for s in curve.scaling.steps] == [1, 2]
 

@@ -110,7 +110,7 @@ def _parse_settings(spec: str, text: str) -> list[tuple[str, str]]:
 
 
 def _check_library(spec: str, path: Path) -> None:
-    from alloclab.measure.verify import exported_allocator_symbols  # verify needs ELF parsing; import late
+    from alloclab.catalog.elf import exported_allocator_symbols  # ELF parsing is dear: import late
 
     if not path.exists():
         raise AlloclabError(f"The allocator library '{path}' of variant '{spec}' does not exist; give the path of an installed .so.")

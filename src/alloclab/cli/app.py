@@ -85,6 +85,7 @@ def run_experiment(store: Store, workloads, variant_specs: list[str], settings: 
                                TimeRemainingColumn)
 
     from alloclab.measure.runner import Experiment, Progress as RunProgress
+    from alloclab.stats.looks import Judge
     from alloclab.catalog.variants import parse_variants
 
     variants = parse_variants(variant_specs)
@@ -97,7 +98,7 @@ def run_experiment(store: Store, workloads, variant_specs: list[str], settings: 
             advance=lambda text: bar.update(task, advance=1, description=text[:60]),
             note=lambda text: bar.console.print(f"[yellow]{text}[/]", highlight=False))
         # The bar advances when a run starts; completed = runs started.
-        exp = Experiment(store, workloads, variants, settings, progress)
+        exp = Experiment(store, workloads, variants, settings, progress, judge=Judge())
         return exp.run()
 
 

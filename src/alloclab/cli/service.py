@@ -27,16 +27,6 @@ if TYPE_CHECKING:  # loaded by the commands, not when `alloclab` starts
 DEFAULT_RUNS = 5
 
 
-def _params(items: list[str]) -> dict[str, str]:
-    out = {}
-    for item in items:
-        key, sep, value = item.partition("=")
-        if not sep or not key:
-            raise AlloclabError(f"Cannot read --param '{item}': write NAME=VALUE, e.g. --param scale=1.")
-        out[key.strip()] = value.strip()
-    return out
-
-
 def _default_variants(ef: experiment_file.ExperimentFile) -> list[str]:
     """The file's variants whose allocator is installed; the others are named, not silently dropped."""
     catalog = cat.load_catalog()
@@ -96,7 +86,7 @@ def run_file(
     ef = experiment_file.resolve(target)
     if not fleet:  # a fleet's hosts are checked instead, each in its pre-flight check
         ef.check_requirements()
-    params = ef.with_params(_params(param))
+    params = ef.with_params(experiment_file.param_options(param))
     if idle is not None:
         if ef.service is None or idle < 0:
             raise AlloclabError("--idle applies to a file with a [service], and cannot be negative.")

@@ -26,7 +26,7 @@ from alloclab.store.db import Store
 if TYPE_CHECKING:
     from alloclab.stats import estimates as stats
     from alloclab.stats.analysis import Analysis
-    from alloclab.plan.sweep import AblationResult, CurvePoint, SweepCurve
+    from alloclab.stats.sweep import AblationResult, CurvePoint, SweepCurve
 
 NOISE_RULE = ("cheapest = the smallest setting not significantly worse than the best (Mann-Whitney, "
               "alpha {alpha:g}{effect}); medians with 95% intervals; n/a: too few runs for an interval")
@@ -161,7 +161,7 @@ def ablation_table(r: AblationResult, spec: str) -> Table:
 
 
 def render_sweeps(a: Analysis, sweeps: list[dict], console: Console | None = None) -> None:
-    from alloclab.plan.sweep import ablations, sweep_results
+    from alloclab.stats.sweep import ablations, sweep_results
 
     out = console or default_console
     curves = sweep_results(a, sweeps)

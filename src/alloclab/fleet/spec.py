@@ -55,10 +55,9 @@ def _run(inputs: dict):
 
     from alloclab.workloads import experiment_file
     from alloclab.measure import service
-    from alloclab.cli.service import _params
     ef = experiment_file.resolve(inputs["target"])
     ef.check_requirements()
-    params = ef.with_params(_params(inputs["param"]))
+    params = ef.with_params(experiment_file.param_options(inputs["param"]))
     if inputs.get("idle") is not None:
         ef.service = dc.replace(ef.service, idle=inputs["idle"])
     workloads, session = service.workloads(ef, params)
@@ -106,7 +105,7 @@ def host_problems(spec: SessionSpec) -> list[str]:
         if spec.kind == "suite":
             cbuild.compiler()
         elif spec.kind == "compare":
-            from alloclab.measure.verify import resolve_command
+            from alloclab.workloads.command import resolve_command
             resolve_command(spec.inputs["command"][0] if not spec.inputs["shell"] else "sh")
         elif spec.kind == "run":
             from alloclab.workloads import experiment_file

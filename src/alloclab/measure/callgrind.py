@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
-from alloclab.measure import verify
+from alloclab.catalog.elf import elf_facts
 from alloclab.errors import AlloclabError
 from alloclab.measure.run import RunInterrupted, run_once
 from alloclab.measure.profile import Attribution, Frame, ProfileSummary, command_of, clean_symbol
@@ -100,7 +100,7 @@ def count(out_dir: Path, attribution: Attribution, top: int = 5) -> CallgrindCou
     # gperftools puts malloc/free in their own ELF section (google_malloc), which valgrind does
     # not tie to the library: that code shows under object "???". A function of that name
     # defined by the variant's library is the library's.
-    library_functions = (verify.elf_facts(Path(attribution.library).resolve()).defined
+    library_functions = (elf_facts(Path(attribution.library).resolve()).defined
                          if attribution.library else frozenset())
     total = 0
     alloc: dict[str, int] = {}

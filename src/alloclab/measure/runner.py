@@ -11,9 +11,8 @@ import tempfile
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable
+from typing import TYPE_CHECKING, Callable, Protocol
 
-from alloclab.stats import decide
 from alloclab.measure import machine
 from alloclab.plan import schedule as plan
 from alloclab.measure import readback
@@ -22,9 +21,14 @@ from alloclab.errors import AlloclabError, Interrupted
 from alloclab.measure.run import RunInterrupted, RunResult
 from alloclab.workloads.metrics import HW_COUNTERS, STANDARD, extract, output_tail, standard_values
 from alloclab.measure.perfstat import parse_perf_stat
-from alloclab.store.db import Store
 from alloclab.catalog.variants import Variant, removed_from_env
 from alloclab.workloads.command import Workload
+from alloclab.measure.executors import executor_of
+from alloclab.measure.blocks import MoreBlocks
+from alloclab.plan.design import Design
+
+if TYPE_CHECKING:
+    from alloclab.store.db import Store
 
 
 @dataclass
@@ -61,14 +65,23 @@ class Progress:
     note: Callable[[str], None] = lambda text: None
 
 
+class Judge(Protocol):
+    """What the runner asks the statistics at a look (implemented by alloclab.stats.looks)."""
+
+    def open_comparisons(self, experiment, workload_idxs: set[int], margin: float) -> dict[int, set[int]]: ...
+
+    def precise_enough(self, values: list[float], target: float) -> bool: ...
+
+
 @dataclass
-class Experiment:
+class Experiment(MoreBlocks):
     store: Store
     workloads: list[Workload]
     variants: list[Variant]
     settings: Settings
     progress: Progress = field(default_factory=Progress)
     base_env: dict[str, str] = field(default_factory=lambda: dict(os.environ))
+    judge: "Judge | None" = None   # stats.looks.Judge: needed by --until-decided and --until-precise
 
     def __post_init__(self) -> None:
         if self.settings.runs < 1:
@@ -78,10 +91,14 @@ class Experiment:
         if self.settings.until_decided and self.settings.max_runs < 2:
             raise AlloclabError(f"--max-runs must be at least 2 to decide anything (got {self.settings.max_runs}).")
         s = self.settings
-        self.design = (decide.Design.sequential(s.first_look, s.max_runs, s.alpha) if s.until_decided
-                       else decide.Design.fixed(s.runs, s.alpha))
+        self.design = (Design.sequential(s.first_look, s.max_runs, s.alpha) if s.until_decided
+                       else Design.fixed(s.runs, s.alpha))
         if self.settings.timeout_s is not None and not self.settings.timeout_s > 0:
             raise AlloclabError(f"--timeout must be a positive number of seconds (got {self.settings.timeout_s:g}).")
+        if (s.until_decided or s.until_precise) and self.judge is None:
+            raise TypeError("measuring until decided or precise needs a judge (alloclab.stats.looks.Judge)")
+        for w in self.workloads:
+            executor_of(w)
         self.programs = [w.program() for w in self.workloads]
         self.cells = [Cell(w, v) for w in range(len(self.workloads)) for v in range(len(self.variants))]
         self.evidence: dict[tuple[int, int], verify.Evidence] = {}
@@ -304,100 +321,6 @@ class Experiment:
             self.store.finish(self.exp_id, status, {"load_end": list(os.getloadavg())})
             shutil.rmtree(root, ignore_errors=True)
         return self.exp_id
-
-    def _jobs(self, planner: plan.Planner, jobs: list[plan.Job], started: float):
-        """The planned jobs, then, with --until-decided or --until-precise, more interleaved blocks
-        while needed."""
-        yield from jobs
-        s = self.settings
-        if s.until_decided:
-            yield from self._until_decided(planner, started)
-            return
-        if not s.until_precise:
-            return
-        measured = s.runs
-        while measured < s.max_runs and time.monotonic() - started < s.max_seconds:
-            imprecise = self._imprecise_cells(s.until_precise)
-            if not imprecise:
-                self.progress.note(f"every interval is within ±{s.until_precise:.1%} after {measured} runs")
-                return
-            self.progress.note(f"{len(imprecise)} cell(s) not yet within ±{s.until_precise:.1%}; adding a block")
-            block = planner.block()
-            self.progress_total += len(block)
-            self.progress.start(self.progress_total)
-            yield from block
-            measured += 1
-        self.progress.note(f"stopped at {measured} runs per cell (--max-runs {s.max_runs} / "
-                           f"{s.max_seconds:g} s) before every interval was within ±{s.until_precise:.1%}")
-
-    def _until_decided(self, planner: plan.Planner, started: float):
-        """Blocks until every primary comparison has a verdict, the budget is spent, or --max-runs.
-
-        Looks happen only at the design's planned block counts (see decide.py: each look is tested
-        at alpha/K, so looking cannot inflate the false-positive rate). A decided comparison stops
-        running; a workload whose comparisons are all decided stops, so the budget goes to what is
-        still open. Blocks keep their random order and hold the baseline with every open variant."""
-        from alloclab.stats import analysis
-        s, design = self.settings, self.design
-        base = 0
-        open_: dict[int, set[int]] = {wi: set(range(1, len(self.variants))) for wi in range(len(self.workloads))}
-        measured, block_s, t_block = design.looks[0], 0.0, time.monotonic()
-        self._stopped = "max-runs"
-        while True:
-            if measured in design.looks:
-                a = analysis.analyze(self.store.load(self.exp_id), only_primary=True, min_effect=s.margin,
-                                     workload_idxs={wi for wi, vs in open_.items() if vs})
-                for w in a.workloads:
-                    for vi in list(open_[w.idx]):
-                        verdicts = [r.cells[vi].comparison.verdict for r in w.rows if r.cells[vi].comparison]
-                        # No comparison at all: every run of the variant failed; more runs will not help.
-                        if all(v in decide.DECIDED for v in verdicts):
-                            open_[w.idx].discard(vi)
-                left = sum(len(vs) for vs in open_.values())
-                if not left:
-                    self._stopped = "decided"
-                    self.progress.note(f"every primary comparison decided after {measured} runs per variant")
-                    return
-                self.progress.note(f"look at {measured} runs: {left} comparison(s) undecided")
-            if measured >= design.looks[-1]:
-                self.progress.note(f"stopped at --max-runs {measured} with comparisons still undecided")
-                return
-            elapsed = time.monotonic() - started
-            if elapsed + block_s > s.max_seconds:
-                self._stopped = "budget"
-                self.progress.note(f"stopped by the {s.max_seconds:g} s budget after {measured} runs per variant, "
-                                   f"with comparisons still undecided")
-                return
-            cells = [i for i, c in enumerate(self.cells)
-                     if open_[c.workload_idx] and (c.variant_idx == base or c.variant_idx in open_[c.workload_idx])]
-            block = planner.block(cells=cells)
-            self.progress_total += len(block)
-            self.progress.start(self.progress_total)
-            t_block = time.monotonic()
-            yield from block
-            block_s = time.monotonic() - t_block
-            measured += 1
-            self._measured = measured
-
-    def _imprecise_cells(self, target: float) -> list[Cell]:
-        """Cells whose primary metrics' median CI is still wider than the target.
-
-        Only precision decides, never significance: stopping when p first drops below alpha
-        would inflate the false-positive rate."""
-        from alloclab.stats import estimates as stats
-        runs = self.store.load(self.exp_id).runs
-        out = []
-        for c in self.cells:
-            w = self.workloads[c.workload_idx]
-            names = [m.name for m in w.metrics] or ["wall_s"]
-            ok_runs = [r for r in runs if r["workload_idx"] == c.workload_idx and r["variant_idx"] == c.variant_idx
-                       and not r["warmup"] and r["status"] == "ok"]
-            for name in names:
-                values = [r["metrics"][name] for r in ok_runs if name in r["metrics"]]
-                if not stats.precise_enough(values, target):
-                    out.append(c)
-                    break
-        return out
 
     def _store(self, cell: Cell, job: plan.Job, result: RunResult, values: dict, extra: dict) -> None:
         self.store.add_run(self.exp_id, cell.workload_idx, cell.variant_idx, job.block, job.position,

@@ -49,10 +49,11 @@ import psutil
 from alloclab.workloads import build as cbuild
 from alloclab.measure import run as measure
 from alloclab.measure import service_phases
-from alloclab.measure import verify
+from alloclab.workloads import phases
 from alloclab.errors import AlloclabError
 from alloclab.workloads.experiment_file import ExperimentFile, Load, MetricSpec, Step, substitute, substitute_argv
 from alloclab.measure.run import RunInterrupted, RunResult, TreeSampler, kill_tree, run_once
+from alloclab.workloads.command import resolve_command
 from alloclab.workloads.metrics import MetricDef, extract, output_tail
 from alloclab.measure.perfstat import wrap_perf_stat
 from alloclab.catalog.variants import ALLOCATOR_ENV
@@ -672,7 +673,7 @@ class Session:
             raise AlloclabError(f"{self._place(where)}: the program of {_dotted(where)} ('{argv0}') may only use "
                                 f"[params] and {{recipe_dir}} placeholders, so that alloclab can check it before "
                                 f"any run. Give its path directly.") from None
-        return verify.resolve_command(text)
+        return resolve_command(text)
 
     def _place(self, where: tuple) -> str:
         line = self.ef.locator.line_of(where) if self.ef.locator else None
@@ -1112,7 +1113,7 @@ class ServiceExecutor:
             summary["final_pss_mb"] = final_pss / 1024
         summary["load_cpu_s"] = load_cpu_s
         summary |= derived_values(load.metrics, done.output, result, {"load_cpu_s": load_cpu_s})
-        steady, intervals = service_phases.steady_values(load.metrics, done.output)
+        steady, intervals = phases.steady_values(load.metrics, done.output)
         summary |= steady
         if intervals:
             summary["intervals"] = intervals
@@ -1232,7 +1233,7 @@ def workloads(ef: ExperimentFile, params: dict[str, object], *, keep: bool = Fal
         defs = ef.metric_defs(load)
         if ef.service:
             executor = ServiceExecutor(session, i)
-            defs += list(SERVICE_METRICS) + service_phases.phase_metric_defs(load)
+            defs += list(SERVICE_METRICS) + phases.phase_metric_defs(load)
             argv = shown(ef.service.command)
             info = {"mode": "service", "client": shown(load.command), "lifetime": ef.service.lifetime,
                     "idle_s": ef.service.idle, "run_as": ef.run_as,

@@ -12,113 +12,20 @@ Three kinds of evidence, combined into one status per variant:
 
 from __future__ import annotations
 
-import functools
 import os
 import re
-import shutil
 import stat
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from elftools.common.exceptions import ELFError
-from elftools.elf.dynamic import DynamicSection
-from elftools.elf.elffile import ELFFile
-from elftools.elf.sections import SymbolTableSection
-
 from alloclab.catalog import allocators as cat
-from alloclab.errors import AlloclabError
+from alloclab.catalog.elf import ElfFacts, elf_facts
+from alloclab.workloads.command import real_executable
 
 VERIFIED, INEFFECTIVE, UNKNOWN = "verified", "ineffective", "unknown"
-MALLOC_API = ("malloc", "free", "calloc", "realloc", "posix_memalign", "aligned_alloc",
-              "memalign", "valloc", "pvalloc", "malloc_usable_size")
 CORE_API = ("malloc", "free")
 PRELOAD_REFUSED = re.compile(r"ERROR: ld\.so: object '([^']*)' from LD_PRELOAD cannot be preloaded \(([^)]*)\): ignored")
 _BINDING = re.compile(r"binding file (.+?) \[\d+\] to (.+?) \[\d+\]: normal symbol `([^']+)'")
-
-
-# --- ELF facts ------------------------------------------------------------------------------
-
-@dataclass(frozen=True)
-class ElfFacts:
-    path: Path
-    is_elf: bool
-    is_static: bool = False
-    needed: tuple[str, ...] = ()
-    defined: frozenset[str] = frozenset()    # defined function symbols (dynamic + static tables)
-    exported: frozenset[str] = frozenset()   # defined in the dynamic symbol table
-    imported: frozenset[str] = frozenset()   # undefined in the dynamic symbol table
-    # Undefined, yet with an address: a non-PIE executable that takes a function's address gets
-    # a canonical PLT entry, and the loader binds every library's reference to that entry. The
-    # entry is no definition: it jumps to wherever the executable's own reference is bound.
-    canonical_plt: frozenset[str] = frozenset()
-
-
-@functools.cache
-def elf_facts(path: Path) -> ElfFacts:
-    try:
-        with open(path, "rb") as fh:
-            elf = ELFFile(fh)
-            has_interp = any(seg["p_type"] == "PT_INTERP" for seg in elf.iter_segments())
-            has_dynamic = any(seg["p_type"] == "PT_DYNAMIC" for seg in elf.iter_segments())
-            needed: list[str] = []
-            defined, exported, imported, canonical_plt = set(), set(), set(), set()
-            for section in elf.iter_sections():
-                if isinstance(section, DynamicSection):
-                    needed += [t.needed for t in section.iter_tags() if t.entry.d_tag == "DT_NEEDED"]
-                if isinstance(section, SymbolTableSection):
-                    dynamic = section.name == ".dynsym"
-                    for sym in section.iter_symbols():
-                        if not sym.name:
-                            continue
-                        if sym["st_shndx"] == "SHN_UNDEF":
-                            if dynamic:
-                                imported.add(sym.name.split("@")[0])
-                                if sym["st_value"]:
-                                    canonical_plt.add(sym.name.split("@")[0])
-                        elif sym["st_info"]["type"] in ("STT_FUNC", "STT_GNU_IFUNC"):
-                            name = sym.name.split("@")[0]
-                            defined.add(name)
-                            if dynamic and sym["st_info"]["bind"] in ("STB_GLOBAL", "STB_WEAK"):
-                                exported.add(name)
-            is_static = elf["e_type"] == "ET_EXEC" and not has_interp and not has_dynamic or (
-                not has_interp and elf["e_type"] == "ET_DYN" and not needed and "malloc" in defined)
-            return ElfFacts(path, True, is_static, tuple(needed), frozenset(defined),
-                            frozenset(exported), frozenset(imported), frozenset(canonical_plt))
-    except (ELFError, OSError, ValueError):
-        return ElfFacts(path, False)
-
-
-def exported_allocator_symbols(path: Path) -> set[str]:
-    return set(MALLOC_API) & set(elf_facts(Path(path).resolve()).exported)
-
-
-def resolve_command(argv0: str) -> Path:
-    found = shutil.which(argv0)
-    if not found:
-        raise AlloclabError(
-            f"Command not found: '{argv0}'. Give a program on PATH or a path to an executable file "
-            f"(note that alloclab runs it without a shell; use --shell for shell syntax)."
-        )
-    return Path(found).resolve()
-
-
-def real_executable(path: Path, _depth: int = 0) -> Path:
-    """Follow `#!` lines (and `/usr/bin/env X`) to the ELF file the kernel finally runs."""
-    try:
-        with open(path, "rb") as fh:
-            head = fh.read(256)
-    except OSError:
-        return path
-    if not head.startswith(b"#!") or _depth > 4:
-        return path
-    words = head[2:].split(b"\n", 1)[0].decode(errors="replace").split()
-    if not words:
-        return path
-    interp = words[0]
-    if Path(interp).name == "env" and len(words) > 1:
-        args = [w for w in words[1:] if not w.startswith("-")]
-        interp = shutil.which(args[0]) if args else interp
-    return real_executable(Path(interp or path).resolve(), _depth + 1)
 
 
 def _soname_allocator(soname: str, catalog: cat.Catalog) -> cat.Allocator | None:

@@ -1,60 +1,22 @@
-"""A workload is a program run the same way under every variant: how to run it, what to read.
+"""A workload is a program run the same way under every variant: what to run, what to read.
 
-How a run happens is the workload's executor: a plain command (CommandExecutor) or a server
-with a load client (service.ServiceExecutor). The runner only sees this small interface.
+How a run happens is the workload's executor, which the measure stage supplies: a plain command
+(measure.executors.CommandExecutor, the default) or a server with a load client
+(measure.service's executors, set by the service's workloads).
 """
 
 from __future__ import annotations
 
+import shutil
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Protocol
+from typing import TYPE_CHECKING
 
-from alloclab.measure import verify
-from alloclab.measure.run import RunResult, run_once
+from alloclab.errors import AlloclabError
 from alloclab.workloads.metrics import MetricDef
-from alloclab.measure.perfstat import wrap_perf_stat
 
-
-class Executor(Protocol):
-    def program(self) -> Path:
-        """The executable the variant applies to (checked statically before any run)."""
-
-    def prepare(self) -> None:
-        """Once per experiment, before the first run (e.g. initdb). Raise AlloclabError to stop."""
-
-    def execute(self, env: dict[str, str], variant_env: dict[str, str], workdir: Path, *,
-                timeout_s: float | None, mapped_marker: str | None, perf_file: Path | None) -> RunResult:
-        """One run. `env` is the variant's full environment, for the program under test only."""
-
-    def cleanup(self) -> None:
-        """Once per experiment, on every path (normal end, error, Ctrl-C)."""
-
-
-@dataclass
-class CommandExecutor:
-    argv: list[str]
-    cwd: str | None = None
-    # The run's user+sys time covers every process it started, so the rest of the machine's
-    # busy time during the run is other work competing for the CPUs.
-    accounts_all_cpu = True
-    # Its run directory holds only files every run rewrites (stdout, stderr, perf's counts).
-    fresh_workdir = False
-
-    def program(self) -> Path:
-        return verify.resolve_command(self.argv[0])
-
-    def prepare(self) -> None:
-        pass
-
-    def execute(self, env, variant_env, workdir, *, timeout_s, mapped_marker, perf_file) -> RunResult:
-        argv = self.argv
-        if perf_file is not None:
-            argv, env = wrap_perf_stat(argv, env, variant_env, perf_file)
-        return run_once(argv, env, workdir, timeout_s=timeout_s, cwd=self.cwd, mapped_marker=mapped_marker)
-
-    def cleanup(self) -> None:
-        pass
+if TYPE_CHECKING:
+    from alloclab.measure.executors import Executor
 
 
 @dataclass
@@ -65,15 +27,11 @@ class Workload:
     params: dict = field(default_factory=dict)
     info: dict = field(default_factory=dict)
     env: dict[str, str] = field(default_factory=dict)        # not allocator settings
-    executor: Executor | None = None
-
-    def __post_init__(self) -> None:
-        if self.executor is None:
-            self.executor = CommandExecutor(self.argv)
+    executor: "Executor | None" = None   # None: a plain command (see measure.executors.executor_of)
 
     def program(self) -> Path:
         """The executable behind the workload; a clear error if there is none."""
-        return self.executor.program()
+        return self.executor.program() if self.executor is not None else resolve_command(self.argv[0])
 
 
 def command_workload(argv: list[str], metrics: list[MetricDef], shell: bool = False) -> Workload:
@@ -83,3 +41,32 @@ def command_workload(argv: list[str], metrics: list[MetricDef], shell: bool = Fa
                         info={"shell": True})
     name = " ".join(argv)
     return Workload(name=name if len(name) <= 60 else name[:57] + "...", argv=list(argv), metrics=metrics)
+
+
+def resolve_command(argv0: str) -> Path:
+    found = shutil.which(argv0)
+    if not found:
+        raise AlloclabError(
+            f"Command not found: '{argv0}'. Give a program on PATH or a path to an executable file "
+            f"(note that alloclab runs it without a shell; use --shell for shell syntax)."
+        )
+    return Path(found).resolve()
+
+
+def real_executable(path: Path, _depth: int = 0) -> Path:
+    """Follow `#!` lines (and `/usr/bin/env X`) to the ELF file the kernel finally runs."""
+    try:
+        with open(path, "rb") as fh:
+            head = fh.read(256)
+    except OSError:
+        return path
+    if not head.startswith(b"#!") or _depth > 4:
+        return path
+    words = head[2:].split(b"\n", 1)[0].decode(errors="replace").split()
+    if not words:
+        return path
+    interp = words[0]
+    if Path(interp).name == "env" and len(words) > 1:
+        args = [w for w in words[1:] if not w.startswith("-")]
+        interp = shutil.which(args[0]) if args else interp
+    return real_executable(Path(interp or path).resolve(), _depth + 1)

@@ -19,10 +19,10 @@ from dataclasses import dataclass, field
 from importlib import resources
 from pathlib import Path
 
-from alloclab.measure import service_phases
+from alloclab.workloads import phases
 from alloclab.errors import AlloclabError
 from alloclab.workloads.metrics import MetricDef
-from alloclab.measure.service_phases import Phase, Warmup
+from alloclab.workloads.phases import Phase, Warmup
 
 RECIPE_PREFIX = "recipe:"
 BUILTIN_PLACEHOLDERS = ("port", "workdir", "recipe_dir", "data_dir")
@@ -381,7 +381,7 @@ LOAD = {"name": "string", "command": "argv list", "timeout": "seconds", "metrics
 METRIC = {"name": "string", "unit": "string", "higher": "bool (higher is better)", "primary": "bool",
           "regex": "regex, first group is the number", "json": "KEY.PATH in a JSON line",
           "ratio": "{ numerator = regex | \"@cpu_s\", denominator = regex, scale = number }",
-          **service_phases.METRIC_KEYS}
+          **phases.METRIC_KEYS}
 # What a ratio's numerator may name instead of a regex: a measure of the process under the variant.
 RATIO_MEASURES = ("cpu_s", "user_s", "sys_s", "wall_s", "load_cpu_s")   # load_cpu_s: a server's, while loaded
 
@@ -553,7 +553,7 @@ def _loads(c: _Checker, raw, key: str) -> list[Load]:
     loads, names = [], set()
     for i, entry in enumerate(raw):
         where = (key, i)
-        entry = c.table(entry, where, LOAD | (service_phases.LOAD_KEYS if key == "client" else {}), ("command",))
+        entry = c.table(entry, where, LOAD | (phases.LOAD_KEYS if key == "client" else {}), ("command",))
         name = c.typed(entry, "name", where, str, "a string", f"{key} {i + 1}")
         if name in names:
             raise c.error(where + ("name",), f"two [[{key}]] entries are named '{name}'.", "Give each its own name.")
@@ -573,7 +573,7 @@ def _loads(c: _Checker, raw, key: str) -> list[Load]:
                           "Give each metric its own name.")
         loads.append(Load(name, c.argv(entry["command"], where + ("command",)),
                           c.number(entry, "timeout", where, None, 0.1), tuple(metrics),
-                          service_phases.parse_warmup(c, entry, where), service_phases.parse_phases(c, entry, where)))
+                          phases.parse_warmup(c, entry, where), phases.parse_phases(c, entry, where)))
     return loads
 
 
@@ -588,7 +588,7 @@ def _metric(c: _Checker, raw, where: tuple) -> MetricSpec:
                       'Write e.g. regex = "tps = ([\\\\d.]+)", json = "summary.ops", ratio = '
                       '{ numerator = "...", denominator = "..." }, or progress = "progress: .*?([\\\\d.]+) tps".')
     regex = json_path = ratio = progress = None
-    skip = service_phases.check_progress_metric(c, m, where)
+    skip = phases.check_progress_metric(c, m, where)
 
     def compiled(pattern, at: tuple) -> str:
         if not isinstance(pattern, str):
@@ -695,3 +695,14 @@ def resolve(target: str) -> ExperimentFile:
     if not path.exists() and (recipes_dir() / f"{target}.toml").is_file():
         raise AlloclabError(f"No file named '{target}'; to run the recipe of that name write recipe:{target}.")
     return load(path)
+
+
+def param_options(items: list[str]) -> dict[str, str]:
+    """--param NAME=VALUE options as a dict (checked against the file by ExperimentFile.with_params)."""
+    out = {}
+    for item in items:
+        key, sep, value = item.partition("=")
+        if not sep or not key:
+            raise AlloclabError(f"Cannot read --param '{item}': write NAME=VALUE, e.g. --param scale=1.")
+        out[key.strip()] = value.strip()
+    return out

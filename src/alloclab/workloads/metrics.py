@@ -11,9 +11,12 @@ import json
 import math
 import re
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from alloclab.errors import AlloclabError
-from alloclab.measure.run import RunResult
+
+if TYPE_CHECKING:
+    from alloclab.measure.run import RunResult
 
 
 @dataclass(frozen=True)
@@ -51,7 +54,7 @@ HW_COUNTERS = (
 )
 
 
-def standard_values(r: RunResult) -> dict[str, float]:
+def standard_values(r: "RunResult") -> dict[str, float]:
     return {
         "wall_s": r.wall_s, "cpu_s": r.user_s + r.sys_s, "user_s": r.user_s, "sys_s": r.sys_s,
         "peak_rss_mb": r.peak_rss_kb / 1024, "max_rss_mb": r.max_rss_kb / 1024,

@@ -1,0 +1,74 @@
+"""What an ELF file says about allocation: the libraries it needs, the malloc family it defines,
+exports or imports (pyelftools, read once per file).
+
+In: a path. Out: ElfFacts; used to check that a custom allocator library exports malloc and free,
+and by the verification of a program before it runs.
+"""
+
+from __future__ import annotations
+
+import functools
+from dataclasses import dataclass
+from pathlib import Path
+
+from elftools.common.exceptions import ELFError
+from elftools.elf.dynamic import DynamicSection
+from elftools.elf.elffile import ELFFile
+from elftools.elf.sections import SymbolTableSection
+
+MALLOC_API = ("malloc", "free", "calloc", "realloc", "posix_memalign", "aligned_alloc",
+              "memalign", "valloc", "pvalloc", "malloc_usable_size")
+
+
+@dataclass(frozen=True)
+class ElfFacts:
+    path: Path
+    is_elf: bool
+    is_static: bool = False
+    needed: tuple[str, ...] = ()
+    defined: frozenset[str] = frozenset()    # defined function symbols (dynamic + static tables)
+    exported: frozenset[str] = frozenset()   # defined in the dynamic symbol table
+    imported: frozenset[str] = frozenset()   # undefined in the dynamic symbol table
+    # Undefined, yet with an address: a non-PIE executable that takes a function's address gets
+    # a canonical PLT entry, and the loader binds every library's reference to that entry. The
+    # entry is no definition: it jumps to wherever the executable's own reference is bound.
+    canonical_plt: frozenset[str] = frozenset()
+
+
+@functools.cache
+def elf_facts(path: Path) -> ElfFacts:
+    try:
+        with open(path, "rb") as fh:
+            elf = ELFFile(fh)
+            has_interp = any(seg["p_type"] == "PT_INTERP" for seg in elf.iter_segments())
+            has_dynamic = any(seg["p_type"] == "PT_DYNAMIC" for seg in elf.iter_segments())
+            needed: list[str] = []
+            defined, exported, imported, canonical_plt = set(), set(), set(), set()
+            for section in elf.iter_sections():
+                if isinstance(section, DynamicSection):
+                    needed += [t.needed for t in section.iter_tags() if t.entry.d_tag == "DT_NEEDED"]
+                if isinstance(section, SymbolTableSection):
+                    dynamic = section.name == ".dynsym"
+                    for sym in section.iter_symbols():
+                        if not sym.name:
+                            continue
+                        if sym["st_shndx"] == "SHN_UNDEF":
+                            if dynamic:
+                                imported.add(sym.name.split("@")[0])
+                                if sym["st_value"]:
+                                    canonical_plt.add(sym.name.split("@")[0])
+                        elif sym["st_info"]["type"] in ("STT_FUNC", "STT_GNU_IFUNC"):
+                            name = sym.name.split("@")[0]
+                            defined.add(name)
+                            if dynamic and sym["st_info"]["bind"] in ("STB_GLOBAL", "STB_WEAK"):
+                                exported.add(name)
+            is_static = elf["e_type"] == "ET_EXEC" and not has_interp and not has_dynamic or (
+                not has_interp and elf["e_type"] == "ET_DYN" and not needed and "malloc" in defined)
+            return ElfFacts(path, True, is_static, tuple(needed), frozenset(defined),
+                            frozenset(exported), frozenset(imported), frozenset(canonical_plt))
+    except (ELFError, OSError, ValueError):
+        return ElfFacts(path, False)
+
+
+def exported_allocator_symbols(path: Path) -> set[str]:
+    return set(MALLOC_API) & set(elf_facts(Path(path).resolve()).exported)

@@ -1,0 +1,103 @@
+"""The blocks an experiment runs after the planned ones: with --until-decided, until every primary
+comparison has a verdict (at the design's looks only), the budget is spent or --max-runs; with
+--until-precise, until every median's interval is narrow enough.
+
+In: the runner's state and the statistics' answers at each look (its `judge`). Out: more jobs.
+A mixin of measure.runner.Experiment, kept apart because when to stop is its own question.
+"""
+
+from __future__ import annotations
+
+import time
+
+from alloclab.plan import schedule as plan
+
+
+class MoreBlocks:
+    def _jobs(self, planner: plan.Planner, jobs: list[plan.Job], started: float):
+        """The planned jobs, then, with --until-decided or --until-precise, more interleaved blocks
+        while needed."""
+        yield from jobs
+        s = self.settings
+        if s.until_decided:
+            yield from self._until_decided(planner, started)
+            return
+        if not s.until_precise:
+            return
+        measured = s.runs
+        while measured < s.max_runs and time.monotonic() - started < s.max_seconds:
+            imprecise = self._imprecise_cells(s.until_precise)
+            if not imprecise:
+                self.progress.note(f"every interval is within ±{s.until_precise:.1%} after {measured} runs")
+                return
+            self.progress.note(f"{len(imprecise)} cell(s) not yet within ±{s.until_precise:.1%}; adding a block")
+            block = planner.block()
+            self.progress_total += len(block)
+            self.progress.start(self.progress_total)
+            yield from block
+            measured += 1
+        self.progress.note(f"stopped at {measured} runs per cell (--max-runs {s.max_runs} / "
+                           f"{s.max_seconds:g} s) before every interval was within ±{s.until_precise:.1%}")
+
+    def _until_decided(self, planner: plan.Planner, started: float):
+        """Blocks until every primary comparison has a verdict, the budget is spent, or --max-runs.
+
+        Looks happen only at the design's planned block counts (see stats/decide.py: each look is tested
+        at alpha/K, so looking cannot inflate the false-positive rate). A decided comparison stops
+        running; a workload whose comparisons are all decided stops, so the budget goes to what is
+        still open. Blocks keep their random order and hold the baseline with every open variant."""
+        s, design = self.settings, self.design
+        base = 0
+        open_: dict[int, set[int]] = {wi: set(range(1, len(self.variants))) for wi in range(len(self.workloads))}
+        measured, block_s, t_block = design.looks[0], 0.0, time.monotonic()
+        self._stopped = "max-runs"
+        while True:
+            if measured in design.looks:
+                still = self.judge.open_comparisons(self.store.load(self.exp_id),
+                                                    {wi for wi, vs in open_.items() if vs}, s.margin)
+                for wi, vs in still.items():
+                    open_[wi] &= vs
+                left = sum(len(vs) for vs in open_.values())
+                if not left:
+                    self._stopped = "decided"
+                    self.progress.note(f"every primary comparison decided after {measured} runs per variant")
+                    return
+                self.progress.note(f"look at {measured} runs: {left} comparison(s) undecided")
+            if measured >= design.looks[-1]:
+                self.progress.note(f"stopped at --max-runs {measured} with comparisons still undecided")
+                return
+            elapsed = time.monotonic() - started
+            if elapsed + block_s > s.max_seconds:
+                self._stopped = "budget"
+                self.progress.note(f"stopped by the {s.max_seconds:g} s budget after {measured} runs per variant, "
+                                   f"with comparisons still undecided")
+                return
+            cells = [i for i, c in enumerate(self.cells)
+                     if open_[c.workload_idx] and (c.variant_idx == base or c.variant_idx in open_[c.workload_idx])]
+            block = planner.block(cells=cells)
+            self.progress_total += len(block)
+            self.progress.start(self.progress_total)
+            t_block = time.monotonic()
+            yield from block
+            block_s = time.monotonic() - t_block
+            measured += 1
+            self._measured = measured
+
+    def _imprecise_cells(self, target: float) -> list:
+        """Cells whose primary metrics' median CI is still wider than the target.
+
+        Only precision decides, never significance: stopping when p first drops below alpha
+        would inflate the false-positive rate."""
+        runs = self.store.load(self.exp_id).runs
+        out = []
+        for c in self.cells:
+            w = self.workloads[c.workload_idx]
+            names = [m.name for m in w.metrics] or ["wall_s"]
+            ok_runs = [r for r in runs if r["workload_idx"] == c.workload_idx and r["variant_idx"] == c.variant_idx
+                       and not r["warmup"] and r["status"] == "ok"]
+            for name in names:
+                values = [r["metrics"][name] for r in ok_runs if name in r["metrics"]]
+                if not self.judge.precise_enough(values, target):
+                    out.append(c)
+                    break
+        return out

@@ -1,0 +1,34 @@
+"""What the runner asks the statistics while an experiment runs, at the design's looks.
+
+In: the experiment as stored so far. Out: the comparisons still open (--until-decided), or
+whether a cell's median is already precise enough (--until-precise). The runner (measure stage)
+gets this object handed in, so measuring never imports the statistics.
+"""
+
+from __future__ import annotations
+
+from alloclab.stats import decide
+from alloclab.stats.analysis import analyze
+from alloclab.stats.estimates import precise_enough
+
+
+class Judge:
+    def open_comparisons(self, experiment, workload_idxs: set[int], margin: float) -> dict[int, set[int]]:
+        """Per workload asked about, the variants with a primary comparison not yet decided.
+
+        A variant with no comparison at all (every run failed) counts as decided: more runs will
+        not help it."""
+        a = analyze(experiment, only_primary=True, min_effect=margin, workload_idxs=workload_idxs)
+        out: dict[int, set[int]] = {}
+        for w in a.workloads:
+            out[w.idx] = set()
+            for vi in range(len(a.labels)):
+                if vi == a.baseline_idx:
+                    continue
+                verdicts = [r.cells[vi].comparison.verdict for r in w.rows if r.cells[vi].comparison]
+                if not all(v in decide.DECIDED for v in verdicts):
+                    out[w.idx].add(vi)
+        return out
+
+    def precise_enough(self, values: list[float], target: float) -> bool:
+        return precise_enough(values, target)
