@@ -10,6 +10,7 @@ import textwrap
 import pytest
 
 from alloclab.workloads import experiment_file as xf
+from alloclab.workloads import toml_check
 from alloclab.measure import service
 from alloclab.errors import AlloclabError
 
@@ -227,7 +228,7 @@ def test_key_locator_follows_nested_arrays_of_tables():
     fake = 1
     '''
     """)
-    loc = xf.KeyLocator(text)
+    loc = toml_check.KeyLocator(text)
     assert loc.line_of(("a", "x")) == 2
     assert loc.line_of(("b", 1, "y")) == 8
     assert loc.line_of(("b", 1, "c", 1, "z")) == 12

@@ -2,7 +2,7 @@
 them: its warm-up, its progress metrics, and its memory phases (see measure/service_phases.py for
 how they run, and the whole story).
 
-In: the file's tables (checked by experiment_file's checker). Out: Warmup and Phase entries, the
+In: the file's tables (checked by experiment_schema's checker). Out: Warmup and Phase entries, the
 metrics the phases add, and the steady-state values of a progress metric read from output.
 """
 
@@ -16,7 +16,8 @@ from typing import TYPE_CHECKING
 from alloclab.workloads.metrics import MetricDef
 
 if TYPE_CHECKING:
-    from alloclab.workloads.experiment_file import Load, MetricSpec, _Checker
+    from alloclab.workloads.experiment_file import Load, MetricSpec
+    from alloclab.workloads.toml_check import _Checker
 
 PHASE_NAME = re.compile(r"^[A-Za-z][A-Za-z0-9_]*$")
 # Growth smaller than this (load end against readiness) makes a "fraction returned" meaningless.
