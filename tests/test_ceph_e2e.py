@@ -15,7 +15,7 @@ import psutil
 import pytest
 
 from alloclab.workloads import experiment_file as xf
-from alloclab.measure import service
+from alloclab.measure.service import commands
 from alloclab.store.db import Store
 from conftest import ALLOCLAB, require_allocator
 from test_service_e2e import processes_with, require_programs, scratch, summary  # noqa: F401 (fixture)
@@ -134,11 +134,11 @@ def test_ctrl_c_mid_run_stops_the_osd_the_monitor_and_fio(tmp_path, scratch):
     else:
         proc.kill()
         pytest.fail(f"fio never ran against the OSD: {running}")
-    assert port is not None and service.port_in_use(port)
+    assert port is not None and commands.port_in_use(port)
     proc.send_signal(signal.SIGINT)
     out, err = proc.communicate(timeout=60)
     assert proc.returncode == 130, err
     assert ceph_left(scratch) == []
-    assert not service.port_in_use(port), f"the monitor's port {port} is still taken"
+    assert not commands.port_in_use(port), f"the monitor's port {port} is still taken"
     assert list(scratch.iterdir()) == []
     assert Store(db).load().row["status"] == "interrupted"

@@ -11,7 +11,7 @@ import pytest
 
 from alloclab.workloads import experiment_file as xf
 from alloclab.workloads import toml_check
-from alloclab.measure import service
+from alloclab.measure.service import commands, executors
 from alloclab.errors import AlloclabError
 
 GOOD = """\
@@ -181,23 +181,23 @@ def test_missing_program_names_the_install_line(tmp_path):
 def test_ratio_metrics_are_computed_from_the_output():
     spec = xf.MetricSpec("ops", "ops/s", True, True, ratio=(r"Sending (\d+) read", r"in ([\d.]+) seconds"))
     text = "Sending 20000 read requests, 4096 bytes each\nRun completed in 0.250 seconds.\n"
-    assert service.derived_values((spec,), text) == {"ops": 80000.0}
-    assert service.derived_values((spec,), "Sending 20000 read requests") == {}
+    assert executors.derived_values((spec,), text) == {"ops": 80000.0}
+    assert executors.derived_values((spec,), "Sending 20000 read requests") == {}
 
 
 def test_client_environment_never_gets_the_variant():
     env = {"PATH": "/bin", "LD_PRELOAD": "/lib/libjemalloc.so.2", "MALLOC_CONF": "narenas:1",
            "LD_DEBUG": "bindings", "LD_DEBUG_OUTPUT": "/tmp/ld", "FOO": "1", "HOME": "/root"}
-    clean = service.clean_env(env, {"LD_PRELOAD": "/lib/libjemalloc.so.2", "FOO": "1"})
+    clean = commands.clean_env(env, {"LD_PRELOAD": "/lib/libjemalloc.so.2", "FOO": "1"})
     assert clean == {"PATH": "/bin", "HOME": "/root"}
 
 
 def test_run_as_wraps_argv_and_hands_the_variant_to_the_program_alone():
-    ident = service.Identity(("setpriv", "--reuid=101", "--regid=104", "--init-groups", "--"), "postgres", 101, 104)
+    ident = commands.Identity(("setpriv", "--reuid=101", "--regid=104", "--init-groups", "--"), "postgres", 101, 104)
     argv = ident.argv(["/usr/lib/postgresql/15/bin/postgres", "-D", "d"], {"LD_PRELOAD": "/x.so"})
     assert argv[:5] == ["setpriv", "--reuid=101", "--regid=104", "--init-groups", "--"]
     assert argv[5].endswith("env") and argv[6:] == ["LD_PRELOAD=/x.so", "/usr/lib/postgresql/15/bin/postgres", "-D", "d"]
-    assert service.Identity().argv(["a"], {"X": "1"}) == ["a"]
+    assert commands.Identity().argv(["a"], {"X": "1"}) == ["a"]
 
 
 def test_port_checks_use_real_sockets():
@@ -205,9 +205,9 @@ def test_port_checks_use_real_sockets():
         s.bind(("127.0.0.1", 0))
         s.listen()
         port = s.getsockname()[1]
-        assert service.port_in_use(port) and service.tcp_accepts(port)
-    assert not service.port_in_use(port) and not service.tcp_accepts(port)
-    assert service.free_port() > 0
+        assert commands.port_in_use(port) and commands.tcp_accepts(port)
+    assert not commands.port_in_use(port) and not commands.tcp_accepts(port)
+    assert commands.free_port() > 0
 
 
 def test_key_locator_follows_nested_arrays_of_tables():
@@ -393,6 +393,6 @@ def test_a_measured_ratio_divides_the_measure_of_the_process_under_the_variant()
     spec = xf.MetricSpec("cpu_us", "us", False, False, ratio=("@cpu_s", r"ops: (\d+)"), scale=1e6)
     load = xf.MetricSpec("load_us", "us", False, False, ratio=("@load_cpu_s", r"ops: (\d+)"), scale=1e6)
     run = RunResult("ok", 1.0, user_s=0.3, sys_s=0.1)
-    out = service.derived_values((spec, load), "ops: 4000", run, {"load_cpu_s": 0.2})
+    out = executors.derived_values((spec, load), "ops: 4000", run, {"load_cpu_s": 0.2})
     assert out == pytest.approx({"cpu_us": 100.0, "load_us": 50.0})
-    assert service.derived_values((spec,), "ops: 4000") == {}   # no run, no measure: no value
+    assert executors.derived_values((spec,), "ops: 4000") == {}   # no run, no measure: no value

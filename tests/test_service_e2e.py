@@ -21,7 +21,7 @@ import psutil
 import pytest
 
 from alloclab.workloads import experiment_file as xf
-from alloclab.measure import service
+from alloclab.measure.service import commands, executors
 from alloclab.errors import AlloclabError
 from alloclab.measure.runner import Experiment, Settings
 from alloclab.store.db import Store
@@ -91,7 +91,7 @@ def run_file(path: Path, db: Path, variants=("glibc",), runs: int = 1, warmup: i
              timeout: float | None = None, params: dict | None = None):
     """The runner in-process on an experiment file, as `alloclab run` drives it."""
     ef = xf.load(path)
-    workloads, session = service.workloads(ef, ef.with_params(params or {}))
+    workloads, session = executors.workloads(ef, ef.with_params(params or {}))
     store = Store(db)
     settings = Settings(runs=runs, warmup=warmup, timeout_s=timeout, verify=verify, kind="run", title=ef.name)
     try:
@@ -122,7 +122,7 @@ def assert_torn_down(token: str, scratch: Path, ports=()):
         time.sleep(0.1)
     assert processes_with(token) == []
     for port in ports:
-        assert not service.port_in_use(port), f"port {port} still taken"
+        assert not commands.port_in_use(port), f"port {port} still taken"
     assert list(scratch.iterdir()) == []
 
 

@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from alloclab.measure import service
+from alloclab.measure.service import commands
 from alloclab.errors import AlloclabError
 from alloclab.store.db import Store
 from conftest import ALLOCLAB, PROGRAMS, require_allocator
@@ -174,7 +174,7 @@ command = ["{{python}}", "-c", '{FILL}', "{{port}}", "/fill?n=10", "1"]
 name = "long"
 idle = 60
 """
-    port = service.free_port()
+    port = commands.free_port()
     path, token = experiment(tmp_path, client, service_extra=f"port = {port}")
     db = tmp_path / "int.db"
     proc = subprocess.Popen([*ALLOCLAB, "run", "--db", str(db), str(path), "-a", "glibc", "--runs", "2",

@@ -78,7 +78,7 @@ def run_file(
     """Run an experiment file: a server under each allocator variant while a client drives load
     (or a command under each variant), with setup and teardown around it."""
     from alloclab.workloads import experiment_file
-    from alloclab.measure import service
+    from alloclab.measure.service import executors as service_executors
     from alloclab.plan import sweep
     from alloclab.measure.runner import Settings
 
@@ -96,8 +96,8 @@ def run_file(
     variants = variants or _default_variants(ef)
     store = Store(db)
     err.print(f"Storing results in {store.path.resolve()}", highlight=False)
-    workloads, session = service.workloads(ef, params, keep=keep,
-                                           note=lambda text: err.print(f"[yellow]{text}[/]", highlight=False))
+    workloads, session = service_executors.workloads(ef, params, keep=keep,
+                                                     note=lambda text: err.print(f"[yellow]{text}[/]", highlight=False))
     if profile:
         from alloclab.measure import profile as prof
         from alloclab.cli.profile import check_profiling

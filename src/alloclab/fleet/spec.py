@@ -54,13 +54,13 @@ def _run(inputs: dict):
     import dataclasses as dc
 
     from alloclab.workloads import experiment_file
-    from alloclab.measure import service
+    from alloclab.measure.service import executors as service_executors
     ef = experiment_file.resolve(inputs["target"])
     ef.check_requirements()
     params = ef.with_params(experiment_file.param_options(inputs["param"]))
     if inputs.get("idle") is not None:
         ef.service = dc.replace(ef.service, idle=inputs["idle"])
-    workloads, session = service.workloads(ef, params)
+    workloads, session = service_executors.workloads(ef, params)
     return workloads, session.cleanup
 
 

@@ -34,7 +34,7 @@ from alloclab.errors import AlloclabError, Interrupted
 from alloclab.measure.run import RunInterrupted, RunResult, run_once
 from alloclab.workloads.metrics import extract
 from alloclab.measure.perfstat import DEFAULT_FREQUENCY  # noqa: F401  (defined there: the CLI reads it at start)
-from alloclab.measure.service import CommandModeExecutor, ServiceExecutor
+from alloclab.measure.service.executors import CommandModeExecutor, ServiceExecutor
 from alloclab.catalog.variants import Variant
 from alloclab.workloads.command import Workload
 

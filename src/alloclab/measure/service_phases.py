@@ -3,7 +3,7 @@ it, the steady state of a client that prints progress, and the memory phases aft
 
     ready -> warm-up (unmeasured) -> load (measured) -> idle -> phase 1 -> phase 2 ... -> stop
 
-Kept apart from service.py, which starts, samples and stops servers; this module only decides
+Kept apart from measure/service/, which starts, samples and stops servers; this module only decides
 what to run between those points and what the readings mean (workloads/phases.py parses them).
 
 * `warmup` (per [[client]]): a number is seconds of the client's own command, stopped then; an
