@@ -25,7 +25,7 @@ from pathlib import Path
 from rich.console import Console
 
 from alloclab.cli import app as cli_app
-from alloclab.plan import sweep
+from alloclab.plan import param_sweep, sweep
 from alloclab.stats.analysis import analyze
 from alloclab.cli.sweep import render_sweeps
 from alloclab.measure.machine import snapshot
@@ -71,10 +71,10 @@ def main() -> None:
         measure(store, "TCMALLOC_MAX_TOTAL_THREAD_CACHE_BYTES sweep, threadcache",
                 [builtin.workload("threadcache", {}, quick=args.quick)], specs, sweeps, args.runs)
     if "scaling" in only:
-        params = sweep.expand_params(["threads=1..8*2"])
-        workloads = sweep.builtin_workloads(["larson"], params, quick=True)
+        params = param_sweep.expand_params(["threads=1..8*2"])
+        workloads = param_sweep.builtin_workloads(["larson"], params, quick=True)
         measure(store, "thread scaling, larson", workloads, ["glibc", "tcmalloc-minimal"],
-                sweep.param_sweeps(workloads, params.swept), args.runs)
+                param_sweep.param_sweeps(workloads, params.swept), args.runs)
     if "ablation" in only:
         specs, structure = sweep.ablation_specs("glibc:MALLOC_TOP_PAD_=64M,MALLOC_TRIM_THRESHOLD_=64M")
         measure(store, "ablation, oversized", [builtin.workload("oversized", {}, quick=args.quick)],

@@ -6,7 +6,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from alloclab.plan import sweep
+from alloclab.plan import param_sweep, sweep
 from alloclab.stats import sweep as sweep_stats
 from alloclab.stats.analysis import analyze
 from alloclab.errors import AlloclabError
@@ -126,16 +126,16 @@ def test_too_big_a_product_is_refused():
 
 @pytest.mark.parametrize("item", ["threads=1,2,4,8", "threads=1..8*2", "threads={1,2,4,8}", "threads=1,2..4*2,8"])
 def test_param_lists_and_ranges(item):
-    p = sweep.expand_params([item])
+    p = param_sweep.expand_params([item])
     assert p.combos == [{"threads": t} for t in ("1", "2", "4", "8")] and p.swept == ["threads"]
 
 
 def test_param_product_and_fixed_values():
-    p = sweep.expand_params(["threads=1,2", "working-set={1M,4M}", "ops=1000"])
+    p = param_sweep.expand_params(["threads=1,2", "working-set={1M,4M}", "ops=1000"])
     assert len(p.combos) == 4 and p.swept == ["threads", "working-set"]
     assert all(c["ops"] == "1000" for c in p.combos)
     assert {(c["threads"], c["working-set"]) for c in p.combos} == {("1", "1M"), ("1", "4M"), ("2", "1M"), ("2", "4M")}
-    assert sweep.expand_params([]).combos == [{}]
+    assert param_sweep.expand_params([]).combos == [{}]
 
 
 @pytest.mark.parametrize("items, message", [
@@ -147,27 +147,27 @@ def test_param_product_and_fixed_values():
 ])
 def test_param_errors(items, message):
     with pytest.raises(AlloclabError, match=message):
-        sweep.expand_params(items)
+        param_sweep.expand_params(items)
 
 
 def test_substitution_is_per_argument_and_leaves_other_braces():
     argv = ["prog", "--threads={threads}", "{threads}", "awk", "{print $1}", "{other}"]
-    assert sweep.substitute(argv, {"threads": "4"}) == ["prog", "--threads=4", "4", "awk", "{print $1}", "{other}"]
+    assert param_sweep.substitute(argv, {"threads": "4"}) == ["prog", "--threads=4", "4", "awk", "{print $1}", "{other}"]
     # A value with spaces or shell syntax stays one argument: nothing is ever parsed by a shell.
-    assert sweep.substitute(["p", "{x}"], {"x": "a b; rm"}) == ["p", "a b; rm"]
+    assert param_sweep.substitute(["p", "{x}"], {"x": "a b; rm"}) == ["p", "a b; rm"]
 
 
 def test_command_workloads_check_the_placeholder_and_refuse_a_shell():
-    params = sweep.expand_params(["threads=1,2"])
-    ws = sweep.command_workloads(["/bin/true", "-t", "{threads}"], params, [])
+    params = param_sweep.expand_params(["threads=1,2"])
+    ws = param_sweep.command_workloads(["/bin/true", "-t", "{threads}"], params, [])
     assert [w.argv for w in ws] == [["/bin/true", "-t", "1"], ["/bin/true", "-t", "2"]]
     assert [w.params for w in ws] == params.combos
-    assert sweep.param_sweeps(ws, params.swept)[0]["points"] == [
+    assert param_sweep.param_sweeps(ws, params.swept)[0]["points"] == [
         {"workload": 0, "value": 1, "text": "1"}, {"workload": 1, "value": 2, "text": "2"}]
     with pytest.raises(AlloclabError, match="has no \\{threads\\}"):
-        sweep.command_workloads(["/bin/true", "-t", "4"], params, [])
+        param_sweep.command_workloads(["/bin/true", "-t", "4"], params, [])
     with pytest.raises(AlloclabError, match="drop --shell"):
-        sweep.command_workloads(["/bin/true {threads}"], params, [], shell=True)
+        param_sweep.command_workloads(["/bin/true {threads}"], params, [], shell=True)
 
 
 def test_param_sweeps_group_by_program_and_other_params():
@@ -175,7 +175,7 @@ def test_param_sweeps_group_by_program_and_other_params():
         ("larson", {"threads": "1", "rounds": "9"}), ("larson", {"threads": "2", "rounds": "9"}),
         ("simple", {}), ("xthread", {"threads": "1"}), ("xthread", {"threads": "2"}),
         ("larson", {"threads": "1", "rounds": "5"}), ("larson", {"threads": "2", "rounds": "5"})])]
-    got = sweep.param_sweeps(ws, ["threads"])
+    got = param_sweep.param_sweeps(ws, ["threads"])
     assert [(s["base"], s["fixed"], [p["workload"] for p in s["points"]]) for s in got] == [
         ("larson", {"rounds": "9"}, [0, 1]), ("xthread", {}, [3, 4]), ("larson", {"rounds": "5"}, [5, 6])]
 

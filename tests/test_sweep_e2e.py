@@ -11,7 +11,7 @@ import pytest
 from rich.console import Console
 
 from alloclab.cli import app as cli_app
-from alloclab.plan import sweep
+from alloclab.plan import param_sweep, sweep
 from alloclab.stats import sweep as sweep_stats
 from alloclab.stats.analysis import analyze
 from alloclab.cli.sweep import render_sweeps
@@ -88,10 +88,10 @@ def test_ablation_of_two_settings_that_do_the_same_job(tmp_path):
 
 def test_thread_scaling_of_a_builtin_workload(tmp_path):
     require_allocator("tcmalloc-minimal")
-    params = sweep.expand_params(["threads=1..4*2", "rounds=40"])
-    workloads = sweep.builtin_workloads(["larson"], params, quick=True)
+    params = param_sweep.expand_params(["threads=1..4*2", "rounds=40"])
+    workloads = param_sweep.builtin_workloads(["larson"], params, quick=True)
     assert [w.name for w in workloads] == [f"larson threads={t} rounds=40" for t in (1, 2, 4)]
-    sweeps = sweep.param_sweeps(workloads, params.swept)
+    sweeps = param_sweep.param_sweeps(workloads, params.swept)
     store, exp_id, a = run(tmp_path, workloads, ["glibc", "tcmalloc-minimal"], runs=3, sweeps=sweeps)
     for r in store.load(exp_id).runs:     # each point's value reached the program
         assert json.loads(r["stdout"].strip().splitlines()[-1])["threads"] == [1, 2, 4][r["workload_idx"]]
@@ -115,10 +115,10 @@ def test_thread_scaling_of_a_builtin_workload(tmp_path):
 
 def test_threads_placeholder_in_a_command_reaches_the_program(tmp_path):
     exe = builtin.binary(builtin.get("larson"))
-    params = sweep.expand_params(["threads=1,2"])
+    params = param_sweep.expand_params(["threads=1,2"])
     metric = MetricDef("ops_per_s", "ops/s", True, "json", "ops_per_s", True)
-    workloads = sweep.command_workloads([str(exe), "--threads={threads}", "--rounds", "30"], params, [metric])
-    sweeps = sweep.param_sweeps(workloads, params.swept)
+    workloads = param_sweep.command_workloads([str(exe), "--threads={threads}", "--rounds", "30"], params, [metric])
+    sweeps = param_sweep.param_sweeps(workloads, params.swept)
     store, exp_id, a = run(tmp_path, workloads, ["glibc"], runs=3, sweeps=sweeps)
     e = store.load(exp_id)
     for r in e.runs:

@@ -114,16 +114,16 @@ def compare(
     Variants may sweep a tunable: -a 'glibc:MALLOC_TOP_PAD_=128K..256M*4' or
     -a 'jemalloc:MALLOC_CONF=dirty_decay_ms:{0,1000,10000}'."""
     from alloclab.cli import sweep as cli_sweep
-    from alloclab.plan import sweep
+    from alloclab.plan import param_sweep, sweep
     from alloclab.workloads.metrics import parse_metric_option
     from alloclab.measure.runner import Settings
 
     fleet_cli.check(fleet, fleet_mode, until_precise=until_precise, profile=profile)
     metrics = [parse_metric_option(m) for m in metric]
     specs, sweeps = sweep.plan_variants(allocator, ablate)
-    params = sweep.expand_params(param)
-    workloads = sweep.command_workloads(command, params, metrics, shell)
-    sweeps += sweep.param_sweeps(workloads, params.swept)
+    params = param_sweep.expand_params(param)
+    workloads = param_sweep.command_workloads(command, params, metrics, shell)
+    sweeps += param_sweep.param_sweeps(workloads, params.swept)
     store = Store(db)
     err.print(f"Storing results in {store.path.resolve()}", highlight=False)
     settings = Settings(warmup=warmup, timeout_s=timeout, seed=seed, verify=not no_verify,

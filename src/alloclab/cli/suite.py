@@ -112,7 +112,7 @@ def suite(
     if list_:
         print_catalog()
         return
-    from alloclab.plan import sweep
+    from alloclab.plan import param_sweep, sweep
     from alloclab.measure.runner import Settings
     from alloclab.workloads import builtin
 
@@ -120,11 +120,11 @@ def suite(
     names = workload or list(builtin.registry())
     for name in names:
         builtin.get(name)  # unknown names fail before anything is compiled
-    params = sweep.expand_params(param)
-    workloads = sweep.builtin_workloads(names, params, quick)
+    params = param_sweep.expand_params(param)
+    workloads = param_sweep.builtin_workloads(names, params, quick)
     specs, sweeps = sweep.plan_variants(allocator, ablate)
     specs = specs or default_variants()
-    sweeps += sweep.param_sweeps(workloads, params.swept)
+    sweeps += param_sweep.param_sweeps(workloads, params.swept)
     store = Store(db)
     err.print(f"Storing results in {store.path.resolve()}", highlight=False)
     settings = Settings(warmup=warmup, timeout_s=timeout, seed=seed, verify=not no_verify, kind="suite",

@@ -38,16 +38,16 @@ class SessionSpec:
 
 
 def _compare(inputs: dict):
-    from alloclab.plan import sweep
+    from alloclab.plan import param_sweep
     from alloclab.workloads.metrics import parse_metric_option
     metrics = [parse_metric_option(m) for m in inputs["metric"]]
-    return sweep.command_workloads(inputs["command"], sweep.expand_params(inputs["param"]), metrics,
+    return param_sweep.command_workloads(inputs["command"], param_sweep.expand_params(inputs["param"]), metrics,
                                    inputs["shell"]), None
 
 
 def _suite(inputs: dict):
-    from alloclab.plan import sweep
-    return sweep.builtin_workloads(inputs["workload"], sweep.expand_params(inputs["param"]), inputs["quick"]), None
+    from alloclab.plan import param_sweep
+    return param_sweep.builtin_workloads(inputs["workload"], param_sweep.expand_params(inputs["param"]), inputs["quick"]), None
 
 
 def _run(inputs: dict):
