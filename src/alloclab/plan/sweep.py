@@ -36,6 +36,7 @@ from pathlib import Path
 import numpy as np
 
 from alloclab.stats import estimates as stats
+from alloclab.stats import ranktests
 from alloclab.stats.analysis import Analysis, MetricRow
 from alloclab.errors import AlloclabError
 from alloclab.catalog.variants import Setting, _parse_settings, _split_spec, expand_size
@@ -536,7 +537,7 @@ def _decide(curve: SweepCurve, alpha: float, min_effect: float) -> SweepCurve:
     curve.best = best
     curve.cheap = next(p for p in curve.points if p.within_noise)
     n = min(p.summary.n for p in measured)
-    need = stats.min_runs_for_significance(alpha)
+    need = ranktests.min_runs_for_significance(alpha)
     if n < need:
         curve.notes.append(f"{n} run(s) per point: no difference can be significant below {need}, so every "
                            f"point counts as within the noise of the best; use --runs 10 or more")
