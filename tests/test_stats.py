@@ -13,6 +13,8 @@ from hypothesis import strategies as st
 from scipy import stats as sp
 
 from alloclab.stats import estimates as S
+from alloclab.stats import findings as F
+from alloclab.stats import ranktests as R
 
 _IV = r"\[([+-]\d+\.\d|[+-]?inf|nan), ([+-]\d+\.\d|[+-]?inf|nan)\]|\[n/a\]"
 FORMAT_RE = re.compile(
@@ -201,13 +203,13 @@ def test_a_a_false_positive_rate_and_power():
 # --------------------------------------------------------------------------
 
 def test_holm_known_values():
-    assert S.holm([0.01, 0.04, 0.03]) == pytest.approx([0.03, 0.06, 0.06])
-    assert S.holm([0.5, 0.9]) == pytest.approx([1.0, 1.0])
-    assert S.holm([]) == []
+    assert R.holm([0.01, 0.04, 0.03]) == pytest.approx([0.03, 0.06, 0.06])
+    assert R.holm([0.5, 0.9]) == pytest.approx([1.0, 1.0])
+    assert R.holm([]) == []
 
 
 def test_holm_nan_passes_through_and_does_not_count():
-    out = S.holm([0.01, float("nan"), 0.02])
+    out = R.holm([0.01, float("nan"), 0.02])
     assert math.isnan(out[1])
     assert out[0] == pytest.approx(0.02) and out[2] == pytest.approx(0.02)
 
@@ -215,7 +217,7 @@ def test_holm_nan_passes_through_and_does_not_count():
 @settings(max_examples=300, deadline=None)
 @given(st.lists(st.one_of(st.floats(0, 1), st.just(float("nan"))), max_size=30))
 def test_holm_properties(pvalues):
-    adjusted = S.holm(pvalues)
+    adjusted = R.holm(pvalues)
     assert len(adjusted) == len(pvalues)
     pairs = sorted((p, a) for p, a in zip(pvalues, adjusted) if not math.isnan(p))
     assert all(math.isnan(a) for p, a in zip(pvalues, adjusted) if math.isnan(p))
@@ -283,15 +285,15 @@ def test_format_comparison_matches_grammar_for_any_fields(ratio, lo, hi, p, verd
 # --------------------------------------------------------------------------
 
 def test_min_runs_for_significance_known_values():
-    assert S.min_runs_for_significance(0.05, 1) == 4  # 2/C(8,4) = 0.029; n=3: 2/20 = 0.1
-    assert S.min_runs_for_significance(0.05, 10) == 6  # 2/C(12,6) = 0.0022 < 0.005 < 2/C(10,5)
+    assert R.min_runs_for_significance(0.05, 1) == 4  # 2/C(8,4) = 0.029; n=3: 2/20 = 0.1
+    assert R.min_runs_for_significance(0.05, 10) == 6  # 2/C(12,6) = 0.0022 < 0.005 < 2/C(10,5)
     with pytest.raises(ValueError):
-        S.min_runs_for_significance(0.0)
+        R.min_runs_for_significance(0.0)
 
 
 @pytest.mark.parametrize("alpha, k", [(0.05, 1), (0.05, 3), (0.01, 1), (0.1, 20)])
 def test_min_runs_matches_scipy_exact_test(alpha, k):
-    n = S.min_runs_for_significance(alpha, k)
+    n = R.min_runs_for_significance(alpha, k)
 
     def best_p(m):
         return sp.mannwhitneyu(np.arange(m), np.arange(m) + m, method="exact").pvalue
@@ -335,20 +337,20 @@ def test_geomean_ratio_is_deterministic_and_skips_undefined_workloads():
 def test_quiet_cell_has_no_findings():
     rng = np.random.default_rng(21)
     values = rng.normal(100, 1, 12)
-    assert S.cell_findings(values, durations_s=[0.5] * 12, load_avg=[0.3], n_cores=8) == []
+    assert F.cell_findings(values, durations_s=[0.5] * 12, load_avg=[0.3], n_cores=8) == []
 
 
 def test_high_cv_finding():
     rng = np.random.default_rng(1)
     values = 100 + 20 * rng.standard_normal(30)  # CV ~ 20%
-    found = [f for f in S.cell_findings(values) if f.code == "high-cv"]
+    found = [f for f in F.cell_findings(values) if f.code == "high-cv"]
     assert len(found) == 1 and "above 10%" in found[0].message
-    assert "high-cv" not in codes(S.cell_findings(values, cv_threshold=0.5))
+    assert "high-cv" not in codes(F.cell_findings(values, cv_threshold=0.5))
 
 
 def test_outlier_finding_lists_the_value_and_keeps_it():
     values = [10.0, 10.1, 9.9, 10.05, 9.95, 10.0, 10.02, 55.0, 9.98, 10.01]
-    found = [f for f in S.cell_findings(values) if f.code == "outliers"]
+    found = [f for f in F.cell_findings(values) if f.code == "outliers"]
     assert len(found) == 1
     assert "1 outlier" in found[0].message and "55" in found[0].message
     assert S.summarize(values).max == 55.0  # never dropped
@@ -356,97 +358,97 @@ def test_outlier_finding_lists_the_value_and_keeps_it():
 
 def test_outliers_with_zero_mad_use_mean_absolute_deviation():
     values = [10.0] * 8 + [50.0]
-    z = S.modified_zscores(values)
+    z = R.modified_zscores(values)
     assert z[-1] > 3.5 and np.all(z[:-1] == 0)
-    assert "outliers" in codes(S.cell_findings(values))
+    assert "outliers" in codes(F.cell_findings(values))
 
 
 def test_all_equal_values_have_no_outliers_and_no_crash():
-    assert S.cell_findings([3.0] * 12) == []
-    assert np.all(S.modified_zscores([3.0] * 12) == 0)
+    assert F.cell_findings([3.0] * 12) == []
+    assert np.all(R.modified_zscores([3.0] * 12) == 0)
 
 
 def test_drift_finding_for_monotone_series():
     values = np.linspace(100, 110, 10)
-    found = [f for f in S.cell_findings(values, blocks=list(range(10))) if f.code == "drift"]
+    found = [f for f in F.cell_findings(values, blocks=list(range(10))) if f.code == "drift"]
     assert len(found) == 1 and "upward" in found[0].message
     # Too few blocks: no drift claim however clean the trend.
-    assert "drift" not in codes(S.cell_findings(values[:5], blocks=list(range(5))))
+    assert "drift" not in codes(F.cell_findings(values[:5], blocks=list(range(5))))
 
 
 def test_drift_uses_block_index_not_position():
     # Two runs per block; the trend is across blocks.
     values = np.repeat(np.arange(8.0), 2) + 100
     blocks = np.repeat(np.arange(8), 2).tolist()
-    assert "drift" in codes(S.cell_findings(values, blocks=blocks))
+    assert "drift" in codes(F.cell_findings(values, blocks=blocks))
 
 
 def test_no_drift_for_stationary_noise():
     rng = np.random.default_rng(23)
-    assert "drift" not in codes(S.cell_findings(rng.normal(100, 1, 20)))
+    assert "drift" not in codes(F.cell_findings(rng.normal(100, 1, 20)))
 
 
 def test_warmup_first_run_outlier():
     values = [130.0] + [100.0, 100.5, 99.5, 100.2, 99.8, 100.1, 99.9, 100.3, 99.7]
-    found = [f for f in S.cell_findings(values) if f.code == "warmup-trend"]
+    found = [f for f in F.cell_findings(values) if f.code == "warmup-trend"]
     assert len(found) == 1 and "first run 130" in found[0].message
-    assert "drift" not in codes(S.cell_findings(values))
+    assert "drift" not in codes(F.cell_findings(values))
 
 
 def test_warmup_first_third_slower():
     rng = np.random.default_rng(29)
     values = np.concatenate([rng.normal(110, 1, 5), rng.normal(100, 1, 10)])
-    assert "warmup-trend" in codes(S.cell_findings(values))
+    assert "warmup-trend" in codes(F.cell_findings(values))
 
 
 def test_steady_trend_is_drift_not_warmup():
-    found = codes(S.cell_findings(np.linspace(100, 120, 15)))
+    found = codes(F.cell_findings(np.linspace(100, 120, 15)))
     assert "drift" in found and "warmup-trend" not in found
 
 
 def test_too_few_runs():
     # The paired interval is defined from two runs on (a count that never varies decides there);
     # a sequential experiment stopped at 4 runs because it was decided is not "too few".
-    found = [f for f in S.cell_findings([1.0], alpha=0.05) if f.code == "too-few-runs"]
+    found = [f for f in F.cell_findings([1.0], alpha=0.05) if f.code == "too-few-runs"]
     assert len(found) == 1 and "2" in found[0].message
-    assert "too-few-runs" not in codes(S.cell_findings([1.0, 1.1], alpha=0.05))
-    assert "too-few-runs" not in codes(S.cell_findings([1.0, 1.1, 0.9, 1.05], n_comparisons=10))
+    assert "too-few-runs" not in codes(F.cell_findings([1.0, 1.1], alpha=0.05))
+    assert "too-few-runs" not in codes(F.cell_findings([1.0, 1.1, 0.9, 1.05], n_comparisons=10))
 
 
 def test_short_runs():
     values = [1.0] * 10
-    assert "short-runs" in codes(S.cell_findings(values, durations_s=[0.001] * 10))
-    assert "short-runs" not in codes(S.cell_findings(values, durations_s=[0.2] * 10))
+    assert "short-runs" in codes(F.cell_findings(values, durations_s=[0.001] * 10))
+    assert "short-runs" not in codes(F.cell_findings(values, durations_s=[0.2] * 10))
 
 
 def test_load_average_alone_never_warns():
     # The program's own threads raise the load average (qemu-img's io_uring workers reached 14 on
     # 2 cores): only CPU taken by other processes is evidence of competition.
-    assert "high-load" not in codes(S.cell_findings([1.0] * 10, load_avg=[0.5, 5.0], n_cores=2))
-    assert "high-load" not in codes(S.cell_findings([1.0] * 10, load_avg=5.0, n_cores=2))
+    assert "high-load" not in codes(F.cell_findings([1.0] * 10, load_avg=[0.5, 5.0], n_cores=2))
+    assert "high-load" not in codes(F.cell_findings([1.0] * 10, load_avg=5.0, n_cores=2))
 
 
 def test_competing_cpu_is_judged_without_the_runs_own_threads():
     # A 32-thread workload drives the load average to 30 by itself; what counts is other work.
-    assert "high-load" not in codes(S.cell_findings([1.0] * 10, load_avg=[30.0], n_cores=2, other_cpu=[0.05, 0.1]))
-    (f,) = [f for f in S.cell_findings([1.0] * 10, load_avg=[0.1], n_cores=2, other_cpu=[0.1, 0.9, 0.3])
+    assert "high-load" not in codes(F.cell_findings([1.0] * 10, load_avg=[30.0], n_cores=2, other_cpu=[0.05, 0.1]))
+    (f,) = [f for f in F.cell_findings([1.0] * 10, load_avg=[0.1], n_cores=2, other_cpu=[0.1, 0.9, 0.3])
             if f.code == "high-load"]
     assert "up to 0.90 cores of 2" in f.message and "median 0.30" in f.message
     # Runs too short to measure it say nothing; nor does the load average without the measure.
-    assert "high-load" not in codes(S.cell_findings([1.0] * 10, load_avg=[5.0], n_cores=2, other_cpu=[]))
-    assert "high-load" not in codes(S.cell_findings([1.0] * 10, load_avg=[5.0], n_cores=2, other_cpu=None))
+    assert "high-load" not in codes(F.cell_findings([1.0] * 10, load_avg=[5.0], n_cores=2, other_cpu=[]))
+    assert "high-load" not in codes(F.cell_findings([1.0] * 10, load_avg=[5.0], n_cores=2, other_cpu=None))
 
 
 def test_failed_and_all_failed():
-    partly = S.cell_findings([1.0] * 10, n_failed=2)
+    partly = F.cell_findings([1.0] * 10, n_failed=2)
     assert "failed-runs" in codes(partly) and "all-failed" not in codes(partly)
     assert "2 of 12" in next(f.message for f in partly if f.code == "failed-runs")
-    assert codes(S.cell_findings([], n_failed=5)) == {"all-failed"}
-    assert codes(S.cell_findings([float("nan")], n_failed=1)) == {"all-failed"}
+    assert codes(F.cell_findings([], n_failed=5)) == {"all-failed"}
+    assert codes(F.cell_findings([float("nan")], n_failed=1)) == {"all-failed"}
 
 
 def test_findings_carry_message_and_advice():
-    for f in S.cell_findings([1.0, 50.0, 1.1], durations_s=[0.001] * 3, load_avg=9, n_cores=1, n_failed=1):
+    for f in F.cell_findings([1.0, 50.0, 1.1], durations_s=[0.001] * 3, load_avg=9, n_cores=1, n_failed=1):
         assert f.message and f.advice
         with pytest.raises(dataclasses.FrozenInstanceError):
             f.code = "x"  # type: ignore[misc]
@@ -456,7 +458,7 @@ def test_findings_carry_message_and_advice():
 @given(st.lists(any_floats, max_size=30), st.integers(0, 3))
 def test_cell_findings_never_raise(values, n_failed):
     blocks = list(range(len(values)))
-    for f in S.cell_findings(values, blocks=blocks, n_failed=n_failed):
+    for f in F.cell_findings(values, blocks=blocks, n_failed=n_failed):
         assert f.code in {"too-few-runs", "high-cv", "warmup-trend", "outliers", "drift",
                           "high-load", "short-runs", "failed-runs", "all-failed"}
 
@@ -484,7 +486,7 @@ def test_exact_tied_mann_whitney_matches_scipys_permutation_test(a, b):
     assume(not np.all(np.concatenate([a, b]) == a[0]))
     expected = sp.mannwhitneyu(a, b, alternative="two-sided",
                                method=sp.PermutationMethod(n_resamples=np.inf)).pvalue
-    assert S._exact_tied_p(a, b) == pytest.approx(min(expected, 1.0), abs=1e-12)
+    assert R._exact_tied_p(a, b) == pytest.approx(min(expected, 1.0), abs=1e-12)
 
 
 @settings(max_examples=200, deadline=None)
@@ -492,9 +494,9 @@ def test_exact_tied_mann_whitney_matches_scipys_permutation_test(a, b):
 def test_ranks_and_spearman_match_scipy(values):
     from scipy import stats as sp
     x = np.asarray(values)
-    assert np.allclose(S._ranks(x), sp.rankdata(x))
+    assert np.allclose(R._ranks(x), sp.rankdata(x))
     blocks = np.arange(x.size, dtype=float)
-    rho, p = S._spearman(blocks, x)
+    rho, p = R._spearman(blocks, x)
     if math.isnan(rho):
         assert np.all(x == x[0])
         return
@@ -506,18 +508,18 @@ def test_warnings_have_a_floor_of_size():
     """A first run 0.04% from the others, an 'outlier' 0.1% away, or drift of 0.5% is no warning
     when the margin is 2%; the same shapes at a size that matters still are."""
     tiny = [455000.0] + [455200.0 + (i % 3) for i in range(11)]
-    assert "warmup-trend" in codes(S.cell_findings(tiny))
-    assert "warmup-trend" not in codes(S.cell_findings(tiny, floor=0.02))
+    assert "warmup-trend" in codes(F.cell_findings(tiny))
+    assert "warmup-trend" not in codes(F.cell_findings(tiny, floor=0.02))
     big = [300000.0] + tiny[1:]
-    assert "warmup-trend" in codes(S.cell_findings(big, floor=0.02))
+    assert "warmup-trend" in codes(F.cell_findings(big, floor=0.02))
     out_tiny = [100.0, 100.1, 99.9, 100.0, 100.05, 99.95, 100.0, 100.5]
-    assert "outliers" in codes(S.cell_findings(out_tiny))
-    assert "outliers" not in codes(S.cell_findings(out_tiny, floor=0.02))
-    assert "outliers" in codes(S.cell_findings(out_tiny[:-1] + [130.0], floor=0.02))
+    assert "outliers" in codes(F.cell_findings(out_tiny))
+    assert "outliers" not in codes(F.cell_findings(out_tiny, floor=0.02))
+    assert "outliers" in codes(F.cell_findings(out_tiny[:-1] + [130.0], floor=0.02))
     drift_tiny = [100 + 0.05 * i for i in range(12)]
-    assert "drift" in codes(S.cell_findings(drift_tiny, blocks=list(range(12))))
-    assert "drift" not in codes(S.cell_findings(drift_tiny, blocks=list(range(12)), floor=0.02))
-    assert "drift" in codes(S.cell_findings([100 + 3 * i for i in range(12)], blocks=list(range(12)), floor=0.02))
+    assert "drift" in codes(F.cell_findings(drift_tiny, blocks=list(range(12))))
+    assert "drift" not in codes(F.cell_findings(drift_tiny, blocks=list(range(12)), floor=0.02))
+    assert "drift" in codes(F.cell_findings([100 + 3 * i for i in range(12)], blocks=list(range(12)), floor=0.02))
 
 
 @settings(max_examples=100, deadline=None)
@@ -529,4 +531,4 @@ def test_mannwhitney_normal_path_matches_scipy_asymptotic(a, b):
     if np.all(np.concatenate([x, y]) == x[0]):
         return
     ref = sp.mannwhitneyu(x, y, alternative="two-sided", method="asymptotic").pvalue
-    assert S._mannwhitney_p(x, y) == pytest.approx(ref, abs=1e-9)
+    assert R._mannwhitney_p(x, y) == pytest.approx(ref, abs=1e-9)

@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 
 from alloclab.stats import decide
 from alloclab.stats import estimates as stats
+from alloclab.stats.findings import cell_findings
 from alloclab.store.db import Experiment
 
 DEFAULT_MARGIN = 0.02   # equivalence margin (--min-effect) unless the user sets one
@@ -165,7 +166,7 @@ def analyze(exp: Experiment, baseline: str | int | None = None, alpha: float = 0
                 vals, blocks = _values(runs, d["name"])
                 n_failed = sum(1 for r in runs if r["status"] != "ok")
                 summary = stats.summarize(vals, n_failed=n_failed)
-                findings = [] if only_primary else stats.cell_findings(
+                findings = [] if only_primary else cell_findings(
                     vals, alpha=alpha, n_comparisons=n_cmp, blocks=[b for _, b in blocks],
                     durations_s=[r["wall_s"] for r in runs if r["status"] == "ok"],
                     load_avg=[r["extra"].get("load") for r in runs if r["extra"].get("load") is not None],

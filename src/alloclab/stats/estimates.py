@@ -1,4 +1,10 @@
-"""Statistics for allocator comparisons: summaries, comparisons, and findings.
+"""Statistics for allocator comparisons: summaries and comparisons.
+
+In: lists of measurements per cell (one variant x workload x metric).  Out:
+:class:`CellSummary` (median and its interval), :class:`Comparison` (ratio of
+medians with its bootstrap interval, a p-value and a verdict), :class:`GeoMean`,
+and their text.  Rank tests live in :mod:`alloclab.stats.ranktests`, the
+per-cell quality checks in :mod:`alloclab.stats.findings`.
 
 Everything here is pure computation on lists of numbers (no I/O, no global
 state).  Randomness (bootstrap) is seeded from a hash of the *sorted* data, so
@@ -18,9 +24,7 @@ Conventions
 from __future__ import annotations
 
 import dataclasses
-import functools
 import hashlib
-import itertools
 import math
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
@@ -28,6 +32,7 @@ from dataclasses import dataclass
 import numpy as np
 from scipy import special as _special
 
+from alloclab.stats.ranktests import _mannwhitney_p, holm
 
 
 __all__ = [
@@ -36,32 +41,15 @@ __all__ = [
     "Finding",
     "GeoMean",
     "adjust",
-    "cell_findings",
     "compare",
     "format_comparison",
     "format_p",
     "geomean_ratio",
-    "holm",
     "median_ci",
-    "min_runs_for_significance",
-    "modified_zscores",
     "precise_enough",
     "summarize",
     "verdict_for",
 ]
-
-# Thresholds used by cell_findings; module constants so reports can quote them.
-OUTLIER_MIN_N = 5
-OUTLIER_Z = 3.5            # Iglewicz & Hoaglin's recommended modified z-score cut-off
-DRIFT_P = 0.01
-DRIFT_MIN_BLOCKS = 6
-WARMUP_P = 0.01
-SHORT_RUN_S = 0.010
-CV_THRESHOLD = 0.10
-
-# Exact permutation p-values are expensive; beyond this many arrangements the
-# tie-corrected normal approximation is accurate enough (n >= 8 per group).
-_EXACT_PERMUTATION_LIMIT = 4000
 
 
 # --------------------------------------------------------------------------
@@ -241,43 +229,6 @@ def precise_enough(values: Iterable[float], target_halfwidth: float) -> bool:
 # Comparisons
 # --------------------------------------------------------------------------
 
-def _mannwhitney_p(a: np.ndarray, b: np.ndarray) -> float:
-    """Two-sided Mann-Whitney U p-value: exact (every arrangement of the pooled midranks, ties or
-    not) where there are at most 4000 arrangements, else the tie-corrected normal approximation
-    with continuity correction, as scipy's asymptotic method. numpy only: importing scipy.stats
-    would cost every report a second."""
-    if a.size == 0 or b.size == 0:
-        return math.nan
-    pooled = np.concatenate([a, b])
-    if np.all(pooled == pooled[0]):
-        return 1.0
-    enumerable = (min(a.size, b.size) >= 2
-                  and math.comb(pooled.size, a.size) <= _EXACT_PERMUTATION_LIMIT)
-    p = _exact_tied_p(a, b) if enumerable else _mw_normal_p(a, b, continuity=True)
-    return min(float(p), 1.0) if math.isfinite(p) else math.nan
-
-
-@functools.cache
-def _arrangements(n: int, k: int) -> np.ndarray:
-    """Every way to pick which k of n pooled positions are the first group (rows of indices)."""
-    return np.array(list(itertools.combinations(range(n), k)), dtype=np.intp)
-
-
-def _exact_tied_p(a: np.ndarray, b: np.ndarray) -> float:
-    """Two-sided Mann-Whitney p by enumerating every arrangement of the pooled midranks.
-
-    The same null distribution as scipy's mannwhitneyu with PermutationMethod(n_resamples=inf),
-    which is slow (about 10 ms per call for 6 + 6 values, and a report makes thousands of calls);
-    here the rank sums of all arrangements are one indexed sum."""
-    pooled = np.concatenate([a, b])
-    ranks = _ranks(pooled)
-    sums = ranks[_arrangements(pooled.size, a.size)].sum(axis=1)
-    observed = ranks[: a.size].sum()
-    tol = 1e-9 * max(1.0, abs(observed))
-    # Two-sided as scipy's permutation test does it: twice the smaller tail, at most 1.
-    return float(min(1.0, 2 * min(np.mean(sums >= observed - tol), np.mean(sums <= observed + tol))))
-
-
 def verdict_for(ratio: float, ci_low: float, ci_high: float, p: float,
                 higher_is_better: bool, alpha: float = 0.05, min_effect: float = 0.0) -> str:
     """The unpaired path's verdict: better/worse needs p < alpha as well as an interval that
@@ -329,23 +280,6 @@ def _more_runs(n: int, ratio: float, lo: float, hi: float, margin: float) -> int
     return more_runs(n, ratio, lo, hi, margin)
 
 
-def holm(pvalues: Sequence[float]) -> list[float]:
-    """Holm-Bonferroni adjusted p-values, in the input order.
-
-    nan entries stay nan and do not count towards the number of tests.
-    """
-    p = np.asarray(pvalues, dtype=float).ravel()
-    out = np.full(p.shape, math.nan)
-    valid = np.flatnonzero(~np.isnan(p))
-    m = valid.size
-    if m == 0:
-        return out.tolist()
-    order = valid[np.argsort(p[valid], kind="stable")]
-    scaled = (m - np.arange(m)) * p[order]
-    # Monotone step-down: an adjusted p can never be below one ranked before it.
-    out[order] = np.minimum(np.maximum.accumulate(scaled), 1.0)
-    return out.tolist()
-
 
 def adjust(comparisons: Sequence[Comparison], alpha: float = 0.05,
            min_effect: float = 0.0) -> list[Comparison]:
@@ -393,24 +327,6 @@ def format_comparison(c: Comparison) -> str:
     more = f" ~{c.more_runs} more run{'s' if c.more_runs != 1 else ''}" if c.more_runs else ""
     return f"? {delta:+.1f}% {interval}{more}"
 
-
-def min_runs_for_significance(alpha: float = 0.05, n_comparisons: int = 1) -> int:
-    """Smallest equal group size n at which a two-sided exact Mann-Whitney
-    test can reach p < alpha / n_comparisons at all.
-
-    The most extreme outcome (complete separation) has p = 2 / C(2n, n);
-    alpha / n_comparisons is Holm's threshold for the smallest p-value, the
-    worst case.  Below this n, "same" is guaranteed whatever the data.
-    """
-    if not 0 < alpha <= 1 or n_comparisons < 1:
-        raise ValueError("need 0 < alpha <= 1 and n_comparisons >= 1")
-    threshold = alpha / n_comparisons
-    n = 1
-    while 2 / math.comb(2 * n, n) >= threshold:
-        n += 1
-    return n
-
-
 def geomean_ratio(pairs: Sequence[tuple[Sequence[float], Sequence[float], bool]],
                   n_boot: int = 2000, confidence: float = 0.95) -> GeoMean:
     """Geometric mean over workloads of the per-workload ratio of medians.
@@ -441,341 +357,3 @@ def geomean_ratio(pairs: Sequence[tuple[Sequence[float], Sequence[float], bool]]
             total += np.log(mc / mb) if higher_is_better else np.log(mb / mc)
         lo, hi = _percentile_ci(np.exp(total / len(groups)), confidence)
     return GeoMean(math.exp(float(np.mean(log_ratios))), lo, hi, len(groups))
-
-
-# --------------------------------------------------------------------------
-# Findings
-# --------------------------------------------------------------------------
-
-def modified_zscores(values: Iterable[float], reference: Iterable[float] | None = None) -> np.ndarray:
-    """Iglewicz-Hoaglin modified z-scores, 0.6745 (x - median) / MAD.
-
-    Median and MAD come from ``reference`` (default: ``values`` themselves).
-    When MAD is 0 (more than half the values tied) the mean absolute
-    deviation from the median is used instead, scaled by 1.253314 so it also
-    estimates sigma; if that is 0 too, every score is 0 (no spread, no
-    outliers).
-    """
-    x = np.asarray(values, dtype=float).ravel()
-    ref = x if reference is None else np.asarray(reference, dtype=float).ravel()
-    if x.size == 0 or ref.size == 0:
-        return np.zeros(x.size)
-    with np.errstate(all="ignore"):
-        med = _median(ref)
-        ref_dev = np.abs(ref - med)
-        mad = _median(ref_dev)
-        if mad > 0:
-            return 0.6745 * (x - med) / mad
-        mean_ad = float(np.mean(ref_dev))
-        if mean_ad > 0:
-            return (x - med) / (1.253314 * mean_ad)
-    return np.zeros(x.size)
-
-
-def _fmt(v: float) -> str:
-    return f"{v:.4g}"
-
-
-def _mw_normal_p(a: np.ndarray, b: np.ndarray, continuity: bool = False) -> float:
-    """Two-sided Mann-Whitney p from the tie-corrected normal approximation (no continuity
-    correction): enough for a warning's screen, and it keeps scipy.stats and thousands of exact
-    enumerations out of every report."""
-    n1, n2 = a.size, b.size
-    if n1 == 0 or n2 == 0:
-        return math.nan
-    pooled = np.concatenate([a, b])
-    r = _ranks(pooled)
-    u = r[:n1].sum() - n1 * (n1 + 1) / 2
-    n = n1 + n2
-    _, counts = np.unique(pooled, return_counts=True)
-    var = n1 * n2 / 12 * ((n + 1) - float(np.sum(counts ** 3 - counts)) / (n * (n - 1)))
-    if var <= 0:
-        return 1.0
-    dev = abs(u - n1 * n2 / 2) - (0.5 if continuity else 0.0)
-    z = max(0.0, dev) / math.sqrt(var)
-    return float(min(1.0, 2 * _special.ndtr(-z)))
-
-
-def _median(x) -> float:
-    """np.median's value; a few dozen values are sorted in Python, where numpy's call costs
-    more than the work (the demo's report takes some 6,000 medians of 6 values)."""
-    if len(x) > 64:
-        return float(np.median(x))
-    v = sorted(x.tolist() if isinstance(x, np.ndarray) else x)
-    n = len(v)
-    if n == 0 or any(e != e for e in v):   # empty, or a nan (which sorting cannot place)
-        return math.nan
-    h = n // 2
-    return float(v[h]) if n % 2 else (v[h - 1] + v[h]) / 2
-
-
-def _ranks(x: np.ndarray) -> np.ndarray:
-    """Average ranks from 1 (ties share the mean of their ranks), as scipy's rankdata."""
-    x = np.asarray(x, dtype=float)
-    if x.size <= 64:   # the common case, a few runs: Python's sort beats numpy's call overhead
-        v = x.tolist()
-        order = sorted(range(len(v)), key=v.__getitem__)
-        out = [0.0] * len(v)
-        i = 0
-        while i < len(order):
-            j = i
-            while j + 1 < len(order) and v[order[j + 1]] == v[order[i]]:
-                j += 1
-            for k in range(i, j + 1):
-                out[order[k]] = (i + j) / 2 + 1
-            i = j + 1
-        return np.array(out)
-    order = np.argsort(x, kind="mergesort")
-    sx = x[order]
-    edges = np.flatnonzero(np.r_[True, sx[1:] != sx[:-1], True])
-    avg = (edges[:-1] + edges[1:] + 1) / 2          # mean of 1-based ranks in each tie group
-    ranks = np.empty(x.size)
-    ranks[order] = np.repeat(avg, np.diff(edges))
-    return ranks
-
-
-def _spearman(x: np.ndarray, y: np.ndarray) -> tuple[float, float]:
-    """Spearman rho and its two-sided p (Student's t with n - 2 df, as scipy's spearmanr);
-    (nan, nan) when undefined (constant input)."""
-    if x.size < 3 or np.all(x == x[0]) or np.all(y == y[0]):
-        return math.nan, math.nan
-    rx, ry = _ranks(x), _ranks(y)
-    rx, ry = rx - rx.mean(), ry - ry.mean()
-    with np.errstate(all="ignore"):
-        rho = float(rx @ ry / math.sqrt(float(rx @ rx) * float(ry @ ry)))
-    if not math.isfinite(rho):
-        return math.nan, math.nan
-    if abs(rho) >= 1:
-        return rho, 0.0
-    df = x.size - 2
-    t = rho * math.sqrt(df / ((1 - rho) * (1 + rho)))
-    return rho, float(2 * _special.stdtr(df, -abs(t)))
-
-
-MIN_PAIRED_RUNS = 2   # the paired interval needs two blocks; with two, only a count that never varies decides
-
-
-def _too_few_runs(n: int, alpha: float, n_comparisons: int) -> Finding | None:
-    """Fewer runs than any interval needs. (`alpha` and `n_comparisons` only mattered to the rank
-    test of the unpaired comparison, which now serves sweeps and diffs; the paired rule can decide
-    from two runs on, and the sequential looks say when it has.)"""
-    if n >= MIN_PAIRED_RUNS:
-        return None
-    return Finding(
-        "too-few-runs",
-        f"{n} run(s): no interval can be computed below {MIN_PAIRED_RUNS} runs per variant",
-        "leave --runs out so that alloclab measures until decided, or give --runs 10 or more",
-    )
-
-
-def _high_cv(x: np.ndarray, threshold: float) -> Finding | None:
-    cv = summarize(x).cv
-    if not (math.isfinite(cv) and cv > threshold):
-        return None
-    return Finding(
-        "high-cv",
-        f"CV {cv * 100:.1f}% above {threshold * 100:.0f}%",
-        "close other programs; without --runs, alloclab adds paired runs until the comparison is decided",
-    )
-
-
-def _rel(a: float, b: float) -> float:
-    """|a/b - 1|, the size of a difference relative to b (inf where b is 0 and a is not)."""
-    if b == 0:
-        return 0.0 if a == 0 else math.inf
-    return abs(a / b - 1)
-
-
-def _warmup_trend(x: np.ndarray, floor: float = 0.0) -> Finding | None:
-    """Early runs that differ from the settled rest.
-
-    Rule: with n >= 6, flag when either
-      * the first third of runs (in run order) differs from the rest
-        (two-sided Mann-Whitney p < 0.01; needs about n >= 12 to be possible), or
-      * the very first run is an outlier relative to all later runs
-        (modified z-score > 3.5, the classic cold-start run);
-    and the later two thirds show no monotone trend themselves (Spearman
-    p >= 0.05).  A trend that continues through the whole series is drift, not
-    warm-up, and is reported as such.
-    """
-    n = x.size
-    if n < 6:
-        return None
-    head_len = max(1, n // 3)
-    head, rest = x[:head_len], x[head_len:]
-    p_head = _mw_normal_p(head, rest)
-    # The first run is scored against the later runs only, so a slow first run
-    # cannot inflate the spread it is judged by.
-    later = x[1:]
-    first_z = float(modified_zscores(x[:1], reference=later)[0])
-    med_head, med_rest, med_later = _median(head), _median(rest), _median(later)
-    head_size = _rel(med_head, med_rest)
-    first_size = _rel(float(x[0]), med_later)
-    if math.isfinite(p_head) and p_head < WARMUP_P and head_size >= floor:
-        msg = (f"first {head_len} runs (median {_fmt(med_head)}) differ from "
-               f"the rest (median {_fmt(med_rest)}), Mann-Whitney {format_p(p_head)}")
-    elif abs(first_z) > OUTLIER_Z and first_size >= floor:
-        msg = (f"first run {_fmt(float(x[0]))} is far from the later runs "
-               f"(median {_fmt(med_later)}, modified z {first_z:+.1f})")
-    else:
-        return None
-    # Checked last, as it is the dearest: a trend through the later runs is drift, not warm-up.
-    _, p_rest = _spearman(np.arange(rest.size, dtype=float), rest)
-    if math.isfinite(p_rest) and p_rest < 0.05:
-        return None
-    return Finding(
-        "warmup-trend", msg,
-        "add discarded warm-up runs (--warmup 1 or more) so caches, page cache and "
-        "CPU frequency settle before measuring",
-    )
-
-
-def _outliers(x: np.ndarray, floor: float = 0.0) -> Finding | None:
-    if x.size < OUTLIER_MIN_N:
-        return None  # with a handful of runs every spread looks like an outlier
-    z = modified_zscores(x)
-    med = _median(x)
-    # A run 0.04% from the median is no outlier worth a line, whatever its z-score.
-    big = np.array([_rel(float(v), med) >= floor for v in x], dtype=bool)
-    flagged = x[(np.abs(z) > OUTLIER_Z) & big]
-    if flagged.size == 0:
-        return None
-    shown = ", ".join(_fmt(float(v)) for v in flagged[:10])
-    more = f" (+{flagged.size - 10} more)" if flagged.size > 10 else ""
-    return Finding(
-        "outliers",
-        f"{flagged.size} outlier(s) (modified z > {OUTLIER_Z}): {shown}{more}; kept in all statistics",
-        "look for interference during those runs (other programs, thermal throttling, "
-        "swapping); the median and its CI are robust to a few outliers",
-    )
-
-
-def _drift(x: np.ndarray, blocks: np.ndarray, floor: float = 0.0) -> Finding | None:
-    n_blocks = np.unique(blocks).size
-    if n_blocks < DRIFT_MIN_BLOCKS:
-        return None
-    rho, p = _spearman(blocks, x)
-    if not (math.isfinite(p) and p < DRIFT_P):
-        return None
-    ordered = x[np.argsort(blocks, kind="stable")]
-    third = max(1, ordered.size // 3)
-    if _rel(_median(ordered[-third:]), _median(ordered[:third])) < floor:
-        return None
-    direction = "upward" if rho > 0 else "downward"
-    return Finding(
-        "drift",
-        f"values trend {direction} over {n_blocks} blocks (Spearman rho {rho:+.2f}, {format_p(p)})",
-        "the machine changed during the experiment (thermal state, background load, "
-        "memory fragmentation); keep it idle and cool, then re-run",
-    )
-
-
-COMPETING_CORES = 0.5   # other work averaging more than half a core over a run is worth a warning
-
-
-def _high_load(load_avg: float | Sequence[float] | None, n_cores: int | None) -> Finding | None:
-    if load_avg is None or not n_cores:
-        return None
-    loads = _finite(np.atleast_1d(np.asarray(load_avg, dtype=float)))
-    if loads.size == 0 or loads.max() <= n_cores:
-        return None
-    return Finding(
-        "high-load",
-        f"load average reached {loads.max():.1f} on {n_cores} cores",
-        "other work competed for the CPUs; close other programs and re-run",
-    )
-
-
-def _competing_cpu(other_cpu: Sequence[float] | None, n_cores: int | None) -> Finding | None:
-    """Other work's CPU use during the runs, in cores (the machine's busy time less the runs' own)."""
-    other = _finite(other_cpu)
-    if other.size == 0 or other.max() <= COMPETING_CORES:
-        return None
-    of = f" of {n_cores}" if n_cores else ""
-    return Finding(
-        "high-load",
-        f"other processes used up to {other.max():.2f} cores{of} during the runs (median {np.median(other):.2f})",
-        "other work competed for the CPUs; close other programs and re-run",
-    )
-
-
-def _short_runs(durations_s: Iterable[float] | None) -> Finding | None:
-    d = _finite(durations_s)
-    if d.size == 0:
-        return None
-    med = _median(d)
-    if med >= SHORT_RUN_S:
-        return None
-    return Finding(
-        "short-runs",
-        f"median run lasts {med * 1000:.1f} ms (< {SHORT_RUN_S * 1000:.0f} ms): "
-        "timer resolution and process start-up dominate",
-        "make the workload bigger (more iterations or a larger input) so a run lasts well over 10 ms",
-    )
-
-
-def _failed_runs(n: int, n_failed: int) -> Finding | None:
-    if n_failed <= 0:
-        return None
-    return Finding(
-        "failed-runs",
-        f"{n_failed} of {n + n_failed} runs failed and are excluded",
-        "check the failed runs' exit status and stderr; failures that depend on the "
-        "allocator can bias the comparison",
-    )
-
-
-def cell_findings(values: Iterable[float], *, alpha: float = 0.05, n_comparisons: int = 1,
-                  blocks: Sequence[int] | None = None,
-                  durations_s: Sequence[float] | None = None,
-                  load_avg: float | Sequence[float] | None = None,
-                  n_cores: int | None = None, n_failed: int = 0,
-                  other_cpu: Sequence[float] | None = None,
-                  cv_threshold: float = CV_THRESHOLD, floor: float = 0.0) -> list[Finding]:
-    """Quality checks on one cell (variant x workload x metric).
-
-    ``values`` are in run order; ``blocks`` gives each value's block index
-    (defaults to the run index, i.e. one run per block).  Non-finite values
-    are dropped along with their block index.
-
-    Codes: too-few-runs, high-cv, warmup-trend (see :func:`_warmup_trend`),
-    outliers (modified z > 3.5, listed, never dropped), drift (Spearman of
-    value vs block, p < 0.01, >= 6 blocks), high-load (other processes used
-    more than half a core during a run, from ``other_cpu``; without it, max
-    load average > n_cores), short-runs (median duration
-    < 10 ms), failed-runs, all-failed.
-    """
-    # Only the CPU other processes used is evidence of competition: the load average counts the
-    # workload's own threads too (qemu-img's io_uring workers reached 14 on 2 cores), so it is
-    # kept for the record but never warned on.
-    load = _competing_cpu(other_cpu, n_cores) if other_cpu is not None else None
-    raw = np.asarray(list(values), dtype=float).ravel()
-    keep = np.isfinite(raw)
-    x = raw[keep]
-    n = int(x.size)
-    if blocks is not None and len(blocks) == raw.size:
-        block_idx = np.asarray(blocks, dtype=float)[keep]
-    else:
-        block_idx = np.arange(n, dtype=float)
-
-    if n == 0:
-        first = (Finding("all-failed", f"all {n_failed} runs failed; no measurements",
-                         "run the variant by hand to see why it fails (missing library, "
-                         "crash, timeout)")
-                 if n_failed > 0 else _too_few_runs(0, alpha, n_comparisons))
-        return [f for f in (first, load) if f is not None]
-
-    # Extreme magnitudes (near float max) may overflow intermediate sums; the
-    # checks then simply do not fire, which is the right answer for junk input.
-    with np.errstate(all="ignore"):
-        checks = (
-            _failed_runs(n, n_failed),
-            _too_few_runs(n, alpha, n_comparisons),
-            _high_cv(x, cv_threshold),
-            _warmup_trend(x, floor),
-            _outliers(x, floor),
-            _drift(x, block_idx, floor),
-            load,
-            _short_runs(durations_s),
-        )
-    return [f for f in checks if f is not None]

@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from alloclab.stats import estimates as stats
+from alloclab.stats import ranktests
 from alloclab.stats.analysis import Analysis, MetricRow
 
 SCALING_GAIN = 1.10      # adding threads must give at least +10% to count as scaling
@@ -107,7 +108,7 @@ def _decide(curve: SweepCurve, alpha: float, min_effect: float) -> SweepCurve:
     curve.best = best
     curve.cheap = next(p for p in curve.points if p.within_noise)
     n = min(p.summary.n for p in measured)
-    need = stats.min_runs_for_significance(alpha)
+    need = ranktests.min_runs_for_significance(alpha)
     if n < need:
         curve.notes.append(f"{n} run(s) per point: no difference can be significant below {need}, so every "
                            f"point counts as within the noise of the best; use --runs 10 or more")
