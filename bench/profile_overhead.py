@@ -26,7 +26,8 @@ from pathlib import Path
 
 from alloclab.measure import machine
 from alloclab.workloads.metrics import MetricDef
-from alloclab.measure.profile import headline, profile_workload
+from alloclab.measure.profile.record import profile_workload
+from alloclab.measure.profile.summary import headline
 from alloclab.catalog.variants import parse_variants
 from alloclab.workloads.command import Workload
 

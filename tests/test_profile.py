@@ -23,9 +23,11 @@ from alloclab.measure.callgrind import count, self_costs
 from alloclab.cli.profile import render_profiles, sparkline
 from alloclab.errors import AlloclabError
 from alloclab.workloads.metrics import MetricDef
-from alloclab.measure.profile import (Attribution, Frame, ProfileSummary, RunProfile, Sample, _finish,
-    attribute, counters_of, headline, load_profiles, parse_perf_script, perf_access, perf_script,
-    profile_workload, sampling_event, store_profiles, wrap_perf_record)
+from alloclab.measure.profile.attribution import Attribution, Frame, RunProfile, Sample, attribute, parse_perf_script
+from alloclab.measure.profile.perf import perf_access, perf_script, sampling_event, wrap_perf_record
+from alloclab.measure.profile.record import profile_workload
+from alloclab.measure.profile.summary import (ProfileSummary, _finish, counters_of, headline, load_profiles,
+                                              store_profiles)
 from alloclab.store.db import Store
 from alloclab.workloads import builtin
 from alloclab.catalog.variants import parse_variants

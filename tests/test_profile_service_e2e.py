@@ -8,7 +8,7 @@ import shutil
 import pytest
 
 from alloclab.workloads import experiment_file as xf
-from alloclab.measure import profile as prof
+from alloclab.measure.profile import attribution, perf, summary
 from conftest import require_allocator
 from test_service_e2e import require_programs, scratch  # noqa: F401  (scratch is a fixture)
 
@@ -20,7 +20,7 @@ def test_run_profile_samples_the_server_tree_not_the_client(cli, store_of, scrat
     require_programs(ef)
     require_allocator("jemalloc")
     if not shutil.which("perf"):
-        pytest.skip(f"perf is not installed ({prof.PERF_INSTALL})")
+        pytest.skip(f"perf is not installed ({perf.PERF_INSTALL})")
     p = cli("run", "recipe:redis", "-a", "glibc", "-a", "jemalloc", "--runs", "1", "--idle", "0", "--no-verify",
             "-p", "requests=5000", "-p", "clients=5", "-p", "keys=2000", "-p", "rest=0.1",
             "--profile", "--profile-runs", "1")
@@ -28,7 +28,7 @@ def test_run_profile_samples_the_server_tree_not_the_client(cli, store_of, scrat
     assert "Where the CPU goes: redis" in p.stdout
     store = store_of(cli.db)
     # The benchmark client; the recipe's memory client (fill and memory phases) is profiled too.
-    summaries = [s for s in prof.load_profiles(store, store.load().id) if s.workload == "redis: benchmark"]
+    summaries = [s for s in summary.load_profiles(store, store.load().id) if s.workload == "redis: benchmark"]
     assert [s.variant for s in summaries] == ["glibc", "jemalloc"]
     for s in summaries:
         assert len(s.runs) == 1
@@ -36,7 +36,7 @@ def test_run_profile_samples_the_server_tree_not_the_client(cli, store_of, scrat
         assert run.status == "ok" and run.error is None
         assert run.samples > 100
         assert sum(run.shares.values()) == pytest.approx(1.0)
-        assert set(run.shares) == set(prof.CATEGORIES)
+        assert set(run.shares) == set(attribution.CATEGORIES)
         # The server's tree is sampled (redis-server and its own threads), never the load client.
         assert next(iter(run.commands)) == "redis-server"
         assert run.commands["redis-server"] > 0.5

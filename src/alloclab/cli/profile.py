@@ -26,7 +26,7 @@ from alloclab.store.db import Store
 # profile, callgrind and the runner load psutil, pyelftools and the service machinery: imported in
 # the functions that use them, so that registering these commands keeps `alloclab` starting fast.
 if TYPE_CHECKING:
-    from alloclab.measure import profile as prof
+    from alloclab.measure.profile import summary
 
 SPARK = " ▁▂▃▄▅▆▇█"
 SPARK_WIDTH = 48
@@ -60,15 +60,15 @@ def profile_command(
 ) -> None:
     """Profile CMD under each allocator variant: the allocator's share of CPU, kernel memory work, overhead."""
     from alloclab.measure import callgrind
-    from alloclab.measure import profile as prof
+    from alloclab.measure.profile import perf, record, summary
     from alloclab.workloads.metrics import parse_metric_option
     from alloclab.measure.runner import Settings
     from alloclab.catalog.variants import parse_variants
     from alloclab.workloads.command import command_workload
 
     # Everything that can be refused is checked before the first run.
-    access = prof.perf_access()
-    prof.check_frequency(frequency)
+    access = perf.perf_access()
+    perf.check_frequency(frequency)
     if runs < 1 or timed_runs < 1:
         raise AlloclabError(f"--runs and --timed-runs must be at least 1 (got {runs} and {timed_runs}): the "
                             f"timed runs are the baseline the sampling overhead is measured against.")
@@ -85,11 +85,11 @@ def profile_command(
                         kind="profile", title=" ".join(command))
     exp_id = run_experiment(store, [workload], allocator, settings)
     with _bar(runs * len(variants) + (len(variants) if instructions else 0)) as advance:
-        summaries = prof.profile_experiment(store, exp_id, [workload], variants, runs=runs, frequency=frequency,
-                                            call_graph=call_graph, timeout_s=timeout, advance=advance)
+        summaries = record.profile_experiment(store, exp_id, [workload], variants, runs=runs, frequency=frequency,
+                                              call_graph=call_graph, timeout_s=timeout, advance=advance)
         if instructions:
             callgrind.attach_instructions(summaries, [workload], variants, timeout_s=timeout, advance=advance)
-            prof.store_profiles(store, exp_id, summaries)
+            summary.store_profiles(store, exp_id, summaries)
     show(store, exp_id)
     render_profiles(console, summaries)
     render_rss(store, exp_id)
@@ -97,9 +97,9 @@ def profile_command(
 
 def render_rss(store: Store, exp_id: int, workload_idx: int = 0) -> None:
     """RSS over time of one timed run per variant (the one with the median peak), on one time axis."""
-    from alloclab.measure import profile as prof
+    from alloclab.measure.profile import summary
 
-    series = prof.rss_over_time(store.load(exp_id), workload_idx)
+    series = summary.rss_over_time(store.load(exp_id), workload_idx)
     picked = {}
     for label, runs in series.items():
         runs = sorted((r for r in runs if r), key=lambda r: max(kb for _, kb in r))
@@ -143,10 +143,10 @@ def _big(n: float) -> str:
     return f"{n:.0f}"
 
 
-def render_profiles(console, summaries: list[prof.ProfileSummary]) -> None:
+def render_profiles(console, summaries: list[summary.ProfileSummary]) -> None:
     """The profiles of one experiment: a headline per workload, a table, the overhead, notes."""
     from alloclab.measure import machine
-    from alloclab.measure import profile as prof
+    from alloclab.measure.profile import perf, summary
 
     if not summaries:
         return
@@ -157,20 +157,20 @@ def render_profiles(console, summaries: list[prof.ProfileSummary]) -> None:
         console.print(f"[yellow]Hardware counters:[/] not measured on this machine ({why}); cycles, "
                       f"instructions, IPC and cache misses are left out and profiles sample "
                       f"{summaries[0].event} instead of cycles.", highlight=False)
-    by_workload: dict[int, list[prof.ProfileSummary]] = {}
+    by_workload: dict[int, list[summary.ProfileSummary]] = {}
     for s in summaries:
         by_workload.setdefault(s.workload_idx, []).append(s)
     for group in by_workload.values():
         first = group[0]
-        graph = f", call graphs ({prof.CALL_GRAPH})" if first.call_graph else ""
+        graph = f", call graphs ({perf.CALL_GRAPH})" if first.call_graph else ""
         console.print(f"\n[bold]Where the CPU goes[/]: {escape(first.workload)}  (perf record -e {first.event} "
                       f"-F {first.frequency_hz}{graph}; median of {max(len(s.ok_runs) for s in group)} "
                       f"profiled runs, min-max in brackets)", highlight=False)
-        console.print(f"Allocator share of CPU: {escape(prof.headline(group))}", highlight=False)
+        console.print(f"Allocator share of CPU: {escape(summary.headline(group))}", highlight=False)
         with_kernel = [s.allocator_with_kernel() for s in group]
         if all(with_kernel):
             console.print("With the kernel work entered from allocator code (faults, brk/mmap/madvise, lock "
-                          "waits): " + " -> ".join(f"{escape(s.variant)} {prof.spread_text(w)}"
+                          "waits): " + " -> ".join(f"{escape(s.variant)} {summary.spread_text(w)}"
                                                    for s, w in zip(group, with_kernel)), highlight=False)
         t = Table(show_lines=False)
         cols = ["variant", "allocator", "allocator CPU s/run", "kernel mm", "rest", "samples/run",
@@ -183,7 +183,7 @@ def render_profiles(console, summaries: list[prof.ProfileSummary]) -> None:
             t.add_column(c, overflow="fold")
         for s in group:
             secs = s.allocator_seconds()
-            row = [escape(s.variant), prof.spread_text(s.allocator), "-" if secs is None else f"{secs:.3f}",
+            row = [escape(s.variant), summary.spread_text(s.allocator), "-" if secs is None else f"{secs:.3f}",
                    _kernel_text(s), _rest_text(s),
                    str(int(statistics.median([r.samples for r in s.ok_runs]))) if s.ok_runs else "0",
                    escape(_top_text(s)) or "-",
@@ -196,7 +196,7 @@ def render_profiles(console, summaries: list[prof.ProfileSummary]) -> None:
             if "callgrind instr" in cols:
                 ins = s.instructions or {}
                 row[-1:-1] = [_big(ins["total"]) if "total" in ins else "-",
-                              f"{_big(ins['allocator'])} ({prof.pct(ins['allocator'] / ins['total'])})"
+                              f"{_big(ins['allocator'])} ({summary.pct(ins['allocator'] / ins['total'])})"
                               if ins.get("total") else "-"]
             t.add_row(*row)
         console.print(t)
@@ -210,37 +210,37 @@ def render_profiles(console, summaries: list[prof.ProfileSummary]) -> None:
         console.print(f"[yellow]note:[/] {escape(n)}", highlight=False)
 
 
-def _top_text(s: prof.ProfileSummary, n: int = 3) -> str:
+def _top_text(s: summary.ProfileSummary, n: int = 3) -> str:
     """The top allocator symbols; the library is named only where it is not the variant's own."""
-    from alloclab.measure import profile as prof
+    from alloclab.measure.profile import summary
 
     own = f" [{Path(s.library).resolve().name if s.library else 'libc.so.6'}]"
-    return ", ".join(f"{name.removesuffix(own)} {prof.pct(share)}" for name, share in s.top_symbols(n)
+    return ", ".join(f"{name.removesuffix(own)} {summary.pct(share)}" for name, share in s.top_symbols(n)
                      if share >= 0.001)
 
 
-def _kernel_text(s: prof.ProfileSummary) -> str:
-    from alloclab.measure import profile as prof
+def _kernel_text(s: summary.ProfileSummary) -> str:
+    from alloclab.measure.profile import summary
 
     if not s.kernel_visible:
         return "not sampled"
-    text = prof.spread_text(s.kernel_mm)
-    kinds = [f"{k} {prof.pct(v)}" for k, v in s.kernel_kinds().items() if v >= 0.001]
+    text = summary.spread_text(s.kernel_mm)
+    kinds = [f"{k} {summary.pct(v)}" for k, v in s.kernel_kinds().items() if v >= 0.001]
     if kinds:
         text += "\n" + ", ".join(kinds)
     from_alloc = s.kernel_from_allocator()
     if from_alloc is not None:
-        text += f"\nentered from allocator code {prof.pct(from_alloc)}"
+        text += f"\nentered from allocator code {summary.pct(from_alloc)}"
     return text
 
 
-def _rest_text(s: prof.ProfileSummary) -> str:
-    from alloclab.measure import profile as prof
+def _rest_text(s: summary.ProfileSummary) -> str:
+    from alloclab.measure.profile import summary
 
-    text = prof.spread_text(s.rest())
+    text = summary.spread_text(s.rest())
     locks = s.kernel_other_from_allocator()
     if locks:
-        text += f"\nof which kernel entered from allocator code (lock waits) {prof.pct(locks)}"
+        text += f"\nof which kernel entered from allocator code (lock waits) {summary.pct(locks)}"
     return text
 
 
@@ -248,7 +248,7 @@ def _signed(x: float) -> str:
     return f"{'+' if x >= 0 else ''}{100 * x:.1f}%"
 
 
-def _overhead_text(s: prof.ProfileSummary) -> str:
+def _overhead_text(s: summary.ProfileSummary) -> str:
     parts = []
     if s.throughput_overhead() is not None:
         parts.append(f"{s.metric} {_signed(s.throughput_overhead())} slower")
@@ -260,8 +260,8 @@ def _overhead_text(s: prof.ProfileSummary) -> str:
     return "\n".join(parts) or "-"
 
 
-def _overhead_verdict(group: list[prof.ProfileSummary]) -> str:
-    from alloclab.measure import profile as prof
+def _overhead_verdict(group: list[summary.ProfileSummary]) -> str:
+    from alloclab.measure.profile import summary
 
     values = [o for o in (s.overhead() for s in group) if o is not None]
     if not values:
@@ -273,10 +273,10 @@ def _overhead_verdict(group: list[prof.ProfileSummary]) -> str:
     # A profiled run cannot be faster than a plain one: a negative figure is run-to-run noise,
     # and noise that large hides any overhead of the same size.
     worst = max(abs(lo), abs(hi))
-    verdict = (f"within {prof.TIMING_OK:.0%}: profiled runs may also be timed" if worst <= prof.TIMING_OK else
-               f"beyond {prof.TIMING_OK:.0%}: time unprofiled runs, and read profiles as shares, not speed")
+    verdict = (f"within {summary.TIMING_OK:.0%}: profiled runs may also be timed" if worst <= summary.TIMING_OK else
+               f"beyond {summary.TIMING_OK:.0%}: time unprofiled runs, and read profiles as shares, not speed")
     noise = (f" Some profiled runs came out faster than plain ones ({_signed(lo)}): that much is run-to-run "
-             f"noise here; add runs to measure the overhead itself." if lo < -prof.TIMING_OK else "")
+             f"noise here; add runs to measure the overhead itself." if lo < -summary.TIMING_OK else "")
     fixed = (f" perf record itself adds {first.perf_fixed_s:.2f} s of start/stop to every run's wall time."
              if first.perf_fixed_s is not None else "")
     return (f"Sampling overhead ({measure}, profiled vs unprofiled runs of the same variant): "
@@ -288,21 +288,21 @@ def profile_after(store: Store, exp_id: int, workloads, variant_specs: list[str]
                   call_graph: bool = False, frequency: int = DEFAULT_FREQUENCY,
                   timeout_s: float | None = None) -> None:
     """`--profile` on compare/suite/run: profile the experiment just measured and show it."""
-    from alloclab.measure import profile as prof
+    from alloclab.measure.profile import record
     from alloclab.catalog.variants import parse_variants
 
     variants = parse_variants(variant_specs)
     with _bar(runs * len(variants) * len(workloads)) as advance:
-        summaries = prof.profile_experiment(store, exp_id, workloads, variants, runs=runs, frequency=frequency,
-                                            call_graph=call_graph, timeout_s=timeout_s, advance=advance)
+        summaries = record.profile_experiment(store, exp_id, workloads, variants, runs=runs, frequency=frequency,
+                                              call_graph=call_graph, timeout_s=timeout_s, advance=advance)
     render_profiles(console, summaries)
 
 
 def check_profiling(frequency: int = DEFAULT_FREQUENCY) -> None:
     """Refuse --profile before any run when perf cannot sample here; say why once."""
-    from alloclab.measure import profile as prof
+    from alloclab.measure.profile import perf
 
-    access = prof.perf_access()
-    prof.check_frequency(frequency)
+    access = perf.perf_access()
+    perf.check_frequency(frequency)
     if access.note:
         err.print(f"[yellow]note:[/] {access.note}", highlight=False)

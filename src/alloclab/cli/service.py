@@ -99,13 +99,13 @@ def run_file(
     workloads, session = service_executors.workloads(ef, params, keep=keep,
                                                      note=lambda text: err.print(f"[yellow]{text}[/]", highlight=False))
     if profile:
-        from alloclab.measure import profile as prof
+        from alloclab.measure.profile import record
         from alloclab.cli.profile import check_profiling
         check_profiling()
         if profile_runs < 1:
             raise AlloclabError(f"--profile-runs must be at least 1 (got {profile_runs}).")
         for w in workloads:
-            prof.check_profilable(w)
+            record.check_profilable(w)
     settings = Settings(warmup=warmup if warmup is not None else (ef.warmup if ef.warmup is not None else 1),
                         timeout_s=timeout, seed=seed, verify=not no_verify, kind="run", title=ef.name,
                         extra_config=sweep.sweep_config(sweeps),

@@ -18,7 +18,9 @@ from typing import Callable
 from alloclab.catalog.elf import elf_facts
 from alloclab.errors import AlloclabError
 from alloclab.measure.run import RunInterrupted, run_once
-from alloclab.measure.profile import Attribution, Frame, ProfileSummary, command_of, clean_symbol
+from alloclab.measure.profile.attribution import Attribution, Frame, clean_symbol
+from alloclab.measure.profile.record import command_of
+from alloclab.measure.profile.summary import ProfileSummary
 from alloclab.catalog.variants import Variant
 from alloclab.workloads.command import Workload
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 EVENTS = {"cycles": "cycles", "instructions": "instructions", "cache-misses": "cache_misses"}
-# perf record's samples per second (profile.py). Off the round numbers, so sampling does not lock
+# perf record's samples per second (profile/). Off the round numbers, so sampling does not lock
 # step with timers. Kept here, in a module without imports, for the CLI's option default.
 DEFAULT_FREQUENCY = 999
 
