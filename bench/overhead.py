@@ -77,7 +77,11 @@ def marginal_cost(large: int, repeat: int) -> dict:
                 cpu[name].append((big[1] - small[1]) / (large - SMALL))
     h, a = statistics.median(out["hyperfine"]), statistics.median(out["alloclab"])
     hc, ac = statistics.median(cpu["hyperfine"]), statistics.median(cpu["alloclab"])
+    # Each repetition times both side by side: the ratio within a repetition cancels the machine's
+    # slow swings (this VM's noise moves both by up to 2x over minutes).
+    pair_ratios = sorted(x / y for x, y in zip(out["alloclab"], out["hyperfine"]))
     return {"large": large, "repeat": repeat, "hyperfine_ms": h * 1e3, "alloclab_ms": a * 1e3, "ratio": a / h,
+            "pair_ratio": statistics.median(pair_ratios), "pair_ratio_range": [pair_ratios[0], pair_ratios[-1]],
             "hyperfine_cpu_ms": hc * 1e3, "alloclab_cpu_ms": ac * 1e3, "cpu_ratio": ac / hc,
             "hyperfine_range_ms": [x * 1e3 for x in (min(out["hyperfine"]), max(out["hyperfine"]))],
             "alloclab_range_ms": [x * 1e3 for x in (min(out["alloclab"]), max(out["alloclab"]))]}
@@ -150,7 +154,8 @@ def main() -> None:
           f"{m['hyperfine_range_ms'][1]:.2f}), alloclab compare {m['alloclab_ms']:.2f} ms (range "
           f"{m['alloclab_range_ms'][0]:.2f}-{m['alloclab_range_ms'][1]:.2f}) -> {m['ratio']:.2f}x hyperfine "
           f"(target: at most 2x); CPU per run, programs included: hyperfine {m['hyperfine_cpu_ms']:.2f} ms, "
-          f"alloclab {m['alloclab_cpu_ms']:.2f} ms -> {m['cpu_ratio']:.2f}x")
+          f"alloclab {m['alloclab_cpu_ms']:.2f} ms -> {m['cpu_ratio']:.2f}x; within each pair: median "
+          f"{m['pair_ratio']:.2f}x (range {m['pair_ratio_range'][0]:.2f}-{m['pair_ratio_range'][1]:.2f})")
     if args.only_marginal:
         print(f"load average at end: {os.getloadavg()[0]:.2f}")
         return

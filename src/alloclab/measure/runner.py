@@ -266,7 +266,7 @@ class Experiment(MoreBlocks):
                 # workload's runs are that short.
                 short = self._last_wall.get(cell.workload_idx, math.inf) < OTHER_CPU_MIN_WALL_S / 2
                 busy0 = None if short else machine.busy_cpu_s()
-                ours0 = _our_cpu_s()
+                ours0 = None if short or accounts_all_cpu else _our_cpu_s()
                 try:
                     result = w.executor.execute(env, v.env, tmp, timeout_s=s.timeout_s, perf_file=perf_file,
                                                 mapped_marker=verify.mapped_marker(v))
@@ -281,7 +281,7 @@ class Experiment(MoreBlocks):
                 self._last_wall[cell.workload_idx] = result.wall_s
                 busy1 = machine.busy_cpu_s() if busy0 is not None and result.wall_s >= OTHER_CPU_MIN_WALL_S else None
                 extra["other_cpu"] = _other_cpu(result, busy0, busy1,
-                                                0.0 if accounts_all_cpu else _our_cpu_s() - ours0)
+                                                0.0 if ours0 is None else _our_cpu_s() - ours0)
                 values = self._metrics(cell, job, result, perf_file)
                 self._store(cell, job, result, values, extra)
                 if result.status != "ok":
