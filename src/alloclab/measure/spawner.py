@@ -15,6 +15,7 @@ stuck beyond a kill) is killed and replaced at the next run.
 from __future__ import annotations
 
 import atexit
+import functools
 import os
 import select
 import struct
@@ -22,7 +23,9 @@ import subprocess
 import sys
 import threading
 import time
+from pathlib import Path
 
+from alloclab.errors import AlloclabError
 from alloclab.workloads import build as cbuild
 
 _local = threading.local()
@@ -35,7 +38,7 @@ class SpawnError(OSError):
 
 class Server:
     def __init__(self) -> None:
-        self.proc = subprocess.Popen([str(cbuild.launcher()), "--serve"], stdin=subprocess.PIPE,
+        self.proc = subprocess.Popen([str(launcher()), "--serve"], stdin=subprocess.PIPE,
                                      stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, close_fds=True,
                                      env={}, bufsize=0)
         self.owner = os.getpid()
@@ -87,6 +90,18 @@ class Server:
             self.proc.wait(timeout=5)
         except (OSError, subprocess.TimeoutExpired):
             pass
+
+
+@functools.cache
+def launcher() -> Path:
+    """The static fork/exec/wait4 launcher (see launcher/spawn.c for why it exists)."""
+    src = cbuild.package_file("measure", "launcher", "spawn.c")
+    try:
+        return cbuild.build("alloclab-spawn", [src], ["-static"])
+    except AlloclabError as exc:
+        raise AlloclabError(
+            "Cannot build alloclab's static launcher; a static libc is needed (Debian: libc6-dev). "
+            f"Install it with `apt-get install -y gcc libc6-dev`. Details: {exc}") from None
 
 
 def server() -> Server:

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import functools
 import hashlib
 import os
 import shutil
@@ -65,15 +64,3 @@ def build(name: str, sources: list[Path], flags: list[str] | None = None, libs: 
                 f"Install the C toolchain and headers with `apt-get install -y gcc libc6-dev`.")
         os.replace(tmp_out, out)  # atomic: concurrent builds never see a half-written file
     return out
-
-
-@functools.cache
-def launcher() -> Path:
-    """The static fork/exec/wait4 launcher (see launcher/spawn.c for why it exists)."""
-    src = package_file("measure", "launcher", "spawn.c")
-    try:
-        return build("alloclab-spawn", [src], ["-static"])
-    except AlloclabError as exc:
-        raise AlloclabError(
-            "Cannot build alloclab's static launcher; a static libc is needed (Debian: libc6-dev). "
-            f"Install it with `apt-get install -y gcc libc6-dev`. Details: {exc}") from None

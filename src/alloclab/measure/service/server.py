@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Callable
 
 import psutil
 
-from alloclab.workloads import build as cbuild
+from alloclab.measure.spawner import launcher
 from alloclab.measure import run as measure
 from alloclab.errors import AlloclabError
 from alloclab.workloads.experiment_file import substitute_argv
@@ -110,7 +110,7 @@ class Server:
             argv = self.s.identity.argv(argv, self.extra_env)
         else:
             env = env | self.extra_env
-        launch = [str(cbuild.launcher()), str(self.res), *argv]
+        launch = [str(launcher()), str(self.res), *argv]
         with open(self.out, "wb") as out, open(self.err, "wb") as err:
             try:
                 self.proc = subprocess.Popen(launch, env=env, cwd=self.s.workdir, stdin=subprocess.DEVNULL,
