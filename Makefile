@@ -39,7 +39,10 @@ setup-deb-all:
 setup-deb-bench:
 	@./scripts/setup-deb $(DEB_PACKAGES) $(DEB_BENCH_PACKAGES)
 
+# Where PYTHONDONTWRITEBYTECODE is set (as on our CI machines), Python would compile alloclab's
+# modules afresh at every start: compile them once here (compileall skips what is up to date).
 venv: $(VENV)/.installed
+	@$(BIN)/python -m compileall -q src/alloclab
 
 # pip runs only when pyproject.toml changed since the last install. Python >= 3.11 bundles a pip
 # that installs editable pyproject packages, so pip is not upgraded first (a download and an
