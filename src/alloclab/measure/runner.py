@@ -161,11 +161,7 @@ class Experiment(MoreBlocks):
 
     def _env(self, w: Workload, v: Variant, job: plan.Job, tmp: Path) -> tuple[dict, Path | None]:
         cell = self.cells[job.cell]
-        key = (cell.workload_idx, cell.variant_idx)
-        if key not in self._env_of:   # the same for every run of the cell: built once
-            env = v.apply(self.base_env) | w.env
-            self._env_of[key] = env, env_size(env)
-        env, size = self._env_of[key]
+        env, size = self._cell_env(cell.workload_idx, cell.variant_idx)
         env = pad_env(env, self._env_target(job), size)
         perf_file = None
         if job.verify:
@@ -174,14 +170,20 @@ class Experiment(MoreBlocks):
             perf_file = tmp / "perf.csv"
         return env, perf_file
 
+    def _cell_env(self, wi: int, vi: int) -> tuple[dict[str, str], int]:
+        """A cell's environment before padding, and its size: the same for every run, built once."""
+        if (wi, vi) not in self._env_of:
+            env = self.variants[vi].apply(self.base_env) | self.workloads[wi].env
+            self._env_of[(wi, vi)] = env, env_size(env)
+        return self._env_of[(wi, vi)]
+
     def _env_target(self, job: plan.Job) -> int:
         """The environment size every variant of this job's block gets: the largest variant's, plus a
         filler drawn per block. A variant's LD_PRELOAD and settings lengthen the environment, which
         moves the initial stack and can shift timings by itself (Mytkowicz et al., ASPLOS 2009)."""
         wi = self.cells[job.cell].workload_idx
         if wi not in self._env_max:
-            w = self.workloads[wi]
-            self._env_max[wi] = max(env_size(v.apply(self.base_env) | w.env) for v in self.variants)
+            self._env_max[wi] = max(self._cell_env(wi, vi)[1] for vi in range(len(self.variants)))
         if self._filler[0] != job.block:
             self._filler = (job.block, random.Random(f"{self.settings.seed}-{job.block}").randrange(4096))
         return self._env_max[wi] + len(PAD_VAR) + 2 + self._filler[1]
@@ -253,8 +255,8 @@ class Experiment(MoreBlocks):
                 # and executors that keep files of their own get a fresh one.
                 fresh = job.verify or getattr(w.executor, "fresh_workdir", True)
                 tmp = root / (f"run-{job.block}-{job.position}" if fresh else "run")
-                if fresh or not tmp.is_dir():
-                    tmp.mkdir()
+                if fresh:
+                    tmp.mkdir()   # the shared one is made by the run itself, once
                 env, perf_file = self._env(w, v, job, tmp)
                 if perf_file is not None and not fresh:
                     perf_file.unlink(missing_ok=True)   # never read the previous run's counts

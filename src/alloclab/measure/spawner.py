@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import atexit
 import functools
+import math
 import os
 import select
 import struct
@@ -63,7 +64,7 @@ class Server:
         """The next reply line, or None if none came within timeout_s."""
         deadline = None if timeout_s is None else time.perf_counter() + timeout_s
         while b"\n" not in self._buf:
-            wait = -1 if deadline is None else max(0, int((deadline - time.perf_counter()) * 1000))
+            wait = -1 if deadline is None else max(0, math.ceil((deadline - time.perf_counter()) * 1000))
             if not self.poller.poll(wait):
                 if deadline is not None and time.perf_counter() >= deadline:
                     return None
@@ -139,25 +140,22 @@ class Child:
             if line is None:
                 return False
             if self.pid is None:
-                kind, _, value = line.partition(" ")
-                if kind == "pid":
-                    self.pid = int(value)
-                    continue
-                if kind == "fail":
-                    raise SpawnError(int(value), os.strerror(int(value)))
-                raise SpawnError(f"the launcher answered {line!r}")
-            self.line, self.t_end, self.done = line, time.perf_counter(), True
+                self._take_pid(line)
+            else:
+                self.line, self.t_end, self.done = line, time.perf_counter(), True
         return True
 
     def started(self) -> int:
         """The program's pid (the leader of its own process group), waiting for the fork if need be."""
         while self.pid is None:
-            line = self.server.readline(None)
-            kind, _, value = (line or "").partition(" ")
-            if kind == "pid":
-                self.pid = int(value)
-            elif kind == "fail":
-                raise SpawnError(int(value), os.strerror(int(value)))
-            else:
-                raise SpawnError(f"the launcher answered {line!r}")
+            self._take_pid(self.server.readline(None))
         return self.pid
+
+    def _take_pid(self, line: str) -> None:
+        kind, _, value = line.partition(" ")
+        if kind == "pid":
+            self.pid = int(value)
+        elif kind == "fail":
+            raise SpawnError(int(value), os.strerror(int(value)))
+        else:
+            raise SpawnError(f"the launcher answered {line!r}")

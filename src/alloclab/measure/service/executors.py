@@ -98,8 +98,9 @@ def _loader_lines(server: Server) -> str:
 # --- executors ------------------------------------------------------------------------------------
 
 @dataclass
-class ServiceExecutor:
-    """One [[client]] against the experiment's service; the variant applies to the server only."""
+class _FileLoad:
+    """One load of an experiment file (a [[client]] or a [[command]]); the session, shared by all
+    of the file's loads, prepares once and cleans up once."""
 
     session: Session
     index: int
@@ -108,14 +109,19 @@ class ServiceExecutor:
     def load(self) -> Load:
         return self.session.ef.loads[self.index]
 
-    def program(self) -> Path:
-        return self.session.resolve_program(self.session.ef.service.command[0], ("service", "command"))
-
     def prepare(self) -> None:
         self.session.prepare()
 
     def cleanup(self) -> None:
         self.session.cleanup()
+
+
+@dataclass
+class ServiceExecutor(_FileLoad):
+    """One [[client]] against the experiment's service; the variant applies to the server only."""
+
+    def program(self) -> Path:
+        return self.session.resolve_program(self.session.ef.service.command[0], ("service", "command"))
 
     def execute(self, env, variant_env, workdir, *, timeout_s, mapped_marker, perf_file,
                 server_wrap: ServerWrap | None = None) -> RunResult:
@@ -276,24 +282,11 @@ class ServiceExecutor:
 
 
 @dataclass
-class CommandModeExecutor:
+class CommandModeExecutor(_FileLoad):
     """One [[command]] of a file without a service: the command itself runs under the variant."""
-
-    session: Session
-    index: int
-
-    @property
-    def load(self) -> Load:
-        return self.session.ef.loads[self.index]
 
     def program(self) -> Path:
         return self.session.resolve_program(self.load.command[0], ("command", self.index, "command"))
-
-    def prepare(self) -> None:
-        self.session.prepare()
-
-    def cleanup(self) -> None:
-        self.session.cleanup()
 
     def argv(self) -> list[str]:
         return substitute_argv(self.load.command, self.session.values())
