@@ -17,13 +17,20 @@ DB ?= demo.db
 # apt-get and pip at the same time: neither needs the other (the Python wheels are binary; the
 # C compiler is needed only when alloclab first builds its programs). One apt-get for all the
 # packages a target needs: one dependency resolution, one package-list refresh on a bare machine.
+# On a bare Debian machine python3 makes no venv until python3-venv (ensurepip) is there: that
+# small install (and the package-list refresh a fresh machine needs anyway) comes first, so that
+# pip then runs beside the large apt-get rather than waiting behind it for the package lock.
+VENV_PREREQ := test -x $(BIN)/python || $(PYTHON) -c 'import ensurepip' 2>/dev/null || ./scripts/setup-deb python3-venv
 setup:
+	@$(VENV_PREREQ)
 	@$(MAKE) --no-print-directory -j2 setup-deb venv
 
 setup-test:
+	@$(VENV_PREREQ)
 	@$(MAKE) --no-print-directory -j2 setup-deb-all venv
 
 setup-bench:
+	@$(VENV_PREREQ)
 	@$(MAKE) --no-print-directory -j2 setup-deb-bench venv
 
 # apt-get when root and something is missing; otherwise print the exact line and go on.
