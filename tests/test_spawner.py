@@ -32,6 +32,12 @@ def test_a_program_that_cannot_run_is_a_clear_error_and_the_server_goes_on(tmp_p
     assert r.status == "error" and "cannot execute /nonexistent/prog: No such file or directory" in r.error
     r = measure.run_once(["/bin/true"], {}, tmp_path, cwd="/nonexistent-dir")
     assert r.status == "error" and "cannot change to /nonexistent-dir" in r.error
+    (tmp_path / "odd").mkdir()
+    (tmp_path / "odd" / "stdout").mkdir()   # the output file cannot be opened
+    r = measure.run_once(["/bin/true"], {}, tmp_path / "odd")
+    assert r.status == "error" and "cannot open its output files for /bin/true: Is a directory" in r.error
+    r = measure.run_once(["true"], {"PATH": "/nonexistent:/usr/bin:/bin"}, tmp_path)   # the program's PATH
+    assert r.status == "ok"
     assert measure.run_once(["/bin/true"], {}, tmp_path).status == "ok"
 
 

@@ -5,6 +5,7 @@ Commands live in cli*.py modules that register on `app`; none holds measurement 
 from __future__ import annotations
 
 import sys
+import time
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -95,11 +96,26 @@ def run_experiment(store: Store, workloads, variant_specs: list[str], settings: 
         task = bar.add_task("starting", total=None)
         progress = RunProgress(
             start=lambda total: bar.update(task, total=total),
-            advance=lambda text: bar.update(task, advance=1, description=text[:60]),
+            advance=_Advance(bar, task),
             note=lambda text: bar.console.print(f"[yellow]{text}[/]", highlight=False))
         # The bar advances when a run starts; completed = runs started.
         exp = Experiment(store, workloads, variants, settings, progress, judge=Judge())
         return exp.run()
+
+
+class _Advance:
+    """The bar's advance per run started, handed to rich at most 20 times a second: the bar is
+    redrawn 10 times a second anyway, and a run of a short command is shorter than an update."""
+
+    def __init__(self, bar, task):
+        self.bar, self.task, self.pending, self.last = bar, task, 0, 0.0
+
+    def __call__(self, text: str) -> None:
+        self.pending += 1
+        now = time.monotonic()
+        if now - self.last >= 0.05:
+            self.bar.update(self.task, advance=self.pending, description=text[:60])
+            self.pending, self.last = 0, now
 
 
 def show(store: Store, exp_id: int, *, details: bool = False, min_effect: float | None = None,

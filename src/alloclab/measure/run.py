@@ -60,8 +60,10 @@ class RunResult:
     samples: int = 0
 
 
-def _tail(path: Path, limit: int = OUTPUT_KEEP) -> str:
+def _tail(path: Path | str, limit: int = OUTPUT_KEEP) -> str:
     try:
+        if os.stat(path).st_size == 0:   # most runs of a benchmark print little: one syscall, not four
+            return ""
         fd = os.open(path, os.O_RDONLY)
     except OSError:
         return ""
@@ -205,15 +207,24 @@ def run_once(argv: list[str], env: dict[str, str], workdir: Path, *, timeout_s: 
              cwd: str | None = None, mapped_marker: str | None = None,
              sample_interval_s: float = SAMPLE_INTERVAL_S) -> RunResult:
     """Run argv to completion (or timeout), measuring the whole process tree."""
-    if not os.path.isdir(workdir):
-        workdir.mkdir(parents=True, exist_ok=True)
-    out_path, err_path = workdir / "stdout", workdir / "stderr"
+    wd = os.fspath(workdir)
+    if not os.path.isdir(wd):
+        os.makedirs(wd, exist_ok=True)
+    out_path, err_path = wd + "/stdout", wd + "/stderr"
     srv = spawner.server()
     child = spawner.Child(srv)
     interrupted = timed_out = False
     t0 = time.perf_counter()
     try:
-        srv.start(argv, env, cwd, str(out_path), str(err_path))
+        try:
+            srv.start(argv, env, cwd, out_path, err_path)
+        except spawner.SpawnError:
+            # The launcher died since the last run (killed from outside): a fresh one takes it.
+            spawner.discard(srv)
+            srv = spawner.server()
+            child = spawner.Child(srv)
+            t0 = time.perf_counter()
+            srv.start(argv, env, cwd, out_path, err_path)
         try:
             # A run that ends within 10 ms needs no /proc walk at all: the launcher's ru_maxrss
             # gives its peak, and short runs are where the harness's own cost would show.
@@ -224,6 +235,8 @@ def run_once(argv: list[str], env: dict[str, str], workdir: Path, *, timeout_s: 
     except OSError as exc:
         spawner.discard(srv)
         return RunResult("error", 0.0, error=f"could not start {argv[0]}: {exc}")
+    if pid == 0:
+        return _not_started(child.line or "", argv, cwd)
 
     sampler = TreeSampler(pid, mapped_marker, root_is_program=True)
     deadline = t0 + timeout_s if timeout_s else None
@@ -258,13 +271,6 @@ def run_once(argv: list[str], env: dict[str, str], workdir: Path, *, timeout_s: 
                        final_rss_kb=sampler.last_kb)
     result.stdout = _tail(out_path)
     result.stderr = _tail(err_path, 64 * 1024)
-    kind, _, rest = (child.line or "").partition(" ")
-    if kind == "noexec":
-        errno_, _, stage = rest.partition(" ")
-        result.status, result.exit_code = "error", 127
-        what = {"open": "open its output files for", "chdir": f"change to {cwd} for"}.get(stage, "execute")
-        result.error = f"alloclab-spawn: cannot {what} {argv[0]}: {os.strerror(int(errno_))}"
-        return result
     if not parse_launcher_line(child.line or "", result) and not (timed_out or interrupted):
         result.status, result.error = "error", f"the launcher failed ({child.line or 'no answer'})"
         return result
@@ -280,6 +286,14 @@ def run_once(argv: list[str], env: dict[str, str], workdir: Path, *, timeout_s: 
     if interrupted:
         raise RunInterrupted(result)
     return result
+
+
+def _not_started(line: str, argv: list[str], cwd: str | None) -> RunResult:
+    """The launcher's "noexec ERRNO STAGE": the program never ran."""
+    _, errno_, stage = (line.split() + ["", "", ""])[:3]
+    what = {"open": "open its output files for", "chdir": f"change to {cwd} for"}.get(stage, "execute")
+    reason = os.strerror(int(errno_)) if errno_.isdigit() else f"unexpected answer {line!r}"
+    return RunResult("error", 0.0, exit_code=127, error=f"alloclab-spawn: cannot {what} {argv[0]}: {reason}")
 
 
 def _read_launcher_result(path: Path, result: RunResult) -> bool:

@@ -110,6 +110,7 @@ class Experiment(MoreBlocks):
         self._filler: tuple[int | None, int] = (None, 0)   # (block, its filler): drawn once per block
         self._env_of: dict[tuple[int, int], tuple[dict[str, str], int]] = {}
         self._last_pad = 0
+        self._labels: dict[tuple[int, bool], str] = {}
         self._stopped: str | None = None   # why a sequential experiment stopped adding blocks
         self._measured = self.design.looks[0]
 
@@ -185,13 +186,14 @@ class Experiment(MoreBlocks):
         if wi not in self._env_max:
             self._env_max[wi] = max(self._cell_env(wi, vi)[1] for vi in range(len(self.variants)))
         if self._filler[0] != job.block:
-            self._filler = (job.block, random.Random(f"{self.settings.seed}-{job.block}").randrange(4096))
+            # An integer seed: a string one is hashed with SHA-512 first, a cost paid every block.
+            self._filler = (job.block, random.Random(self.settings.seed * 1_000_003 + job.block).randrange(4096))
         return self._env_max[wi] + len(PAD_VAR) + 2 + self._filler[1]
 
     def _check_run(self, cell: Cell, job: plan.Job, result: RunResult, tmp: Path) -> dict:
         v = self.variants[cell.variant_idx]
         ev = self.evidence[(cell.workload_idx, cell.variant_idx)]
-        extra: dict = {"load": os.getloadavg()[0], "samples": result.samples, "env_pad": self._last_pad}
+        extra: dict = {"load": _load_average(), "samples": result.samples, "env_pad": self._last_pad}
         for refusal in verify.preload_refusals(result.stderr):
             ev.fail(refusal)
             extra.setdefault("verification", []).append(refusal)
@@ -239,6 +241,7 @@ class Experiment(MoreBlocks):
         self.progress_total = len(jobs)
         self.progress.start(len(jobs))
         root = Path(tempfile.mkdtemp(prefix="alloclab-"))
+        shared_dir = root / "run"
         block0: list[RunResult] = []
         status = "complete"
         prepared: list[Workload] = []
@@ -254,14 +257,14 @@ class Experiment(MoreBlocks):
                 # one directory serves them all. Verification (LD_DEBUG writes a file per process)
                 # and executors that keep files of their own get a fresh one.
                 fresh = job.verify or getattr(w.executor, "fresh_workdir", True)
-                tmp = root / (f"run-{job.block}-{job.position}" if fresh else "run")
+                tmp = root / f"run-{job.block}-{job.position}" if fresh else shared_dir
                 if fresh:
                     tmp.mkdir()   # the shared one is made by the run itself, once
                 env, perf_file = self._env(w, v, job, tmp)
                 if perf_file is not None and not fresh:
                     perf_file.unlink(missing_ok=True)   # never read the previous run's counts
                 self._last_pad = len(env.get(PAD_VAR, ""))
-                self.progress.advance(f"{w.name[:30]} | {v.label}" + (" (warm-up)" if job.warmup else ""))
+                self.progress.advance(self._label(job))
                 accounts_all_cpu = getattr(w.executor, "accounts_all_cpu", False)
                 # /proc/stat takes a tenth of a millisecond to read, and runs shorter than
                 # OTHER_CPU_MIN_WALL_S cannot tell other work apart anyway: skipped while the
@@ -324,6 +327,14 @@ class Experiment(MoreBlocks):
             shutil.rmtree(root, ignore_errors=True)
         return self.exp_id
 
+    def _label(self, job: plan.Job) -> str:
+        key = (job.cell, job.warmup)
+        if key not in self._labels:
+            cell = self.cells[job.cell]
+            w, v = self.workloads[cell.workload_idx], self.variants[cell.variant_idx]
+            self._labels[key] = f"{w.name[:30]} | {v.label}" + (" (warm-up)" if job.warmup else "")
+        return self._labels[key]
+
     def _store(self, cell: Cell, job: plan.Job, result: RunResult, values: dict, extra: dict) -> None:
         self.store.add_run(self.exp_id, cell.workload_idx, cell.variant_idx, job.block, job.position,
                            job.warmup, result, values, extra)
@@ -346,6 +357,18 @@ def pad_env(env: dict[str, str], target: int, size: int | None = None) -> dict[s
     variable's own name allows); `size` is env_size(env) where the caller knows it."""
     need = target - (env_size(env) if size is None else size) - len(PAD_VAR) - 2
     return env | {PAD_VAR: "x" * max(0, need)}
+
+
+def _load_average() -> float:
+    """The 1-minute load average, read at most once a second: the kernel updates it every five,
+    and a run of a short command is far shorter than reading /proc/loadavg is worth."""
+    t = time.monotonic()
+    if t - _loadavg[0] >= 1.0:
+        _loadavg[:] = [t, os.getloadavg()[0]]
+    return _loadavg[1]
+
+
+_loadavg: list[float] = [-math.inf, 0.0]
 
 
 OTHER_CPU_MIN_WALL_S = 0.25   # /proc/stat counts in 10 ms ticks per CPU: shorter runs are all error

@@ -1,10 +1,10 @@
-"""The persistent launcher: one small static process per thread that forks every run.
+"""The persistent launcher: one small static process per thread that starts every run.
 
 Starting the launcher afresh for each run (an exec of its own, a result file written and read)
-cost about as much as a whole run of /bin/true; kept running, it only forks. What a run gets is
-unchanged: it is forked from the same small static program (so ru_maxrss is the program's own
-and LD_PRELOAD never touches the launcher), in a session of its own, stdin closed, stdout and
-stderr to files, timed and accounted by the kernel around fork/exec/wait4. Protocol: see
+cost about as much as a whole run of /bin/true; kept running, it only spawns. What a run gets is
+unchanged: it is started by the same small static program (so ru_maxrss is the program's own
+and LD_PRELOAD never touches the launcher), in a session of its own, stdin /dev/null, stdout and
+stderr to files, timed and accounted by the kernel around spawn/exec/wait4. Protocol: see
 launcher/spawn.c (`--serve`).
 
 One server per thread and per process: a forked child (a fleet worker's process pool) or a
@@ -49,11 +49,13 @@ class Server:
         atexit.register(self.close)
 
     def alive(self) -> bool:
-        return self.owner == os.getpid() and self.proc.poll() is None
+        """Ours, and not yet seen to end. No waitpid per run: a launcher that died since is found
+        when the next request cannot be written (run_once then starts a fresh one)."""
+        return self.owner == os.getpid() and self.proc.returncode is None
 
     def start(self, argv: list[str], env: dict[str, str], cwd: str | None, out: str, err: str) -> None:
         """Ask for argv to be forked; its pid is the first line of the reply (see Child)."""
-        fields = [out, err, cwd or "", str(len(argv)), *argv, *(f"{k}={v}" for k, v in env.items())]
+        fields = [out, err, cwd or "", str(len(argv)), *argv, *map("=".join, env.items())]
         payload = ("\0".join(fields) + "\0").encode(FS_ENCODING, "surrogateescape")   # as os.fsencode
         try:
             self.proc.stdin.write(struct.pack("=I", len(payload)) + payload)
@@ -146,7 +148,8 @@ class Child:
         return True
 
     def started(self) -> int:
-        """The program's pid (the leader of its own process group), waiting for the fork if need be."""
+        """The program's pid (the leader of its own process group), waiting for its start if need
+        be; 0 when it could not be started (the answer is then in `line`)."""
         while self.pid is None:
             self._take_pid(self.server.readline(None))
         return self.pid
@@ -155,6 +158,8 @@ class Child:
         kind, _, value = line.partition(" ")
         if kind == "pid":
             self.pid = int(value)
+        elif kind == "noexec":   # no program ran: the answer is the whole result (pid stays 0)
+            self.pid, self.line, self.t_end, self.done = 0, line, time.perf_counter(), True
         elif kind == "fail":
             raise SpawnError(int(value), os.strerror(int(value)))
         else:
