@@ -7,14 +7,13 @@ from dataclasses import dataclass, field
 
 from alloclab.stats import estimates as stats
 from alloclab.stats.analysis import DEFAULT_STANDARD, Analysis, MetricRow
+from alloclab.stats.findings import PER_VARIANT_FINDINGS
 
 STATUS_MARK = {"verified": "verified", "ineffective": "INEFFECTIVE", "unknown": "unknown"}
 
 # Most serious first: a reader who stops after the first warning should have read the worst one.
 FINDING_ORDER = ("all-failed", "failed-runs", "high-load", "drift", "warmup-trend", "too-few-runs",
                  "high-cv", "short-runs", "outliers")
-# Findings that concern a variant's runs as a whole, not one metric.
-PER_VARIANT_FINDINGS = ("failed-runs", "all-failed", "high-load", "short-runs")
 
 
 def fmt_value(v: float) -> str:
@@ -133,12 +132,14 @@ def variant_order(a: Analysis) -> list[int]:
     return [a.baseline_idx] + [i for i in range(len(a.labels)) if i != a.baseline_idx]
 
 
-def findings_for(w) -> list[tuple[int, str, stats.Finding]]:
-    """(variant index, metric, finding), each finding once per cell, per-variant ones once per variant."""
+def findings_for(w, metrics=None) -> list[tuple[int, str, stats.Finding]]:
+    """(variant index, metric, finding), each finding once per cell, per-variant ones once per
+    variant; with `metrics`, the other rows give only their per-variant findings (the rest is
+    then never computed)."""
     out, seen = [], set()
     for row in w.rows:
         for c in row.cells:
-            for f in c.findings:
+            for f in (c.findings if metrics is None or row.name in metrics else c.per_variant_findings()):
                 key = (c.variant_idx, f.code) if f.code in PER_VARIANT_FINDINGS \
                     else (c.variant_idx, row.name, f.code)
                 if key in seen:
@@ -259,7 +260,7 @@ def warning_groups(a: Analysis, w, details: bool = False, limit: int | None = No
     metrics = [r.name for r in rows if only is None or r.name in only]
     groups: dict[str, WarningGroup] = {}
     places: dict[tuple[str, str], list[tuple[int, str]]] = {}
-    for vi, metric, f in findings_for(w):
+    for vi, metric, f in findings_for(w, set(metrics)):
         if metric not in metrics and f.code not in PER_VARIANT_FINDINGS:
             continue
         groups.setdefault(f.code, WarningGroup(f.code, f.advice))

@@ -10,11 +10,13 @@ every headline comparison of the experiment instead, which is stricter and needs
 from __future__ import annotations
 
 import dataclasses
+import functools
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from alloclab.stats import decide
 from alloclab.stats import estimates as stats
-from alloclab.stats.findings import cell_findings
+from alloclab.stats.findings import PER_VARIANT_FINDINGS, cell_findings
 from alloclab.store.db import Experiment
 
 DEFAULT_MARGIN = 0.02   # equivalence margin (--min-effect) unless the user sets one
@@ -32,7 +34,22 @@ class Cell:
     blocks: list          # (host, block) of each value: the pairing key
     summary: stats.CellSummary
     comparison: stats.Comparison | None = None
-    findings: list[stats.Finding] = field(default_factory=list)
+    # The quality checks, run when first asked for: a report that shows one metric's warnings
+    # (the terminal's default) need not run them on every metric of every cell.
+    check: Callable[[bool], list[stats.Finding]] | None = field(default=None, repr=False, compare=False)
+    _findings: list[stats.Finding] | None = field(default=None, repr=False, compare=False)
+
+    @property
+    def findings(self) -> list[stats.Finding]:
+        if self._findings is None:
+            self._findings = self.check(False) if self.check else []
+        return self._findings
+
+    def per_variant_findings(self) -> list[stats.Finding]:
+        """The findings about the variant's runs as a whole (PER_VARIANT_FINDINGS), in order."""
+        if self._findings is not None or self.check is None:
+            return [f for f in self.findings if f.code in PER_VARIANT_FINDINGS]
+        return self.check(True)
 
 
 @dataclass
@@ -127,6 +144,19 @@ def comparison(base: Cell, cand: Cell, higher_is_better: bool, *, design: decide
         more_runs=decide.more_runs(e.n, e.ratio, e.ci_low, e.ci_high, margin) if verdict == "undecided" else None)
 
 
+def _checks(vals, runs, blocks, n_failed: int, per_variant_only: bool, *, alpha: float, n_comparisons: int,
+            n_cores, floor: float) -> list[stats.Finding]:
+    return cell_findings(
+        vals, alpha=alpha, n_comparisons=n_comparisons, blocks=[b for _, b in blocks],
+        durations_s=[r["wall_s"] for r in runs if r["status"] == "ok"],
+        load_avg=[r["extra"].get("load") for r in runs if r["extra"].get("load") is not None],
+        n_cores=n_cores, n_failed=n_failed,
+        # Recorded (possibly None: too short to tell) for commands; absent for services.
+        other_cpu=([r["extra"]["other_cpu"] for r in runs if r["extra"].get("other_cpu") is not None]
+                   if any("other_cpu" in r["extra"] for r in runs) else None),
+        floor=floor, per_variant_only=per_variant_only)
+
+
 def _adjusted(p: float, factor: float) -> float:
     """p scaled so that "adjusted p < alpha" means the comparison's own level was met (nan stays nan)."""
     return min(1.0, p * factor) if p == p else p
@@ -166,16 +196,10 @@ def analyze(exp: Experiment, baseline: str | int | None = None, alpha: float = 0
                 vals, blocks = _values(runs, d["name"])
                 n_failed = sum(1 for r in runs if r["status"] != "ok")
                 summary = stats.summarize(vals, n_failed=n_failed)
-                findings = [] if only_primary else cell_findings(
-                    vals, alpha=alpha, n_comparisons=n_cmp, blocks=[b for _, b in blocks],
-                    durations_s=[r["wall_s"] for r in runs if r["status"] == "ok"],
-                    load_avg=[r["extra"].get("load") for r in runs if r["extra"].get("load") is not None],
-                    n_cores=cores, n_failed=n_failed,
-                    # Recorded (possibly None: too short to tell) for commands; absent for services.
-                    other_cpu=([r["extra"]["other_cpu"] for r in runs if r["extra"].get("other_cpu") is not None]
-                               if any("other_cpu" in r["extra"] for r in runs) else None),
+                check = None if only_primary else functools.partial(
+                    _checks, vals, runs, blocks, n_failed, alpha=alpha, n_comparisons=n_cmp, n_cores=cores,
                     floor=min_effect)
-                cells.append(Cell(vi, vals, blocks, summary, findings=findings))
+                cells.append(Cell(vi, vals, blocks, summary, check=check))
             if not any(c.values for c in cells):
                 continue  # e.g. hardware counters on a machine without them
             row = MetricRow(d["name"], d["unit"], bool(d["higher_is_better"]), d["source"],

@@ -208,13 +208,23 @@ def _failed_runs(n: int, n_failed: int) -> Finding | None:
     )
 
 
+# Findings that concern a variant's runs as a whole, not one metric (the same in every row).
+PER_VARIANT_FINDINGS = ("failed-runs", "all-failed", "high-load", "short-runs")
+
+
+def _all_failed(n_failed: int) -> Finding:
+    return Finding("all-failed", f"all {n_failed} runs failed; no measurements",
+                   "run the variant by hand to see why it fails (missing library, crash, timeout)")
+
+
 def cell_findings(values: Iterable[float], *, alpha: float = 0.05, n_comparisons: int = 1,
                   blocks: Sequence[int] | None = None,
                   durations_s: Sequence[float] | None = None,
                   load_avg: float | Sequence[float] | None = None,
                   n_cores: int | None = None, n_failed: int = 0,
                   other_cpu: Sequence[float] | None = None,
-                  cv_threshold: float = CV_THRESHOLD, floor: float = 0.0) -> list[Finding]:
+                  cv_threshold: float = CV_THRESHOLD, floor: float = 0.0,
+                  per_variant_only: bool = False) -> list[Finding]:
     """Quality checks on one cell (variant x workload x metric).
 
     ``values`` are in run order; ``blocks`` gives each value's block index
@@ -232,6 +242,13 @@ def cell_findings(values: Iterable[float], *, alpha: float = 0.05, n_comparisons
     # workload's own threads too (qemu-img's io_uring workers reached 14 on 2 cores), so it is
     # kept for the record but never warned on.
     load = _competing_cpu(other_cpu, n_cores) if other_cpu is not None else None
+    if per_variant_only:   # the same list as below, filtered to PER_VARIANT_FINDINGS, in its order
+        n = sum(1 for v in values if math.isfinite(v))
+        if n == 0:
+            found = [_all_failed(n_failed) if n_failed > 0 else None, load]
+        else:
+            found = [_failed_runs(n, n_failed), load, _short_runs(durations_s)]
+        return [f for f in found if f is not None]
     raw = np.asarray(list(values), dtype=float).ravel()
     keep = np.isfinite(raw)
     x = raw[keep]
@@ -242,10 +259,7 @@ def cell_findings(values: Iterable[float], *, alpha: float = 0.05, n_comparisons
         block_idx = np.arange(n, dtype=float)
 
     if n == 0:
-        first = (Finding("all-failed", f"all {n_failed} runs failed; no measurements",
-                         "run the variant by hand to see why it fails (missing library, "
-                         "crash, timeout)")
-                 if n_failed > 0 else _too_few_runs(0, alpha, n_comparisons))
+        first = _all_failed(n_failed) if n_failed > 0 else _too_few_runs(0, alpha, n_comparisons)
         return [f for f in (first, load) if f is not None]
 
     # Extreme magnitudes (near float max) may overflow intermediate sums; the
