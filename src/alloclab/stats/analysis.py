@@ -144,17 +144,21 @@ def comparison(base: Cell, cand: Cell, higher_is_better: bool, *, design: decide
         more_runs=decide.more_runs(e.n, e.ratio, e.ci_low, e.ci_high, margin) if verdict == "undecided" else None)
 
 
-def _checks(vals, runs, blocks, n_failed: int, per_variant_only: bool, *, alpha: float, n_comparisons: int,
-            n_cores, floor: float) -> list[stats.Finding]:
-    return cell_findings(
-        vals, alpha=alpha, n_comparisons=n_comparisons, blocks=[b for _, b in blocks],
+def _run_facts(runs: list[dict]) -> dict:
+    """What the checks read from a cell's runs rather than from one metric: the same for every row."""
+    return dict(
         durations_s=[r["wall_s"] for r in runs if r["status"] == "ok"],
         load_avg=[r["extra"].get("load") for r in runs if r["extra"].get("load") is not None],
-        n_cores=n_cores, n_failed=n_failed,
+        n_failed=sum(1 for r in runs if r["status"] != "ok"),
         # Recorded (possibly None: too short to tell) for commands; absent for services.
         other_cpu=([r["extra"]["other_cpu"] for r in runs if r["extra"].get("other_cpu") is not None]
-                   if any("other_cpu" in r["extra"] for r in runs) else None),
-        floor=floor, per_variant_only=per_variant_only)
+                   if any("other_cpu" in r["extra"] for r in runs) else None))
+
+
+def _checks(vals, blocks, facts: dict, per_variant_only: bool, *, alpha: float, n_comparisons: int,
+            n_cores, floor: float) -> list[stats.Finding]:
+    return cell_findings(vals, alpha=alpha, n_comparisons=n_comparisons, blocks=[b for _, b in blocks],
+                         n_cores=n_cores, floor=floor, per_variant_only=per_variant_only, **facts)
 
 
 def _adjusted(p: float, factor: float) -> float:
@@ -190,14 +194,16 @@ def analyze(exp: Experiment, baseline: str | int | None = None, alpha: float = 0
         if only_primary:
             defs = [d for d in defs if d["primary_metric"]] or [d for d in defs if d["source"] != "run"][:1] \
                 or [d for d in defs if d["name"] == "wall_s"]
+        facts = {vi: {"n_failed": sum(1 for r in runs if r["status"] != "ok")} if only_primary else _run_facts(runs)
+                 for vi, runs in cell_runs.items()}
         for d in defs:
             cells = []
             for vi, runs in cell_runs.items():
                 vals, blocks = _values(runs, d["name"])
-                n_failed = sum(1 for r in runs if r["status"] != "ok")
+                n_failed = facts[vi]["n_failed"]
                 summary = stats.summarize(vals, n_failed=n_failed)
                 check = None if only_primary else functools.partial(
-                    _checks, vals, runs, blocks, n_failed, alpha=alpha, n_comparisons=n_cmp, n_cores=cores,
+                    _checks, vals, blocks, facts[vi], alpha=alpha, n_comparisons=n_cmp, n_cores=cores,
                     floor=min_effect)
                 cells.append(Cell(vi, vals, blocks, summary, check=check))
             if not any(c.values for c in cells):
