@@ -16,9 +16,9 @@ from rich.table import Table
 
 from alloclab.catalog import allocators as cat
 from alloclab.cli.app import (AblateOption, AllocatorOption, CallGraphOption, DbOption, DetailsOption,
-    ExportJsonOption, FailIfWorseOption, MaxRssIncreaseOption, MaxRunsOption, MinEffectOption,
+    ExportJsonOption, FailIfWorseOption, MaxRssIncreaseOption, MaxRunsOption, MetricOption, MinEffectOption,
     NoVerifyOption, ProfileOption, ProfileRunsOption, ReportFileOption, ReportOption, RunsOption, SeedOption,
-    app, budget_option, console, decision_settings, err, gate, percent, percent_or_none, run_experiment,
+    ShellOption, app, budget_option, console, decision_settings, err, gate, percent, percent_or_none, run_experiment,
     show, timeout_option, warmup_option)
 from alloclab.errors import AlloclabError
 from alloclab.fleet import cli_glue as fleet_cli
@@ -84,10 +84,10 @@ def compare(
     allocator: list[str] = AllocatorOption,
     runs: Optional[int] = RunsOption,
     warmup: int = warmup_option(1),
-    metric: list[str] = typer.Option([], "--metric", "-m", help="NAME=REGEX[:higher|lower] or NAME=json:KEY; repeat."),
+    metric: list[str] = MetricOption,
     timeout: Optional[float] = timeout_option(None),
     seed: int = SeedOption,
-    shell: bool = typer.Option(False, "--shell", help="Run the command through /bin/sh -c."),
+    shell: bool = ShellOption,
     no_verify: bool = NoVerifyOption,
     db: Path = DbOption,
     export_json: Optional[Path] = ExportJsonOption,

@@ -17,8 +17,8 @@ import typer
 from rich.markup import escape
 from rich.table import Table
 
-from alloclab.cli.app import (DbOption, NoVerifyOption, SeedOption, app, console, err, run_experiment, show,
-    timeout_option)
+from alloclab.cli.app import (DbOption, MetricOption, NoVerifyOption, SeedOption, ShellOption, app, console, err,
+    run_experiment, show, timeout_option)
 from alloclab.errors import AlloclabError
 from alloclab.measure.perfstat import DEFAULT_FREQUENCY
 from alloclab.store.db import Store
@@ -51,10 +51,10 @@ def profile_command(
     frequency: int = typer.Option(DEFAULT_FREQUENCY, "--frequency", "-F", help="Samples per second."),
     call_graph: bool = typer.Option(False, "--call-graph", "-g", help="Record call graphs (DWARF unwinding): tells page faults, brk, mmap, munmap and madvise apart by their kernel entry, and which were entered from allocator code."),
     instructions: bool = typer.Option(False, "--instructions", help="Also run each variant once under valgrind's callgrind: exact instruction counts, total and inside the allocator (threads serialized)."),
-    metric: list[str] = typer.Option([], "--metric", "-m", help="NAME=REGEX[:higher|lower] or NAME=json:KEY; repeat."),
+    metric: list[str] = MetricOption,
     timeout: Optional[float] = timeout_option(None),
     seed: int = SeedOption,
-    shell: bool = typer.Option(False, "--shell", help="Run the command through /bin/sh -c."),
+    shell: bool = ShellOption,
     no_verify: bool = NoVerifyOption,
     db: Path = DbOption,
 ) -> None:
