@@ -45,6 +45,8 @@ class Allocator:
     readback: str | None = None          # tunables | probe | verbose (see allocators.toml)
     verbose_env: tuple[tuple[str, str], ...] = ()
     verbose_regex: str | None = None
+    forward: str = ""      # the system allocator: source of its forwarding preload (allocators.toml)
+    default: bool = True   # among the variants run when none is given
 
     @property
     def is_system(self) -> bool:
@@ -101,6 +103,8 @@ def load_catalog(path: str | None = None) -> Catalog:
     data = tomllib.loads(text.decode())
     allocators = {}
     for name, entry in data["allocators"].items():
+        if "same_as" in entry:
+            entry = {k: v for k, v in data["allocators"][entry["same_as"]].items() if k != "default"} | entry
         allocators[name] = Allocator(
             name=name,
             description=entry["description"],
@@ -115,6 +119,8 @@ def load_catalog(path: str | None = None) -> Catalog:
             readback=entry.get("readback"),
             verbose_env=tuple(entry.get("verbose_env", {}).items()),
             verbose_regex=entry.get("verbose_regex"),
+            forward=entry.get("forward", ""),
+            default=entry.get("default", True),
         )
     combine = {var: (fmt, sep) for var, (fmt, sep) in data.get("combine", {}).items()}
     return Catalog(allocators, combine)

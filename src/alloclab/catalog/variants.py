@@ -215,7 +215,7 @@ def _allocator_setting(spec: str, allocator: cat.Allocator, key: str, written: s
 def installed_variants(catalog: cat.Catalog | None = None) -> list[Variant]:
     """One plain variant per installed allocator, the baseline first."""
     catalog = catalog or cat.load_catalog()
-    names = [n for n, a in catalog.allocators.items() if cat.is_installed(a)]
+    names = [n for n, a in catalog.allocators.items() if a.default and cat.is_installed(a)]
     names.sort(key=lambda n: n != cat.BASELINE)
     return [parse_variant(n, catalog) for n in names]
 

@@ -69,7 +69,7 @@ class ProbeFailed(Exception):
     pass
 
 
-def _run(argv: list[str], env: dict[str, str]) -> tuple[str, str]:
+def run(argv: list[str], env: dict[str, str]) -> tuple[str, str]:
     try:
         p = subprocess.run(argv, env=env, capture_output=True, text=True, timeout=TIMEOUT_S, errors="replace")
     except subprocess.TimeoutExpired:
@@ -85,14 +85,14 @@ def readings(variant, env: dict[str, str]) -> tuple[dict[str, str], str]:
     """name -> value as the running allocator reports it, and what it said on stderr."""
     a = variant.allocator
     if a.readback == "tunables":
-        out, errs = _run([loader(), "--list-tunables"], env)
+        out, errs = run([loader(), "--list-tunables"], env)
         return {m.group(1): m.group(2) for m in _TUNABLE_LINE.finditer(out)}, errs
     if a.readback == "probe":
         queries = [q for s in variant.tunables for q in s.tunable.read]
-        out, errs = _run([str(probe()), *queries], env)
+        out, errs = run([str(probe()), *queries], env)
         return {m.group(1): m.group(2) for m in _PROBE_LINE.finditer(out)}, errs
     if a.readback == "verbose":
-        out, errs = _run([str(probe())], env | dict(a.verbose_env))
+        out, errs = run([str(probe())], env | dict(a.verbose_env))
         return {m.group(1): m.group(2) for m in re.finditer(a.verbose_regex, out + errs)}, errs
     return {}, ""
 

@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Callable, Protocol
 
 from alloclab.measure import machine
 from alloclab.plan import schedule as plan
-from alloclab.measure import readback
+from alloclab.measure import forward, readback
 from alloclab.measure import verify
 from alloclab.errors import AlloclabError, Interrupted
 from alloclab.measure.run import RunInterrupted, RunResult
@@ -109,12 +109,20 @@ class Experiment(MoreBlocks):
         self._last_wall: dict[int, float] = {}
         self._filler: tuple[int | None, int] = (None, 0)   # (block, its filler): drawn once per block
         self._env_of: dict[tuple[int, int], tuple[dict[str, str], int]] = {}
+        self._cell_variant: dict[tuple[int, int], Variant] = {}
         self._last_pad = 0
         self._labels: dict[tuple[int, bool], str] = {}
         self._stopped: str | None = None   # why a sequential experiment stopped adding blocks
         self._measured = self.design.looks[0]
 
     # --- set-up ----------------------------------------------------------------------------
+
+    def _variant(self, wi: int, vi: int) -> Variant:
+        """The variant as this workload's cells run it: the system allocator of a program linked
+        against another gets the catalog's forwarding preload (measure/forward.py)."""
+        if (wi, vi) not in self._cell_variant:
+            self._cell_variant[(wi, vi)] = forward.for_cell(self.variants[vi], self.programs[wi])
+        return self._cell_variant[(wi, vi)]
 
     def _record_setup(self) -> None:
         s = self.settings
@@ -136,7 +144,7 @@ class Experiment(MoreBlocks):
         for i, v in enumerate(self.variants):
             self.store.add_variant(self.exp_id, i, v, meta["allocators"].get(v.label, "unknown"))
         for c in self.cells:
-            ev = verify.static_check(self.variants[c.variant_idx], self.programs[c.workload_idx])
+            ev = verify.static_check(self._variant(c.workload_idx, c.variant_idx), self.programs[c.workload_idx])
             self.evidence[(c.workload_idx, c.variant_idx)] = ev
         self.config = config
         self._read_settings_back()
@@ -148,15 +156,18 @@ class Experiment(MoreBlocks):
         """Untimed, before the first run: each setting as the running allocator reports it."""
         for vi, v in enumerate(self.variants):
             results = readback.check(v, v.apply(self.base_env)) if self.settings.verify else []
-            for (_, cvi), ev in self.evidence.items():
+            for (cwi, cvi), ev in self.evidence.items():
                 if cvi != vi:
                     continue
                 for r in results:
                     (ev.fail if r.status == readback.INEFFECTIVE else ev.note)(r.line())
                 if v.tunables and not self.settings.verify:
                     ev.note("settings not read back from the allocator (--no-verify)")
-                for note in v.notes:
+                cv = self._variant(cwi, cvi)
+                for note in cv.notes:
                     ev.note(note)
+                if cv is not v and self.settings.verify:
+                    forward.check(cv, self.programs[cwi], cv.apply(self.base_env), ev)
 
     # --- one job ---------------------------------------------------------------------------
 
@@ -174,7 +185,7 @@ class Experiment(MoreBlocks):
     def _cell_env(self, wi: int, vi: int) -> tuple[dict[str, str], int]:
         """A cell's environment before padding, and its size: the same for every run, built once."""
         if (wi, vi) not in self._env_of:
-            env = self.variants[vi].apply(self.base_env) | self.workloads[wi].env
+            env = self._variant(wi, vi).apply(self.base_env) | self.workloads[wi].env
             self._env_of[(wi, vi)] = env, env_size(env)
         return self._env_of[(wi, vi)]
 
@@ -191,7 +202,7 @@ class Experiment(MoreBlocks):
         return self._env_max[wi] + len(PAD_VAR) + 2 + self._filler[1]
 
     def _check_run(self, cell: Cell, job: plan.Job, result: RunResult, tmp: Path) -> dict:
-        v = self.variants[cell.variant_idx]
+        v = self._variant(cell.workload_idx, cell.variant_idx)
         ev = self.evidence[(cell.workload_idx, cell.variant_idx)]
         extra: dict = {"load": _load_average(), "samples": result.samples, "env_pad": self._last_pad}
         for refusal in verify.preload_refusals(result.stderr):
@@ -252,7 +263,7 @@ class Experiment(MoreBlocks):
                 w.executor.prepare()
             for job in self._jobs(planner, jobs, started):
                 cell = self.cells[job.cell]
-                w, v = self.workloads[cell.workload_idx], self.variants[cell.variant_idx]
+                w, v = self.workloads[cell.workload_idx], self._variant(cell.workload_idx, cell.variant_idx)
                 # A plain command's files (stdout, stderr, perf's counts) are rewritten by every run:
                 # one directory serves them all. Verification (LD_DEBUG writes a file per process)
                 # and executors that keep files of their own get a fresh one.

@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from alloclab.catalog import allocators as cat
+from alloclab.catalog import in_use
 from alloclab.catalog.elf import ElfFacts, elf_facts
 from alloclab.workloads.command import real_executable
 
@@ -28,7 +29,7 @@ PRELOAD_REFUSED = re.compile(r"ERROR: ld\.so: object '([^']*)' from LD_PRELOAD c
 _BINDING = re.compile(r"binding file (.+?) \[\d+\] to (.+?) \[\d+\]: normal symbol `([^']+)'")
 
 
-def _soname_allocator(soname: str, catalog: cat.Catalog) -> cat.Allocator | None:
+def soname_allocator(soname: str, catalog: cat.Catalog) -> cat.Allocator | None:
     for a in catalog.allocators.values():
         if any(soname == lib or soname.split(".so")[0] == lib.split(".so")[0] for lib in a.libraries):
             return a
@@ -86,7 +87,7 @@ def static_check(variant, program: Path, catalog: cat.Catalog | None = None) -> 
             ev.fail(f"{exe.name} bundles its own {other.name} ({', '.join(bundled)}): LD_PRELOAD only "
                     f"swaps libc's malloc, the program's own allocations stay with the bundled copy")
     for soname, path in libs:
-        linked = _soname_allocator(soname, catalog)
+        linked = soname_allocator(soname, catalog)
         if linked is None or path is None:
             continue
         lib_api = elf_facts(path.resolve()).exported
@@ -94,6 +95,7 @@ def static_check(variant, program: Path, catalog: cat.Catalog | None = None) -> 
         if variant.is_system:
             ev.fail(f"{exe.name} is linked against {soname} ({linked.name}): with no preload it runs "
                     f"{linked.name}, not glibc's malloc")
+            ev.note(in_use.note(linked.name, f"{exe.name} links {soname}"))
             continue
         if variant.library and variant.library.resolve() == path.resolve():
             ev.note(f"{exe.name} is already linked against {soname}; the preload changes nothing but the settings")
@@ -134,9 +136,11 @@ def _check_indirect(ev: Evidence, variant, exe: Path, facts: ElfFacts, catalog: 
     closure = needed_closure(facts)
     indirect = []
     for soname, path, via in closure:
-        linked = _soname_allocator(soname, catalog)
+        linked = soname_allocator(soname, catalog)
         if linked is not None and via is not None:
             indirect.append(f"{soname} ({linked.name}) through {via}")
+            if variant.is_system and not in_use.parse(ev.notes):
+                ev.note(in_use.note(linked.name, f"{exe.name} links {soname} through {via}"))
     if indirect:
         text = f"{exe.name} loads an allocator through its libraries: {'; '.join(indirect)}"
         if variant.is_system:
@@ -145,7 +149,7 @@ def _check_indirect(ev: Evidence, variant, exe: Path, facts: ElfFacts, catalog: 
             ev.note(text + ": the preload takes over what it exports, the rest still reaches the linked one")
         return
     direct = [s for s, _, via in closure if via is None and not _RUNTIME.match(s)]
-    if direct and not any(_soname_allocator(s, catalog) for s, _, _ in closure):
+    if direct and not any(soname_allocator(s, catalog) for s, _, _ in closure):
         ev.note(f"{exe.name} and the {len(closure)} libraries it loads (DT_NEEDED, transitively; directly "
                 f"{', '.join(direct)}) link no allocator; libraries opened at run time (dlopen) are covered by "
                 f"the LD_DEBUG check only")
@@ -236,6 +240,10 @@ def bindings_check(variant, prefix: Path, ev: Evidence) -> dict[int, dict[str, s
             bad += 1
             ev.fail(f"in process {pid}, malloc/free were bound to {', '.join(wrong)} instead of "
                     f"{Path(expected).name}")
+            for t in wrong:
+                other = soname_allocator(Path(t).name, cat.load_catalog())
+                if other is not None and not in_use.parse(ev.notes):
+                    ev.note(in_use.note(other.name, f"malloc bound to {Path(t).name} in process {pid}"))
         else:
             good += 1
     if good and not bad and ev.status != INEFFECTIVE:

@@ -39,8 +39,10 @@ def package_file(*parts: str) -> Path:
     return Path(str(resources.files("alloclab").joinpath(*parts)))
 
 
-def build(name: str, sources: list[Path], flags: list[str] | None = None, libs: list[str] | None = None) -> Path:
-    """Return the path of an executable built from `sources`, compiling only when they changed."""
+def build(name: str, sources: list[Path], flags: list[str] | None = None, libs: list[str] | None = None,
+          suffix: str = "") -> Path:
+    """Return the path of an executable (or, with -shared in `flags`, a library named with
+    `suffix`) built from `sources`, compiling only when they changed."""
     cc = compiler()
     flags = CFLAGS + (flags or [])
     libs = libs or []
@@ -51,7 +53,7 @@ def build(name: str, sources: list[Path], flags: list[str] | None = None, libs: 
         for header in sorted(src.parent.glob("*.h")):
             h.update(header.read_bytes())
     h.update(" ".join([cc] + flags + libs).encode())
-    out = cache_dir() / f"{name}-{h.hexdigest()[:16]}"
+    out = cache_dir() / f"{name}-{h.hexdigest()[:16]}{suffix}"
     if out.exists():
         return out
     with tempfile.TemporaryDirectory(dir=cache_dir()) as tmp:

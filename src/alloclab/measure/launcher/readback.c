@@ -4,6 +4,9 @@
  *   mallctl:opt.narenas                       jemalloc's mallctl (integers and booleans)
  *   mallctl-str:opt.thp                       the same, for a string setting
  *   property:tcmalloc.max_total_thread_cache_bytes   gperftools' MallocExtension_GetNumericProperty
+ *   glibc:arena        bytes glibc's main arena took from the system (mallinfo2) after the probe's
+ *                      first malloc: zero when another allocator serves malloc
+ *   glibc:malloc       the file of the malloc that symbol lookup finds first (dladdr)
  * One line per query on stdout: "KEY<TAB>VALUE", or "KEY<TAB>!why" when it cannot be read.
  * The allocator functions are looked up at run time (dlsym), so the probe is built once and
  * runs under any allocator, or none. Settings that a library prints itself (mimalloc's option
@@ -48,6 +51,25 @@ static void read_property(const char *key) {
     else printf("%s\t!no such property\n", key);
 }
 
+/* struct mallinfo2's first field; declared here so the probe builds against any glibc. */
+struct arena_info { size_t arena; size_t rest[9]; };
+typedef struct arena_info (*mallinfo2_fn)(void);
+
+static void read_glibc(const char *key) {
+    if (!strcmp(key, "arena")) {
+        mallinfo2_fn info = (mallinfo2_fn)dlsym(RTLD_DEFAULT, "mallinfo2");
+        if (!info) { printf("%s\t!no mallinfo2 (glibc before 2.33)\n", key); return; }
+        printf("%s\t%zu\n", key, info().arena);
+    } else if (!strcmp(key, "malloc")) {
+        Dl_info where;
+        void *fn = dlsym(RTLD_DEFAULT, "malloc");
+        if (fn && dladdr(fn, &where) && where.dli_fname) printf("%s\t%s\n", key, where.dli_fname);
+        else printf("%s\t!cannot tell which object defines malloc\n", key);
+    } else {
+        printf("%s\t!unknown glibc query\n", key);
+    }
+}
+
 int main(int argc, char **argv) {
     /* Allocators read their settings on first use. */
     void *volatile p = malloc(64);
@@ -60,6 +82,7 @@ int main(int argc, char **argv) {
         if (n == 7 && !strncmp(argv[i], "mallctl", n)) read_mallctl(key, 0);
         else if (n == 11 && !strncmp(argv[i], "mallctl-str", n)) read_mallctl(key, 1);
         else if (n == 8 && !strncmp(argv[i], "property", n)) read_property(key);
+        else if (n == 5 && !strncmp(argv[i], "glibc", n)) read_glibc(key);
         else printf("%s\t!unknown method\n", key);
     }
     return 0;
