@@ -5,6 +5,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 
+from alloclab.catalog import in_use
 from alloclab.stats import estimates as stats
 from alloclab.stats.analysis import DEFAULT_STANDARD, Analysis, MetricRow
 from alloclab.stats.findings import PER_VARIANT_FINDINGS
@@ -304,6 +305,41 @@ def verification_summary(a: Analysis) -> tuple[str, str]:
     if unknown:
         return "warn", f"Allocator not verified for {', '.join(unknown)} (verification was off or inconclusive)."
     return "ok", "Every variant verified: malloc and free were bound to the named allocator in every process."
+
+
+def baseline_warning(a: Analysis) -> str | None:
+    """The answer's first line when the baseline is not what its label says: every comparison is
+    against what really ran ("glibc is not in use: redis-server links libjemalloc.so.2; every
+    comparison below is against jemalloc, not glibc."). None when the baseline is not ineffective."""
+    base = a.labels[a.baseline_idx]
+    known: dict[tuple[str, str], list[str]] = {}   # (what ran, why) -> workloads
+    other: dict[str, list[str]] = {}               # first reason -> workloads
+    for w in a.workloads:
+        v = w.verification.get(a.baseline_idx)
+        if not v or v["status"] != "ineffective":
+            continue
+        ran = in_use.parse(v["notes"])
+        if ran:
+            known.setdefault(ran, []).append(w.name)
+        else:
+            other.setdefault((v["reasons"] or ["no reason recorded"])[0], []).append(w.name)
+    if not known and not other:
+        return None
+    where = lambda names: "" if len(names) == len(a.workloads) == 1 else f" on {', '.join(names)}"  # noqa: E731
+    parts = [f"{base} is not in use{where(names)}: {why}; every comparison below is against {ran}, not {base}"
+             for (ran, why), names in known.items()]
+    parts += [f"The baseline {base} is INEFFECTIVE{where(names)} ({reason}); the comparisons below are not "
+              f"against {base}" for reason, names in other.items()]
+    return ". ".join(parts) + "."
+
+
+def baseline_ran(a: Analysis) -> str:
+    """The baseline as the answer's title names it: its label, or what ran in its place."""
+    base = a.labels[a.baseline_idx]
+    if baseline_warning(a) is None:
+        return base
+    ran = {r[0] for w in a.workloads if (r := in_use.parse(w.verification.get(a.baseline_idx, {}).get("notes", [])))}
+    return f"{base}, which did not run: {ran.pop()} did" if len(ran) == 1 else f"{base}, INEFFECTIVE"
 
 
 def failed_run_lines(a: Analysis, w, limit: int = 3) -> list[str]:

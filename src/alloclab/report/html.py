@@ -15,7 +15,7 @@ from alloclab import __version__
 from alloclab.stats.analysis import Analysis
 from alloclab.stats.recommend import RSS_METRIC, Recommendation, recommend
 from alloclab.report import charts
-from alloclab.report.common import (allocator_lines, failed_run_lines, fmt_value, full_delta, metadata,
+from alloclab.report.common import (allocator_lines, baseline_warning, failed_run_lines, fmt_value, full_delta, metadata,
     shown_rows, variant_order, verdict_word, answers, statistics_line, verification_rows,
     verification_summary, warning_groups)
 
@@ -260,7 +260,7 @@ def context(a: Analysis, options) -> dict:
         "choices": rec.workloads + ([rec.overall] if len(rec.workloads) > 1 else []),
         "overall_figure": overall_figure, "workloads": workloads, "sweep": sweep, "sweep_note": sweep_note,
         "baseline": a.labels[a.baseline_idx], "colours": {a.labels[vi]: charts.colour(vi) for vi in order},
-        "answers": answers(a), "statistics": statistics_line(a),
+        "answers": answers(a), "statistics": statistics_line(a), "baseline_warning": baseline_warning(a),
     }
 
 

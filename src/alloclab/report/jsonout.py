@@ -13,7 +13,7 @@ from alloclab import __version__
 from alloclab.stats.analysis import Analysis
 from alloclab.stats.recommend import recommend
 from alloclab.store.db import Experiment
-from alloclab.report.common import answers, full_delta, statistics_line, verification_summary
+from alloclab.report.common import answers, baseline_warning, full_delta, statistics_line, verification_summary
 
 SUFFIX = ".json"
 
@@ -62,7 +62,8 @@ def experiment_dict(e: Experiment, runs: bool = True) -> dict:
 
 
 def analysis_dict(a: Analysis, max_rss_increase: float | None = None, runs: bool = True) -> dict:
-    out = experiment_dict(a.experiment, runs=False)
+    # First, as in every other format: a reader (or jq .baseline_warning) sees it before anything.
+    out = {"baseline_warning": baseline_warning(a)} | experiment_dict(a.experiment, runs=False)
     out["baseline"] = a.labels[a.baseline_idx]
     level, sentence = verification_summary(a)
     out["analysis"] = {"alpha": a.alpha, "min_effect": a.min_effect, "margin": a.min_effect,

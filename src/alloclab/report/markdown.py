@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from alloclab.stats.analysis import Analysis
 from alloclab.stats.recommend import Choice, recommend
-from alloclab.report.common import (allocator_lines, answers, failed_run_lines, fmt_value, full_delta,
+from alloclab.report.common import (allocator_lines, answers, baseline_ran, baseline_warning, failed_run_lines, fmt_value, full_delta,
     metadata, shown_rows, variant_order, verdict_word, verification_rows, verification_summary,
     warning_groups)
 
@@ -101,11 +101,12 @@ def recommendation_section(choices: list[Choice], budget: float | None) -> list[
 def export(a: Analysis, options) -> str:
     e = a.experiment
     level, sentence = verification_summary(a)
-    out = [f"## alloclab: {e.row['title']}", "", *header(a), "",
+    warning = baseline_warning(a)
+    out = ([f"**{warning}**", ""] if warning else []) + [f"## alloclab: {e.row['title']}", "", *header(a), "",
            ("**" + sentence + "**") if level != "ok" else sentence, ""]
     rows = answers(a)
     if rows:
-        out += ["### Answer", ""]
+        out += ["### Answer", ""] + ([f"Primary metrics against {baseline_ran(a)}.", ""] if warning else [])
         out += table(["workload", "metric", "variant", "verdict", "effect [interval]", "mechanism (decided)"],
                      [[x.workload, x.metric, x.variant, f"**{x.verdict}**" if x.verdict in ("better", "worse")
                        else x.verdict, x.text, ", ".join(x.mechanism)] for x in rows])

@@ -10,7 +10,7 @@ from rich.text import Text
 
 from alloclab.stats.analysis import DEFAULT_STANDARD, Analysis
 from alloclab.stats.recommend import Recommendation, recommend
-from alloclab.report.common import (answers, runs_line, delta_text, failed_run_lines, fmt_value,
+from alloclab.report.common import (answers, baseline_ran, baseline_warning, runs_line, delta_text, failed_run_lines, fmt_value,
     metric_title, statistics_line, warning_groups)
 
 STATUS_STYLE = {"verified": "green", "ineffective": "bold red", "unknown": "yellow"}
@@ -98,7 +98,7 @@ def recommendation(rec: Recommendation) -> list[Text]:
 def answer_table(a: Analysis, console: Console) -> None:
     """The answer first: one line per primary comparison (workload, metric, variant, verdict, effect,
     interval), with the deterministic counts that explain it."""
-    t = Table(title="[bold]Answer[/] (primary metrics against " + a.labels[a.baseline_idx] + ")",
+    t = Table(title="[bold]Answer[/] (primary metrics against " + baseline_ran(a) + ")",
               title_justify="left", show_edge=False, box=None, pad_edge=False)
     rows = answers(a)
     # The verdict and its interval are the answer: never cut them; the names fold, the mechanism wraps.
@@ -120,6 +120,9 @@ def answer_table(a: Analysis, console: Console) -> None:
 def render(a: Analysis, console: Console, details: bool = False, max_rss_increase: float | None = None) -> None:
     e = a.experiment
     m = e.machine
+    warning = baseline_warning(a)
+    if warning:
+        console.print(Text(warning, style="bold red"))
     console.print(Text(f"experiment {e.id} ({e.row['status']}): {e.row['title']}", style="bold"))
     console.print(Text(f"host {m.get('host')}: {m.get('cpu_model')}, {m.get('usable_cores')} cores, "
                        f"kernel {m.get('kernel')}, glibc {m.get('glibc')}, THP {m.get('thp')}, "
