@@ -3,7 +3,8 @@
 Each program runs once, as the verification block runs it (LD_DEBUG=bindings, the variant's
 environment), and the verdict must match what the binaries really are: Debian's python3 is a
 non-PIE executable whose canonical PLT entry for malloc must not be mistaken for a definition;
-redis-server is linked against libjemalloc, so its "glibc" baseline truly is not glibc."""
+redis-server is linked against libjemalloc, so its "glibc" variant runs under alloclab's
+forwarding preload, and glibc-linked (nothing preloaded) truly is not glibc."""
 
 from __future__ import annotations
 
@@ -14,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from alloclab.measure import verify
+from alloclab.measure import forward, verify
 from alloclab.catalog.elf import elf_facts
 from alloclab.workloads.command import real_executable, resolve_command
 from alloclab.catalog.variants import installed_variants, parse_variant
@@ -42,6 +43,8 @@ def real_programs(tmp: Path) -> dict[str, list[str]]:
 
 
 def verdict(variant, argv: list[str], tmp: Path) -> verify.Evidence:
+    """The variant as the runner runs it on this program (forward.for_cell)."""
+    variant = forward.for_cell(variant, resolve_command(argv[0]))
     prefix = tmp / f"ld-{variant.label}"
     env = variant.apply(dict(os.environ)) | verify.ld_debug_env(prefix)
     proc = subprocess.run(argv, env=env, capture_output=True, timeout=60)
@@ -58,13 +61,14 @@ def test_real_program_is_verified_under_every_allocator(name, tmp_path):
         pytest.skip(f"{name} is not installed (make test installs it: see DEB_TEST_PACKAGES)")
     exe = real_executable(resolve_command(argv[0]))
     linked = [n for n in elf_facts(exe).needed if n.startswith("libjemalloc")]
-    for variant in installed_variants():
+    for variant in installed_variants() + [parse_variant("glibc-linked")]:
         ev = verdict(variant, argv, tmp_path)
-        if variant.is_system and linked:
-            # Linked against jemalloc: with no preload it really runs jemalloc, and says so.
+        if variant.is_system and not variant.allocator.forward and linked:
+            # Linked against jemalloc: with nothing preloaded it really runs jemalloc, and says so.
             assert ev.status == "ineffective", (name, variant.label, ev)
             assert "linked against libjemalloc" in " ".join(ev.reasons)
         else:
+            # glibc on redis-server: the forwarder is what malloc is bound to.
             assert ev.status == "verified", (name, variant.label, ev)
 
 

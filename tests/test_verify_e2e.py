@@ -71,12 +71,13 @@ def test_program_linked_against_an_allocator_says_which_calls_move(build, cli, s
     require_allocator("mimalloc")
     lib = str(parse_variant("jemalloc").library)
     prog = build("linked", lib)
-    p = cli("compare", "--runs", "1", "-a", "glibc", "-a", "mimalloc", "--", str(prog))
+    p = cli("compare", "--runs", "1", "-a", "glibc-linked", "-a", "mimalloc", "--", str(prog))
     assert p.returncode == 0, p.stderr
     got = statuses(store_of, cli.db)
-    # Without a preload the program runs jemalloc, so the "glibc" baseline is not glibc.
-    assert got["glibc"]["status"] == "ineffective"
-    assert "linked against libjemalloc.so.2" in " ".join(got["glibc"]["reasons"])
+    # Without a preload (glibc-linked: not even alloclab's forwarder) the program runs jemalloc,
+    # so that baseline is not glibc. (The forwarder itself: test_forward_e2e.py.)
+    assert got["glibc-linked"]["status"] == "ineffective"
+    assert "linked against libjemalloc.so.2" in " ".join(got["glibc-linked"]["reasons"])
     notes = " ".join(got["mimalloc"]["notes"])
     assert "takes over free, malloc" in notes and "mallctl still reach the linked jemalloc" in notes
     assert got["mimalloc"]["status"] == "verified"

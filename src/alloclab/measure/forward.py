@@ -35,8 +35,10 @@ class Linked:
     via: str | None          # the library that needs it, None when the executable does
     allocator: cat.Allocator
 
+    name: str                # as the user named it: redis-server, not the redis-check-rdb it links to
+
     def why(self) -> str:
-        return f"{self.exe.name} links {self.soname}" + (f" through {self.via}" if self.via else "")
+        return f"{self.name} links {self.soname}" + (f" through {self.via}" if self.via else "")
 
 
 def linked_allocator(program: Path, catalog: cat.Catalog | None = None) -> Linked | None:
@@ -49,7 +51,7 @@ def linked_allocator(program: Path, catalog: cat.Catalog | None = None) -> Linke
     for soname, path, via in verify.needed_closure(facts):
         allocator = verify.soname_allocator(soname, catalog)
         if allocator is not None and path is not None:
-            return Linked(exe, soname, path.resolve(), via, allocator)
+            return Linked(exe, soname, path.resolve(), via, allocator, verify.shown_name(program, exe))
     return None
 
 
@@ -93,7 +95,7 @@ def check(variant: Variant, program: Path, env: dict[str, str], ev: verify.Evide
         return
     found = dict(line.split("\t", 1) for line in out.splitlines() if "\t" in line)
     where, arena = found.get("malloc", "!not reported"), found.get("arena", "!not reported")
-    order = f"with {variant.library.name} and then {linked.soname} loaded, as in {linked.exe.name}"
+    order = f"with {variant.library.name} and then {linked.soname} loaded, as in {linked.name}"
     if where.startswith("!") or Path(where).resolve() != variant.library.resolve():
         ev.fail(f"in a probe {order}, malloc resolves to {where.lstrip('!')}, not the forwarding preload")
         return

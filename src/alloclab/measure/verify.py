@@ -36,6 +36,15 @@ def soname_allocator(soname: str, catalog: cat.Catalog) -> cat.Allocator | None:
     return None
 
 
+def shown_name(program: Path, exe: Path) -> str:
+    """The program as the user named it when it is the executable itself, through a symlink
+    (redis-server is a link to redis-check-rdb); else the executable (a script's interpreter)."""
+    try:
+        return program.name if program.resolve() == exe.resolve() else exe.name
+    except OSError:
+        return exe.name
+
+
 # --- static verdict -------------------------------------------------------------------------
 
 @dataclass
@@ -95,7 +104,7 @@ def static_check(variant, program: Path, catalog: cat.Catalog | None = None) -> 
         if variant.is_system:
             ev.fail(f"{exe.name} is linked against {soname} ({linked.name}): with no preload it runs "
                     f"{linked.name}, not glibc's malloc")
-            ev.note(in_use.note(linked.name, f"{exe.name} links {soname}"))
+            ev.note(in_use.note(linked.name, f"{shown_name(program, exe)} links {soname}"))
             continue
         if variant.library and variant.library.resolve() == path.resolve():
             ev.note(f"{exe.name} is already linked against {soname}; the preload changes nothing but the settings")

@@ -25,6 +25,7 @@ from alloclab.measure.perfstat import DEFAULT_FREQUENCY  # noqa: F401  (defined 
 from alloclab.measure.executors import executor_of
 from alloclab.measure.service.executors import CommandModeExecutor, ServiceExecutor
 from alloclab.catalog.variants import Variant
+from alloclab.measure import forward
 from alloclab.workloads.command import Workload
 from alloclab.measure.profile.attribution import Attribution, RunProfile, attribute, is_clock_event, parse_perf_script
 from alloclab.measure.profile.perf import (PERF_INSTALL, PerfAccess, check_frequency, perf_access, perf_record_prefix,
@@ -150,7 +151,7 @@ def profile_workload(workload: Workload, variants: list[Variant], runs: int = 3,
             _profile_one(cell, argv, cwd, workload, metric, tmp, access, event, frequency, call_graph,
                          timeout_s, base_env)
             if baseline is None:
-                plain = run_once(argv, cell.variant.apply(base_env) | workload.env, tmp / "plain",
+                plain = run_once(argv, _runs_as(cell, workload).apply(base_env) | workload.env, tmp / "plain",
                                  timeout_s=timeout_s, cwd=cwd)
                 if plain.status == "ok":
                     values = {"wall_s": plain.wall_s, "cpu_s": plain.user_s + plain.sys_s}
@@ -186,9 +187,14 @@ def _perf_fixed_cost(access: PerfAccess, event: str, frequency: int, call_graph:
     return statistics.median(walls) if walls else None
 
 
+def _runs_as(cell: _Cell, workload: Workload) -> Variant:
+    """The variant as the timed runs run it (measure/forward.py: glibc forced where linked)."""
+    return forward.for_cell(cell.variant, workload.program())
+
+
 def _profile_one(cell: _Cell, argv, cwd, workload: Workload, metric, tmp: Path, access: PerfAccess, event: str,
                  frequency: int, call_graph: bool, timeout_s: float | None, base_env: dict) -> None:
-    v = cell.variant
+    v = _runs_as(cell, workload)
     data = tmp / "perf.data"
     env = v.apply(base_env) | workload.env
     wrapped, clean = wrap_perf_record(argv, env, v.env, data, event=event, frequency=frequency,
@@ -222,7 +228,7 @@ def _profile_service_run(cell: _Cell, workload: Workload, metric, tmp: Path, acc
                          plain: bool) -> None:
     """One service run with perf record in front of the server: the samples are the server's
     process tree (perf follows its children), never the load client's."""
-    v = cell.variant
+    v = _runs_as(cell, workload)
     env = v.apply(base_env) | workload.env
     written: list[Path] = []
 
