@@ -18,7 +18,7 @@ ALLOCLAB = [sys.executable, "-m", "alloclab.cli"]
 
 def installed_allocators() -> list[str]:
     c = cat.load_catalog()
-    return [n for n, a in c.allocators.items() if cat.is_installed(a)]
+    return [n for n, a in c.allocators.items() if a.default and cat.is_installed(a)]
 
 
 def require_allocator(name: str) -> None:

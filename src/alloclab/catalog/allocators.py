@@ -47,6 +47,7 @@ class Allocator:
     verbose_regex: str | None = None
     forward: str = ""      # the system allocator: source of its forwarding preload (allocators.toml)
     default: bool = True   # among the variants run when none is given
+    same_as: str = ""      # the entry it copies (its settings are that one's, not named twice)
 
     @property
     def is_system(self) -> bool:
@@ -121,6 +122,7 @@ def load_catalog(path: str | None = None) -> Catalog:
             verbose_regex=entry.get("verbose_regex"),
             forward=entry.get("forward", ""),
             default=entry.get("default", True),
+            same_as=entry.get("same_as", ""),
         )
     combine = {var: (fmt, sep) for var, (fmt, sep) in data.get("combine", {}).items()}
     return Catalog(allocators, combine)

@@ -41,7 +41,8 @@ def looks_like_setting(key: str, catalog: cat.Catalog) -> bool:
 
 
 def _owners(key: str, catalog: cat.Catalog) -> list[str]:
-    return [a.name for a in catalog.allocators.values() if a.tunable(key) or key in a.shared_vars()]
+    return [a.name for a in catalog.allocators.values()
+            if not a.same_as and (a.tunable(key) or key in a.shared_vars())]
 
 
 def nearest(key: str, allocator: cat.Allocator) -> str | None:
