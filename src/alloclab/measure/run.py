@@ -27,6 +27,7 @@ KILL_GRACE_S = 2.0
 OUTPUT_KEEP = 256 * 1024   # bytes of stdout/stderr kept per run
 LAUNCHER_NAME = "alloclab-spawn"
 PAGE_SIZE = os.sysconf("SC_PAGE_SIZE")
+CLK_TCK = os.sysconf("SC_CLK_TCK")
 TREE_EVERY = 5             # rescan the process tree every 5th sample (100 ms)
 
 
@@ -35,6 +36,12 @@ class ProcessSeen:
     pid: int
     name: str
     mapped: bool | None  # is the variant's allocator library mapped in it
+    # The image it ran (/proc/PID/exe): a shim's comm is the script's name, its exe the shell.
+    exe: str | None = None
+    # Its own CPU and minor faults at the last sample that saw it (a lower bound: what it did after
+    # that sample is not seen); since its exec where the same pid ran an earlier image.
+    cpu_s: float | None = None
+    minflt: int | None = None
 
 
 @dataclass
@@ -91,6 +98,8 @@ class TreeSampler:
         self.marker = mapped_marker
         self.known: dict[int, psutil.Process] = {}
         self.seen: dict[int, ProcessSeen] = {}
+        self.replaced: list[ProcessSeen] = []    # earlier images of a pid that exec'd another
+        self._base: dict[int, tuple[float, int]] = {}   # (CPU, faults) of a pid when its image began
         self.unmapped_looks: dict[int, int] = {}
         self.peak_kb = 0
         self.last_kb = 0
@@ -136,6 +145,8 @@ class TreeSampler:
             return  # our launcher's child between fork and exec: not the program yet
         if seen is None or seen.name != name:
             # New, or it exec'd something else since we looked: judge the new image afresh.
+            if seen is not None:
+                self._retire(seen)
             seen = self.seen[proc.pid] = ProcessSeen(proc.pid, name, None)
             self.unmapped_looks.pop(proc.pid, None)
         if not self.marker:
@@ -149,14 +160,45 @@ class TreeSampler:
             looks = self.unmapped_looks[proc.pid] = self.unmapped_looks.get(proc.pid, 0) + 1
             seen.mapped = False if looks >= 2 else None
 
+    def count(self, pid: int, cpu_s: float, minflt: int) -> None:
+        """Note a process's CPU and faults so far. When the pid has exec'd another image since the
+        last look, the earlier image keeps what was counted up to then (a shell that execs the
+        program is a different program from it)."""
+        seen = self.seen.get(pid)
+        if seen is None:
+            return
+        try:
+            exe = os.readlink(f"/proc/{pid}/exe")
+        except OSError:
+            exe = None
+        if exe and seen.exe and exe != seen.exe:   # same comm, another image (a shim named python3)
+            self._retire(seen)
+            seen.cpu_s = seen.minflt = None
+        if exe:
+            seen.exe = exe
+        base = self._base.get(pid, (0.0, 0))
+        seen.cpu_s, seen.minflt = round(max(0.0, cpu_s - base[0]), 3), max(0, minflt - base[1])
+
+    def _retire(self, seen: ProcessSeen) -> None:
+        """Keep a pid's earlier image with what it used; the next image counts from there."""
+        self.replaced.append(ProcessSeen(seen.pid, seen.name, seen.mapped, seen.exe, seen.cpu_s, seen.minflt))
+        base = self._base.get(seen.pid, (0.0, 0))
+        self._base[seen.pid] = (base[0] + (seen.cpu_s or 0.0), base[1] + (seen.minflt or 0))
+
+    def processes(self) -> list[ProcessSeen]:
+        return [*self.replaced, *self.seen.values()]
+
     def sample(self) -> None:
         self._refresh_tree()
         total = 0
         for pid, proc in list(self.known.items()):
             try:
-                with open(f"/proc/{pid}/statm", "rb") as fh:
-                    total += int(fh.read().split()[1]) * PAGE_SIZE
+                # One read gives the RSS (as statm would) and the process's own CPU and faults.
+                with open(f"/proc/{pid}/stat", "rb") as fh:
+                    f = fh.read().rsplit(b")", 1)[1].split()
+                total += int(f[21]) * PAGE_SIZE
                 self._note_process(proc)
+                self.count(pid, (int(f[11]) + int(f[12])) / CLK_TCK, int(f[7]))
             except (OSError, IndexError, ValueError, psutil.Error):
                 del self.known[pid]
         kb = total // 1024
@@ -267,7 +309,7 @@ def run_once(argv: list[str], env: dict[str, str], workdir: Path, *, timeout_s: 
 
     t_end = child.t_end or time.perf_counter()
     result = RunResult("ok", t_end - t0, rss_series=sampler.series, samples=sampler.samples,
-                       processes=list(sampler.seen.values()), peak_rss_kb=sampler.peak_kb,
+                       processes=sampler.processes(), peak_rss_kb=sampler.peak_kb,
                        final_rss_kb=sampler.last_kb)
     result.stdout = _tail(out_path)
     result.stderr = _tail(err_path, 64 * 1024)

@@ -7,6 +7,7 @@ from dataclasses import dataclass, field
 
 from alloclab.catalog import in_use
 from alloclab.stats import estimates as stats
+from alloclab.stats import processes
 from alloclab.stats.analysis import DEFAULT_STANDARD, Analysis, MetricRow
 from alloclab.stats.findings import PER_VARIANT_FINDINGS
 
@@ -117,6 +118,26 @@ def answers(a: Analysis) -> list[Answer]:
         out.append(Answer(w.name, name, a.labels[vi], c.verdict, stats.format_comparison(c),
                           c.more_runs if c.verdict == "undecided" else None, mechanism(w, vi)))
     return out
+
+
+def wrapper_answers(a: Analysis) -> list[str]:
+    """One sentence per workload whose named program is a wrapper that carries the runs."""
+    out = []
+    for w in a.workloads:
+        x = processes.wrapped(a, w)
+        line = processes.answer_line(x, w.argv, len(a.workloads) > 1) if x else None
+        if line:
+            out.append(line)
+    return out
+
+
+def process_lines(a: Analysis, w) -> list[str]:
+    """Which programs ran under the allocator per run, where more than one did."""
+    x = processes.wrapped(a, w)
+    if x is None:
+        return []
+    return ["programs under the allocator (as sampled; shares of the run's CPU and faults are lower bounds): "
+            + "; ".join(processes.cell_line(c, x.programs) for c in x.cells)]
 
 
 def answer_line(x: Answer) -> str:

@@ -17,7 +17,7 @@ from alloclab.stats.recommend import RSS_METRIC, Recommendation, recommend
 from alloclab.report import charts
 from alloclab.report.common import (allocator_lines, baseline_warning, failed_run_lines, fmt_value, full_delta, metadata,
     shown_rows, variant_order, verdict_word, answers, statistics_line, verification_rows,
-    verification_summary, warning_groups)
+    verification_summary, warning_groups, process_lines, wrapper_answers)
 
 SUFFIX = ".html"
 
@@ -131,7 +131,7 @@ def _workload(a: Analysis, w, order: list[int], rec_choice, details: bool, jobs:
                                            "over the runs drawn); each phase ends with its RSS reading."
                                            if marks else "")}
     return {"name": w.name, "argv": " ".join(w.argv), "table": _table(a, w, order, details),
-            "verification": verification_rows(a, w), "failed": failed_run_lines(a, w),
+            "verification": verification_rows(a, w), "processes": process_lines(a, w), "failed": failed_run_lines(a, w),
             "warnings": warning_groups(a, w, details, limit=8), "figures": figures, "wide": wide,
             "choice": rec_choice}
 
@@ -261,6 +261,7 @@ def context(a: Analysis, options) -> dict:
         "overall_figure": overall_figure, "workloads": workloads, "sweep": sweep, "sweep_note": sweep_note,
         "baseline": a.labels[a.baseline_idx], "colours": {a.labels[vi]: charts.colour(vi) for vi in order},
         "answers": answers(a), "statistics": statistics_line(a), "baseline_warning": baseline_warning(a),
+        "wrappers": wrapper_answers(a),
     }
 
 

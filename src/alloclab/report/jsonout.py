@@ -13,7 +13,8 @@ from alloclab import __version__
 from alloclab.stats.analysis import Analysis
 from alloclab.stats.recommend import recommend
 from alloclab.store.db import Experiment
-from alloclab.report.common import answers, baseline_warning, full_delta, statistics_line, verification_summary
+from alloclab.report.common import answers, baseline_warning, full_delta, process_lines, statistics_line, \
+    verification_summary, wrapper_answers
 
 SUFFIX = ".json"
 
@@ -73,6 +74,7 @@ def analysis_dict(a: Analysis, max_rss_increase: float | None = None, runs: bool
                        "verdicts": "better | worse | equivalent | undecided",
                        "verification": {"level": level, "summary": sentence}}
     out["answers"] = [dataclasses.asdict(x) for x in answers(a)]
+    out["wrappers"] = wrapper_answers(a)   # added under schema 2: the named program is not what ran
     out["results"] = [{
         "workload": w.name,
         "workload_idx": w.idx,
@@ -80,6 +82,7 @@ def analysis_dict(a: Analysis, max_rss_increase: float | None = None, runs: bool
         "runs": {a.labels[vi]: {"total": w.runs_total[vi], "failed": len(w.runs_failed[vi])}
                  for vi in range(len(a.labels))},
         "verification": {a.labels[vi]: v for vi, v in w.verification.items()},
+        "processes": process_lines(a, w),
         "metrics": [{
             "name": row.name, "unit": row.unit, "higher_is_better": row.higher_is_better,
             "source": row.source, "primary": row.primary,

@@ -7,9 +7,9 @@ from __future__ import annotations
 
 from alloclab.stats.analysis import Analysis
 from alloclab.stats.recommend import Choice, recommend
-from alloclab.report.common import (allocator_lines, answers, baseline_ran, baseline_warning, failed_run_lines, fmt_value, full_delta,
-    metadata, shown_rows, variant_order, verdict_word, verification_rows, verification_summary,
-    warning_groups)
+from alloclab.report.common import (allocator_lines, answers, baseline_ran, baseline_warning, failed_run_lines,
+    fmt_value, full_delta, metadata, process_lines, shown_rows, variant_order, verdict_word, verification_rows,
+    verification_summary, warning_groups, wrapper_answers)
 
 SUFFIX = ".md"
 
@@ -66,6 +66,7 @@ def workload_section(a: Analysis, w, details: bool) -> list[str]:
         status = "**INEFFECTIVE**" if v.status == "ineffective" else v.status
         detail = "; ".join(v.reasons + v.notes)
         out.append(f"- {v.label}: {status}" + (f". {detail}" if detail else ""))
+    out += [f"- {line}" for line in process_lines(a, w)]
     failed = failed_run_lines(a, w)
     groups = warning_groups(a, w, details, limit=8)
     if failed or groups:
@@ -111,6 +112,7 @@ def export(a: Analysis, options) -> str:
                      [[x.workload, x.metric, x.variant, f"**{x.verdict}**" if x.verdict in ("better", "worse")
                        else x.verdict, x.text, ", ".join(x.mechanism)] for x in rows])
         out.append("")
+    out += [f"**{line}.**\n" for line in wrapper_answers(a)]
     out.append("Each cell: median, then the change against the baseline with its interval, the adjusted p and "
                "the verdict: better/worse (the interval excludes no change), equivalent (the whole interval "
                "within the margin), undecided (with the runs per variant likely to decide it). * marks the "

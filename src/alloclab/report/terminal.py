@@ -10,8 +10,8 @@ from rich.text import Text
 
 from alloclab.stats.analysis import DEFAULT_STANDARD, Analysis
 from alloclab.stats.recommend import Recommendation, recommend
-from alloclab.report.common import (answers, baseline_ran, baseline_warning, runs_line, delta_text, failed_run_lines, fmt_value,
-    metric_title, statistics_line, warning_groups)
+from alloclab.report.common import (answers, baseline_ran, baseline_warning, runs_line, delta_text, failed_run_lines,
+    fmt_value, metric_title, process_lines, statistics_line, warning_groups, wrapper_answers)
 
 STATUS_STYLE = {"verified": "green", "ineffective": "bold red", "unknown": "yellow"}
 VERDICT_STYLE = {"better": "green", "worse": "red", "equivalent": "cyan", "undecided": "yellow"}
@@ -64,6 +64,8 @@ def notes(a: Analysis, w, details: bool = False) -> list[Text]:
     if plain:
         out.insert(0, Text(f"verified (malloc and free bound to the variant's allocator in every process): "
                            f"{', '.join(plain)}", style="dim"))
+    for line in process_lines(a, w):
+        out.append(Text(line, style="dim"))
     for line in failed_run_lines(a, w):
         out.append(Text(line, style="red"))
     # One line per kind of warning, so that fifty cells with too few runs read as one problem.
@@ -114,6 +116,10 @@ def answer_table(a: Analysis, console: Console) -> None:
                   x.text, ", ".join(x.mechanism))
     if rows:
         console.print(t)
+    # The named program is not what ran: said with the answer, since it changes what the answer means.
+    for line in wrapper_answers(a):
+        console.print(Text(line, style="bold yellow"))
+    if rows:
         console.print()
 
 

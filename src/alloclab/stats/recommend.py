@@ -3,19 +3,24 @@ names what to use (or says nothing is worth changing), and exactly how to apply 
 
 "Better" always means the verdict of analysis.analyze (decide.py): a variant is recommended
 for speed only when its primary metric is decided better than the baseline, and for memory only
-when its peak RSS is decided lower while its speed is not decided worse. "Nothing is worth
-changing" is said only when every candidate is decided equivalent or worse; where something is
-undecided, the sentence says what, by how much it might differ, and how many runs would decide it.
+when its peak RSS or what it holds after a phase (memory.py) is decided lower, nothing of either
+is decided higher, and its speed is not decided worse. A variant decided to hold more after a
+phase is named with that cost wherever it is mentioned. "Nothing is worth changing" is said only
+when every candidate is decided equivalent or worse; where something is undecided, the sentence
+says what, by how much it might differ, and how many runs would decide it.
 """
 
 from __future__ import annotations
 
 import math
+import re
 import shlex
 from dataclasses import dataclass, field
+from pathlib import Path
 
 from alloclab.catalog import allocators as cat
 from alloclab.stats import estimates as stats
+from alloclab.stats import memory
 from alloclab.stats.analysis import Analysis, WorkloadResult
 
 RSS_METRIC = "peak_rss_mb"
@@ -37,6 +42,9 @@ class Point:
     usable: bool            # measured and not shown INEFFECTIVE
     more_runs: int | None = None   # undecided speed: runs per variant likely to decide it
     runs: int | None = None        # the fewer runs of the two sides of the speed comparison
+    keeps_more: memory.Held | None = None   # the decisive held-memory comparison decided higher
+    holds_less: memory.Held | None = None   # ... decided lower
+    held_ratio: float = math.nan            # the largest held-memory ratio, decided or not
 
 
 @dataclass(frozen=True)
@@ -93,13 +101,42 @@ def _systemd_value(key: str, value: str) -> str:
     return f'Environment="{text}"'
 
 
-def how_to_apply(a: Analysis, variant_idx: int, argv: list[str] | None) -> HowToApply:
+# A recipe's stored command keeps the placeholders only a run can fill ({port}, {workdir}, ...):
+# shown as <port>, unquoted, so that the line reads as "put yours here", not as a literal '{port}'.
+_PLACEHOLDER = re.compile(r"\{([A-Za-z_][A-Za-z0-9_]*)\}")
+_MARK = "@@alloclab-placeholder-{}@@"
+
+
+def command_text(argv: list[str] | None, info: dict | None = None) -> str:
+    """The workload's command as one shell line; an experiment file's placeholders written <name>,
+    {recipe_dir} filled from the file's place."""
+    if not argv:
+        return "CMD"
+    info = info or {}
+    if info.get("mode") != "service" and not info.get("experiment_file"):
+        return shlex.join(argv)   # a plain command's braces are the user's own text
+    fixed = {"recipe_dir": str(Path(info["experiment_file"]).parent)} if info.get("experiment_file") else {}
+    names: list[str] = []
+
+    def mark(m: re.Match) -> str:
+        if m[1] in fixed:
+            return fixed[m[1]]
+        names.append(m[1])
+        return _MARK.format(len(names) - 1)
+
+    text = shlex.join(_PLACEHOLDER.sub(mark, arg) for arg in argv)
+    for i, name in enumerate(names):
+        text = text.replace(_MARK.format(i), f"<{name}>")
+    return text
+
+
+def how_to_apply(a: Analysis, variant_idx: int, argv: list[str] | None, info: dict | None = None) -> HowToApply:
     e = a.experiment
     v = e.variants[variant_idx]
     env: dict[str, str] = dict(v["env"])
     base_env = e.variants[a.baseline_idx]["env"]
     unset = tuple(k for k in base_env if k not in env)
-    command = shlex.join(argv) if argv else "CMD"
+    command = command_text(argv, info)
     parts = (["env"] + [f"-u {k}" for k in unset] if unset else []) + \
         [f"{k}={shlex.quote(val)}" for k, val in env.items()] + [command]
     env_line = " ".join(parts)
@@ -130,8 +167,18 @@ def _text(c: stats.Comparison | None) -> str:
     return f"{(c.ratio - 1) * 100:+.1f}%{interval}{p}"
 
 
+def _held_fields(a: Analysis, ws: list[WorkloadResult], vi: int) -> dict:
+    """What `vi` holds after the phases of these workloads: Point's held-memory fields."""
+    if vi == a.baseline_idx:
+        return {}
+    found = memory.held(ws, vi)
+    return dict(keeps_more=memory.headline(found, "worse"), holds_less=memory.headline(found, "better"),
+                held_ratio=memory.worst_ratio(a, ws, vi))
+
+
 def _workload_points(a: Analysis, w: WorkloadResult) -> tuple[list[Point], str, bool]:
     primary, rss = w.primary(), w.row(RSS_METRIC)
+    server = memory.same_server(a, w)
     points = []
     for vi, label in enumerate(a.labels):
         pc = primary.cells[vi] if primary else None
@@ -149,18 +196,28 @@ def _workload_points(a: Analysis, w: WorkloadResult) -> tuple[list[Point], str, 
             "" if base else _text(rc.comparison if rc else None),
             status, math.isfinite(speed) and status != "ineffective",
             None if base or not (pc and pc.comparison) else pc.comparison.more_runs,
-            None if base or not (pc and pc.comparison) else min(pc.comparison.n_baseline, pc.comparison.n_candidate)))
+            None if base or not (pc and pc.comparison) else min(pc.comparison.n_baseline, pc.comparison.n_candidate),
+            **_held_fields(a, server, vi)))
     return points, primary.name if primary else "n/a", primary.higher_is_better if primary else True
+
+
+def _memory_ratio(p: Point) -> float:
+    """Peak or held, whichever grew more: what a memory budget is checked against."""
+    ratios = [r for r in (p.rss_ratio, p.held_ratio) if math.isfinite(r)]
+    return max(ratios) if ratios else math.nan
 
 
 def _within(p: Point, budget: float | None) -> bool:
     if budget is None:
         return True
-    return math.isfinite(p.rss_ratio) and p.rss_ratio - 1 <= budget + 1e-12
+    r = _memory_ratio(p)
+    return math.isfinite(r) and r - 1 <= budget + 1e-12
 
 
-def _budget_text(budget: float | None) -> str:
-    return f"the {budget * 100:+g}% peak-RSS budget" if budget is not None else ""
+def _budget_text(budget: float | None, held: bool = False) -> str:
+    if budget is None:
+        return ""
+    return f"the {budget * 100:+g}% {'memory (peak and held RSS)' if held else 'peak-RSS'} budget"
 
 
 def _caveats(a: Analysis, ws: list[WorkloadResult], vi: int) -> list[str]:
@@ -175,28 +232,50 @@ def _caveats(a: Analysis, ws: list[WorkloadResult], vi: int) -> list[str]:
     return out
 
 
+def _keeps(a: Analysis, ws: list[WorkloadResult], scope: str, points: list[Point]) -> str:
+    """The decided held-memory regressions of these points, as one clause ("" if none)."""
+    keepers = {p.variant_idx: p.keeps_more for p in points if p.keeps_more}
+    return memory.keeps_more_text(a, ws, keepers, scope) if keepers else ""
+
+
 def _decide(a: Analysis, scope: str, points: list[Point], metric: str, higher_is_better: bool,
-            budget: float | None, describe_speed, describe_memory) -> tuple[int | None, str | None, str]:
-    """The pick, why, and the sentence; shared by the per-workload and the overall decision."""
+            budget: float | None, describe_speed, describe_memory,
+            ws: list[WorkloadResult]) -> tuple[int | None, str | None, str]:
+    """The pick, why, and the sentence; shared by the per-workload and the overall decision.
+    `ws` are the workloads whose held memory counts (the scope's, and its server's other clients)."""
     base = a.labels[a.baseline_idx]
     goodness = (lambda p: p.speed) if higher_is_better else (lambda p: -p.speed)  # noqa: E731
     candidates = [p for p in points if p.usable and p.variant_idx != a.baseline_idx]
     faster = [p for p in candidates if p.speed_verdict == "better"]
     fitting = [p for p in faster if _within(p, budget)]
-    within = f" within {_budget_text(budget)}" if budget is not None else ""
+    held_any = any(math.isfinite(p.held_ratio) for p in candidates)
+    within = f" within {_budget_text(budget, held_any)}" if budget is not None else ""
+    keeps = _keeps(a, ws, scope, candidates)
+    memory_note = f" Memory is decided: {keeps}." if keeps else ""
     if fitting:
-        best = max(fitting, key=goodness)
-        return best.variant_idx, "speed", f"Use {best.label} for {scope}: {describe_speed(best)}{',' + within if within else ''}."
-    leaner = [p for p in candidates if p.rss_verdict == "better" and p.speed_verdict != "worse" and _within(p, budget)]
+        # Of the faster ones, those that hold no more after a phase come first; the cost of the
+        # pick, or of a faster one passed over, is named.
+        clean = [p for p in fitting if p.keeps_more is None]
+        best = max(clean or fitting, key=goodness)
+        fastest = max(fitting, key=goodness)
+        text = f"Use {best.label} for {scope}: {describe_speed(best)}{',' + within if within else ''}."
+        if best.keeps_more:
+            text += f" Mind the memory: {_keeps(a, ws, scope, [best])}."
+        elif fastest is not best:
+            text += (f" {fastest.label} is faster ({describe_speed(fastest)}) but {_keeps(a, ws, scope, [fastest])}.")
+        return best.variant_idx, "speed", text
+    leaner = [p for p in candidates if (p.rss_verdict == "better" or p.holds_less) and p.rss_verdict != "worse"
+              and p.keeps_more is None and p.speed_verdict != "worse" and _within(p, budget)]
     if leaner:
-        best = min(leaner, key=lambda p: p.rss)
+        best = min(leaner, key=lambda p: (p.holds_less.ratio if p.holds_less else 1.0,
+                                          p.rss_ratio if math.isfinite(p.rss_ratio) else 1.0))
         note = f" Nothing is significantly faster than {base}{within}." if faster else ""
         return best.variant_idx, "memory", (f"Use {best.label} for {scope} to save memory: {describe_memory(best)}"
-                                            f"{',' + within if within else ''}.{note}")
+                                            f"{',' + within if within else ''}.{note}{memory_note}")
     if faster:
         over = max(faster, key=goodness)
         return None, None, (f"Nothing is worth changing for {scope}{within}: {over.label} is faster "
-                            f"({describe_speed(over)}), which is over the budget.")
+                            f"({describe_speed(over)}), which is over the budget.{memory_note}")
     open_ = [p for p in candidates if p.speed_verdict == "undecided"]
     if open_:
         most = max((p.more_runs or 0) for p in open_)
@@ -209,11 +288,28 @@ def _decide(a: Analysis, scope: str, points: list[Point], metric: str, higher_is
                    "decided, or give --runs 10 or more")
         else:
             run = " More runs would not decide it at this margin; set --min-effect to the smallest difference that matters"
-        
+        if keeps:
+            # Speed open, memory decided: say which is which, and why a lower peak is no saving.
+            tempted = [p for p in candidates if p.keeps_more and p.rss_verdict == "better"]
+            but = "".join(f"; {p.label}'s lower peak RSS ({p.rss_text}) does not make up for it" for p in tempted)
+            them = "none of them is" if sum(1 for p in candidates if p.keeps_more) > 1 else "it is not"
+            return None, None, (f"Decided on memory, undecided on speed for {scope}: {keeps}{but}, so {them} "
+                                f"recommended to save memory. No variant is decided faster than {base} yet: "
+                                f"{len(open_)} comparison(s) are still open: {what}.{run}.")
         return None, None, (f"Undecided for {scope}: no variant is decided better than {base} yet, and "
                             f"{len(open_)} comparison(s) are still open: {what}.{run}.")
     return None, None, (f"Nothing is worth changing for {scope}: every variant is decided equivalent to {base} "
-                        f"(within ±{a.min_effect * 100:g}%) or worse on {metric}.")
+                        f"(within ±{a.min_effect * 100:g}%) or worse on {metric}.{memory_note}")
+
+
+def _held_less(a: Analysis, p: Point, scope: str) -> str:
+    return f"; {memory.holds_less_text(p.holds_less, a.labels[a.baseline_idx], scope)}" if p.holds_less else ""
+
+
+def _speed_plainly(p: Point, metric: str) -> str:
+    if p.speed_verdict == "undecided":
+        return f"; its speed is undecided ({metric} {p.speed_text})"
+    return f", {metric} {p.speed_text} ({p.speed_verdict})"
 
 
 def recommend_workload(a: Analysis, w: WorkloadResult, budget: float | None = None) -> Choice:
@@ -224,17 +320,18 @@ def recommend_workload(a: Analysis, w: WorkloadResult, budget: float | None = No
     def speed(p: Point) -> str:
         return f"{metric} {p.speed_text} against {a.labels[a.baseline_idx]}, peak RSS {p.rss_text}"
 
-    def memory(p: Point) -> str:
-        return f"peak RSS {p.rss_text} against {a.labels[a.baseline_idx]}, {metric} {p.speed_text} ({p.speed_verdict})"
+    def lean(p: Point) -> str:
+        return f"peak RSS {p.rss_text} against {a.labels[a.baseline_idx]}" + _held_less(a, p, w.name) + \
+            _speed_plainly(p, metric)
 
     if not any(math.isfinite(p.speed) for p in points):
         return Choice(w.name, metric, hib, points, front, None, None,
                       f"Nothing to recommend for {w.name}: no run succeeded and measured it (see the failed runs "
                       f"and the experiment's status).")
-    pick, reason, sentence = _decide(a, w.name, points, metric, hib, budget, speed, memory)
+    pick, reason, sentence = _decide(a, w.name, points, metric, hib, budget, speed, lean, memory.same_server(a, w))
     choice = Choice(w.name, metric, hib, points, front, pick, reason, sentence)
     if pick is not None:
-        choice.apply = how_to_apply(a, pick, w.argv)
+        choice.apply = how_to_apply(a, pick, w.argv, w.info)
         choice.caveats = _caveats(a, [w], pick)
     return choice
 
@@ -295,12 +392,14 @@ def _overall(a: Analysis, choices: list[Choice], budget: float | None) -> Choice
                                     f"of {n} workloads")
         points.append(Point(vi, label, speed, rss, speed, worst_rss, speed_verdict, rss_verdict,
                             speed_text, rss_text, _worst_status([p.status for p in per]),
-                            all(p.usable for p in per), max((p.more_runs or 0) for p in per) or None))
+                            all(p.usable for p in per), max((p.more_runs or 0) for p in per) or None,
+                            **_held_fields(a, a.workloads, vi)))
     front = [points[i].variant_idx for i in pareto_front(
         [(p.speed if p.usable else math.nan, p.rss) for p in points])]
     scope = f"all {len(choices)} workloads"
     pick, reason, sentence = _decide(a, scope, points, "the primary metrics", True, budget,
-                                     lambda p: p.speed_text, lambda p: p.rss_text)
+                                     lambda p: p.speed_text, lambda p: p.rss_text + _held_less(a, p, scope),
+                                     a.workloads)
     choice = Choice("overall", "geomean of the primary-metric ratios", True, points, front, pick, reason, sentence)
     if pick is not None:
         choice.apply = how_to_apply(a, pick, None)
@@ -309,6 +408,7 @@ def _overall(a: Analysis, choices: list[Choice], budget: float | None) -> Choice
 
 
 def recommend(a: Analysis, max_rss_increase: float | None = None) -> Recommendation:
-    """Per workload and overall. max_rss_increase is a fraction: 0.10 allows +10% peak RSS."""
+    """Per workload and overall. max_rss_increase is a fraction: 0.10 allows +10% peak RSS (and +10%
+    after any phase, where the workloads measure phases)."""
     choices = [recommend_workload(a, w, max_rss_increase) for w in a.workloads]
     return Recommendation(max_rss_increase, a.labels[a.baseline_idx], choices, _overall(a, choices, max_rss_increase))

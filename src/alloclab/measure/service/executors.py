@@ -146,7 +146,7 @@ class ServiceExecutor(_FileLoad):
                     with deferred_interrupts():
                         s.retire(failed, hurry=True)
                     failed.copy_ld_debug(env.get("LD_DEBUG_OUTPUT"))
-                    result.processes = list(failed.tree.seen.values()) if failed.tree else []
+                    result.processes = failed.tree.processes() if failed.tree else []
                 result.status, result.error, result.stderr = "failed", str(exc), exc.log_tail
                 return result
             return self._measure(server, shared, env, workdir, timeout_s, result)
@@ -257,7 +257,7 @@ class ServiceExecutor(_FileLoad):
     def _account(self, server: Server, shared: bool, result: RunResult, final_kb: int,
                  excluded: tuple[float, float, int, int] = (0.0, 0.0, 0, 0)) -> None:
         tree = server.tree
-        result.processes = [p for p in tree.seen.values()]
+        result.processes = tree.processes()
         result.samples = tree.win_samples if shared else tree.samples
         result.final_rss_kb = final_kb
         if shared:

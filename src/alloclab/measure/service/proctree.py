@@ -111,6 +111,7 @@ class ProcTree(TreeSampler):
             self.max_proc_kb = max(self.max_proc_kb, st.rss_kb)
             self.win_max_proc_kb = max(self.win_max_proc_kb, st.rss_kb)
             self._note_process(proc)
+            self.count(pid, st.user_s + st.sys_s, st.minflt)
         self.samples += 1
         self.win_samples += 1
         if total:

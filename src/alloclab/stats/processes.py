@@ -1,0 +1,137 @@
+"""Which programs ran under the allocator in each run, and whether the named program is what ran.
+
+A command named `python3` may be a pyenv shim: a bash script that runs a dozen shells, env and
+coreutils before it execs the real interpreter, every one of them under the preloaded allocator.
+Their start-up costs (an allocator's initialisation, its first faults) then carry the comparison:
+tcmalloc measured +55% on the shim and +4% on the interpreter itself. The sampler stores, per run,
+every process it saw with its image (/proc/PID/exe) and its own CPU and faults at the last sample
+(measure/run.py, ProcessSeen); a process shorter than a sample is missed, so every share here is
+"as far as was seen": the program's own share is a lower bound.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shlex
+import statistics
+from dataclasses import dataclass
+
+from alloclab.stats.analysis import Analysis, WorkloadResult
+
+# Programs that start other programs or do a shim's plumbing, never the work being measured:
+# shells, the launchers people put in front of a command, and the coreutils shims call.
+WRAPPERS = frozenset({
+    "sh", "bash", "dash", "zsh", "ksh", "mksh", "fish", "busybox",
+    "env", "nice", "ionice", "nohup", "setsid", "stdbuf", "taskset", "timeout", "time", "chrt", "numactl",
+    "sudo", "su", "runuser", "setpriv", "xargs",
+    "basename", "dirname", "readlink", "realpath", "cat", "head", "tail", "sed", "awk", "gawk", "mawk",
+    "grep", "cut", "tr", "uname", "id", "mkdir", "rm", "ls", "which", "expr", "sort", "uniq", "date",
+    "mktemp", "touch", "ln", "cp", "mv", "chmod", "test", "[", "true", "false", "sleep",
+})
+DOMINANT = 0.5   # wrappers "carry" a run when the program itself accounts for under half of it
+
+
+@dataclass
+class Cell:
+    """One variant's runs of one workload."""
+    label: str
+    per_run: dict[str, float]      # image -> median processes per run
+    program_cpu: float | None      # the program images' share of the run's CPU (seen), median
+    program_faults: float | None   # ... of the run's minor faults
+
+
+@dataclass
+class Wrapped:
+    workload: str
+    programs: list[str]            # the non-wrapper images, most faults first
+    program_exe: str | None        # the path of the first, to measure it directly
+    cells: list[Cell]
+    dominated: bool                # the wrappers carry most of a variant's runs
+
+    def command(self, argv: list[str]) -> str | None:
+        return shlex.join([self.program_exe, *argv[1:]]) if self.program_exe else None
+
+
+def image(p: dict) -> str:
+    return os.path.basename(p["exe"]) if p.get("exe") else p["name"]
+
+
+def _runs(a: Analysis, w: WorkloadResult, vi: int) -> list[tuple[dict, list[dict]]]:
+    out = []
+    for r in a.experiment.cell_runs(w.idx, vi):
+        text = r.get("processes") or "[]"
+        if r["status"] != "ok" or text.count('"pid"') < 2:   # one process: no wrapper to find
+            continue
+        procs = [p for p in json.loads(text) if p.get("mapped") is not False]
+        out.append((r, procs))
+    return out
+
+
+def _share(values: list[float], totals: list[float]) -> float | None:
+    pairs = [(v / t) for v, t in zip(values, totals) if t]
+    return min(1.0, statistics.median(pairs)) if pairs else None
+
+
+def wrapped(a: Analysis, w: WorkloadResult) -> Wrapped | None:
+    """What ran under each variant of `w`, when more than one program did; None otherwise."""
+    runs = {vi: _runs(a, w, vi) for vi in range(len(a.labels))}
+    images = {image(p) for rs in runs.values() for _, procs in rs for p in procs}
+    if len(images) < 2:
+        return None
+    faults: dict[str, int] = {}
+    exe: dict[str, str] = {}
+    for rs in runs.values():
+        for _, procs in rs:
+            for p in procs:
+                faults[image(p)] = faults.get(image(p), 0) + (p.get("minflt") or 0)
+                exe.setdefault(image(p), p.get("exe"))
+    programs = sorted((i for i in images if i not in WRAPPERS), key=lambda i: -faults.get(i, 0))
+    cells = []
+    for vi, rs in runs.items():
+        if not rs:
+            continue
+        counts = {i: statistics.median([sum(1 for p in procs if image(p) == i) for _, procs in rs]) for i in images}
+        own = [[p for p in procs if image(p) in programs] for _, procs in rs]
+        timed = any(p.get("cpu_s") is not None for _, procs in rs for p in procs)
+        cpu = _share([sum(p.get("cpu_s") or 0 for p in ps) for ps in own],
+                     [r["metrics"].get("cpu_s", 0) for r, _ in rs]) if timed else None
+        flt = _share([sum(p.get("minflt") or 0 for p in ps) for ps in own],
+                     [r["metrics"].get("minflt", 0) for r, _ in rs]) if timed else None
+        cells.append(Cell(a.labels[vi], {i: c for i, c in sorted(counts.items(), key=lambda x: -x[1]) if c}, cpu, flt))
+    wrappers_per_run = [sum(n for i, n in c.per_run.items() if i in WRAPPERS) for c in cells]
+    dominated = bool(programs) and any(
+        (c.program_faults is not None and c.program_faults < DOMINANT) or
+        (c.program_faults is None and n >= 2 and n > sum(c.per_run.get(i, 0) for i in programs))
+        for c, n in zip(cells, wrappers_per_run))
+    return Wrapped(w.name, programs, exe.get(programs[0]) if programs else None, cells, dominated)
+
+
+def _pct(x: float | None) -> str:
+    return f"{x * 100:.0f}%" if x is not None else "n/a"
+
+
+def cell_line(c: Cell, programs: list[str]) -> str:
+    """"tcmalloc: per run 1 python3.11, 5 bash, 2 env; python3.11 itself 13% of the CPU, 5% of the faults"."""
+    procs = ", ".join(f"{n:g} {i}" for i, n in c.per_run.items())
+    own = " and ".join(programs) or "no program but wrappers"
+    shares = f"; {own} itself {_pct(c.program_cpu)} of the CPU, {_pct(c.program_faults)} of the faults" \
+        if c.program_faults is not None else ""
+    return f"{c.label}: {procs} seen per run{shares}"
+
+
+def answer_line(x: Wrapped, argv: list[str], with_workload: bool = True) -> str | None:
+    """The sentence for the answer when wrappers carry the runs, with the command to measure instead."""
+    if not x.dominated or not x.program_exe:   # stored before images were recorded: counts only
+        return None
+    n = max(sum(v for i, v in c.per_run.items() if i in WRAPPERS) for c in x.cells)
+    kinds = sorted({i for c in x.cells for i in c.per_run if i in WRAPPERS})
+    shares = [c.program_faults for c in x.cells if c.program_faults is not None]
+    span = "" if not shares else _pct(min(shares)) if _pct(min(shares)) == _pct(max(shares)) else \
+        f"{_pct(min(shares))} to {_pct(max(shares))}"
+    carried = f"; {x.programs[0]} itself accounts for only {span} of the faults seen" if shares else ""
+    cmd = x.command(argv)
+    return ((f"{x.workload}: " if with_workload else "") +
+            f"{os.path.basename(argv[0])} is a wrapper, not the program: up to {n:g} {'/'.join(kinds)} processes "
+            f"per run started under the allocator besides {' and '.join(x.programs)}{carried}, so the effect is "
+            f"largely the wrappers' start-up" + (f"; measure `{cmd}` directly" if cmd else ""))
