@@ -21,6 +21,23 @@ def test_schedule_blocks_hold_every_cell_once_in_a_seeded_order():
     assert jobs != plan.schedule(5, 4, 1, 8)
 
 
+def test_a_blocks_runs_of_one_workload_are_adjacent_and_both_orders_are_shuffled():
+    groups = [0, 0, 0, 1, 1, 1, 2, 2, 2]    # three workloads of three variants
+    jobs = plan.schedule(n_cells=9, runs=30, warmup=0, seed=3, verify=False, groups=groups)
+    group_orders, first_variants = set(), set()
+    for b in range(30):
+        cells = [j.cell for j in jobs if j.block == b]
+        seq = [groups[c] for c in cells]
+        assert sorted(cells) == list(range(9))
+        # each workload's runs form one stretch: the group changes exactly twice in a block
+        assert sum(x != y for x, y in zip(seq, seq[1:])) == 2
+        group_orders.add(tuple(dict.fromkeys(seq)))
+        first_variants.add(cells[0] % 3)
+    assert len(group_orders) > 1 and len(first_variants) == 3
+    narrowed = plan.Planner(9, 1, groups).block(cells=[0, 4, 5, 8])
+    assert sorted(j.cell for j in narrowed) == [0, 4, 5, 8]
+
+
 def test_no_verification_and_no_warmup_means_no_warmup_block():
     jobs = plan.schedule(n_cells=2, runs=3, warmup=0, seed=1, verify=False)
     assert not any(j.warmup or j.verify for j in jobs) and len(jobs) == 6

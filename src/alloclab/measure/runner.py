@@ -247,7 +247,7 @@ class Experiment(MoreBlocks):
     def run(self) -> int:
         self._record_setup()
         s = self.settings
-        planner = plan.Planner(len(self.cells), s.seed)
+        planner = plan.Planner(len(self.cells), s.seed, [c.workload_idx for c in self.cells])
         jobs = planner.initial(self.design.looks[0], s.warmup, s.verify)
         self.progress_total = len(jobs)
         self.progress.start(len(jobs))
