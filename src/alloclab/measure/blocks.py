@@ -1,6 +1,6 @@
-"""The blocks an experiment runs after the planned ones: with --until-decided, until every primary
-comparison has a verdict (at the design's looks only), the budget is spent or --max-runs; with
---until-precise, until every median's interval is narrow enough.
+"""The blocks an experiment runs after the planned ones: until decided (the default without
+--runs), until every primary comparison has a verdict (at the design's looks only), the budget
+is spent or --max-runs; with --until-precise, until every median's interval is narrow enough.
 
 In: the runner's state and the statistics' answers at each look (its `judge`). Out: more jobs.
 A mixin of measure.runner.Experiment, kept apart because when to stop is its own question.
@@ -15,7 +15,7 @@ from alloclab.plan import schedule as plan
 
 class MoreBlocks:
     def _jobs(self, planner: plan.Planner, jobs: list[plan.Job], started: float):
-        """The planned jobs, then, with --until-decided or --until-precise, more interleaved blocks
+        """The planned jobs, then, until decided or with --until-precise, more interleaved blocks
         while needed."""
         yield from jobs
         s = self.settings
@@ -25,7 +25,7 @@ class MoreBlocks:
         if not s.until_precise:
             return
         measured = s.runs
-        while measured < s.max_runs and time.monotonic() - started < s.max_seconds:
+        while measured < s.max_runs and self.clock() - started < s.max_seconds:
             imprecise = self._imprecise_cells(s.until_precise)
             if not imprecise:
                 self.progress.note(f"every interval is within ±{s.until_precise:.1%} after {measured} runs")
@@ -49,7 +49,7 @@ class MoreBlocks:
         s, design = self.settings, self.design
         base = 0
         open_: dict[int, set[int]] = {wi: set(range(1, len(self.variants))) for wi in range(len(self.workloads))}
-        measured, block_s, t_block = design.looks[0], 0.0, time.monotonic()
+        measured, block_s, t_block = design.looks[0], 0.0, self.clock()
         self._stopped = "max-runs"
         while True:
             if measured in design.looks:
@@ -66,7 +66,7 @@ class MoreBlocks:
             if measured >= design.looks[-1]:
                 self.progress.note(f"stopped at --max-runs {measured} with comparisons still undecided")
                 return
-            elapsed = time.monotonic() - started
+            elapsed = self.clock() - started
             if elapsed + block_s > s.max_seconds:
                 self._stopped = "budget"
                 self.progress.note(f"stopped by the {s.max_seconds:g} s budget after {measured} runs per variant, "
@@ -77,9 +77,9 @@ class MoreBlocks:
             block = planner.block(cells=cells)
             self.progress_total += len(block)
             self.progress.start(self.progress_total)
-            t_block = time.monotonic()
+            t_block = self.clock()
             yield from block
-            block_s = time.monotonic() - t_block
+            block_s = self.clock() - t_block
             measured += 1
             self._measured = measured
 

@@ -42,7 +42,7 @@ class Settings:
     title: str = ""
     until_precise: float | None = None   # stop adding blocks when every CI half-width is below this
     until_decided: bool = False          # add blocks until every primary comparison has a verdict
-    first_look: int = 10                 # --until-decided: blocks before the first look
+    first_look: int = 10                 # until decided: blocks before the first look
     margin: float = 0.02                 # equivalence margin (--min-effect)
     alpha: float = 0.05
     max_runs: int = 50
@@ -81,7 +81,9 @@ class Experiment(MoreBlocks):
     settings: Settings
     progress: Progress = field(default_factory=Progress)
     base_env: dict[str, str] = field(default_factory=lambda: dict(os.environ))
-    judge: "Judge | None" = None   # stats.looks.Judge: needed by --until-decided and --until-precise
+    judge: "Judge | None" = None   # stats.looks.Judge: needed until decided and with --until-precise
+    # What the budget is measured with; tests hand in a fake clock that their fake runs advance.
+    clock: Callable[[], float] = time.monotonic
 
     def __post_init__(self) -> None:
         if self.settings.runs < 1:
@@ -130,6 +132,7 @@ class Experiment(MoreBlocks):
         config.update(s.extra_config)
         meta = machine.snapshot(self.variants)
         self.exp_id = self.store.new_experiment(s.kind, s.title or self.workloads[0].name, config, meta)
+        self.config = config
         for i, w in enumerate(self.workloads):
             defs = list(w.metrics) + list(STANDARD) + (list(HW_COUNTERS) if self.perf_ok else [])
             self.store.add_workload(self.exp_id, i, w.name, w.argv, w.params, w.info, defs)
@@ -138,7 +141,6 @@ class Experiment(MoreBlocks):
         for c in self.cells:
             ev = verify.static_check(self.variants[c.variant_idx], self.programs[c.workload_idx])
             self.evidence[(c.workload_idx, c.variant_idx)] = ev
-        self.config = config
         self._read_settings_back()
         if removed:
             self.progress.note("Removed inherited allocator settings from the environment of every run: "
@@ -234,19 +236,21 @@ class Experiment(MoreBlocks):
     # --- the whole experiment ----------------------------------------------------------------
 
     def run(self) -> int:
-        self._record_setup()
         s = self.settings
         planner = plan.Planner(len(self.cells), s.seed)
         jobs = planner.initial(self.design.looks[0], s.warmup, s.verify)
-        self.progress_total = len(jobs)
-        self.progress.start(len(jobs))
         root = Path(tempfile.mkdtemp(prefix="alloclab-"))
         shared_dir = root / "run"
         block0: list[RunResult] = []
-        status = "complete"
+        # "failed" until the last run is stored: whatever stops the experiment early (an error in
+        # the set-up, a bug, Ctrl-C) must never leave its record "running".
+        status = "failed"
         prepared: list[Workload] = []
-        started = time.monotonic()
         try:
+            self._record_setup()
+            self.progress_total = len(jobs)
+            self.progress.start(len(jobs))
+            started = self.clock()
             for w in self.workloads:
                 prepared.append(w)
                 w.executor.prepare()
@@ -307,23 +311,24 @@ class Experiment(MoreBlocks):
                             + output_tail(result.stderr))
                 if fresh:
                     shutil.rmtree(tmp, ignore_errors=True)
+            status = "complete"
         except KeyboardInterrupt:
             status = "interrupted"
+            if self.exp_id is None:
+                raise Interrupted("Interrupted before the experiment was recorded: nothing was measured.") from None
             raise Interrupted(
                 f"Interrupted: every child process was stopped and the runs measured so far are kept in "
                 f"{self.store.path} as experiment {self.exp_id}. See them with "
                 f"`alloclab report --db {self.store.path} {self.exp_id}`.") from None
-        except AlloclabError:
-            status = "failed"
-            raise
         finally:
             for w in prepared:
                 w.executor.cleanup()
-            self._save_verification()
-            if self.exp_id is not None and self.settings.until_decided:
-                self.store.set_config(self.exp_id, self.config | {"stopped": self._stopped or status,
-                                                                  "runs_done": self._measured})
-            self.store.finish(self.exp_id, status, {"load_end": list(os.getloadavg())})
+            if self.exp_id is not None:
+                self._save_verification()
+                if self.settings.until_decided:
+                    self.store.set_config(self.exp_id, self.config | {"stopped": self._stopped or status,
+                                                                      "runs_done": self._measured})
+                self.store.finish(self.exp_id, status, {"load_end": list(os.getloadavg())})
             shutil.rmtree(root, ignore_errors=True)
         return self.exp_id
 

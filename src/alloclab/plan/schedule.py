@@ -2,8 +2,9 @@
 
 Each block runs every cell (workload x variant) once, in an order shuffled by a seeded RNG;
 warm-up blocks come first and are discarded by the statistics. The order is recorded with
-every run, so it can be checked afterwards. Adaptive experiments (--until-decided, --until-precise) ask
-the same planner for more blocks, so the added runs stay interleaved.
+every run, so it can be checked afterwards. Adaptive experiments (until decided, the default
+without --runs; --until-precise) ask the same planner for more blocks, so the added runs stay
+interleaved.
 """
 
 from __future__ import annotations
