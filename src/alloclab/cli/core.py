@@ -20,6 +20,7 @@ from alloclab.cli.app import (AblateOption, AllocatorOption, CallGraphOption, Db
     NoVerifyOption, ProfileOption, ProfileRunsOption, ReportFileOption, ReportOption, RunsOption, SeedOption,
     ShellOption, app, budget_option, console, decision_settings, err, gate, percent, percent_or_none, run_experiment,
     show, timeout_option, warmup_option)
+from alloclab.cli.outputs import check_outputs
 from alloclab.errors import AlloclabError
 from alloclab.fleet import cli_glue as fleet_cli
 from alloclab.store.db import Store
@@ -118,6 +119,7 @@ def compare(
     from alloclab.workloads.metrics import parse_metric_option
     from alloclab.measure.runner import Settings
 
+    check_outputs(db=db, report=report, report_file=report_file, export_json=export_json)
     fleet_cli.check(fleet, fleet_mode, until_precise=until_precise, profile=profile)
     metrics = [parse_metric_option(m) for m in metric]
     specs, sweeps = sweep.plan_variants(allocator, ablate)

@@ -11,6 +11,7 @@ import typer
 from rich.table import Table
 
 from alloclab.cli.app import DbOption, app, console, err, percent, percent_or_none
+from alloclab.cli.outputs import check_outputs
 from alloclab.errors import AlloclabError
 from alloclab.fleet import hosts as fleet_hosts
 from alloclab.report import FORMATS, Options, write_report
@@ -53,6 +54,7 @@ def report(
     """Show a stored experiment as a terminal table, Markdown, HTML, JSON or CSV, with a recommendation."""
     from alloclab.stats.analysis import analyze
 
+    check_outputs(output=output, export_json=export_json)
     store = open_store(db)
     e = store.load(experiment)
     if output is None and fmt == "html" and sys.stdout.isatty():
@@ -134,6 +136,8 @@ def diff(
     if fmt not in ("terminal", "md", "json"):
         raise AlloclabError(f"Unknown diff format '{fmt}'; choose terminal, md or json.")
     from alloclab.report.diff import diff_experiments, render_json, render_markdown, render_terminal
+
+    check_outputs(output=output)
 
     ea, eb = (_load_ref(open_store(path), ref) for path, ref in ((db, a), (db_b or db, b)))
     d = diff_experiments(ea, eb, min_effect=percent(min_effect), details=details)

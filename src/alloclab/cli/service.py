@@ -16,6 +16,7 @@ from alloclab.cli.app import (AblateOption, AllocatorOption, CallGraphOption, Db
     NoVerifyOption, ProfileOption, ProfileRunsOption, ReportFileOption, ReportOption, RunsOption, SeedOption,
     app, budget_option, console, decision_settings, err, gate, percent, percent_or_none, run_experiment,
     show, timeout_option, warmup_option)
+from alloclab.cli.outputs import check_outputs
 from alloclab.errors import AlloclabError
 from alloclab.fleet import cli_glue as fleet_cli
 from alloclab.store.db import Store
@@ -82,6 +83,7 @@ def run_file(
     from alloclab.plan import sweep
     from alloclab.measure.runner import Settings
 
+    check_outputs(db=db, report=report, report_file=report_file, export_json=export_json)
     fleet_cli.check(fleet, fleet_mode, profile=profile, keep=keep)
     ef = experiment_file.resolve(target)
     if not fleet:  # a fleet's hosts are checked instead, each in its pre-flight check

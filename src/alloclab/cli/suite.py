@@ -17,6 +17,7 @@ from alloclab.cli.app import (AblateOption, AllocatorOption, CallGraphOption, Db
     NoVerifyOption, ProfileOption, ProfileRunsOption, ReportFileOption, ReportOption, RunsOption, SeedOption,
     app, budget_option, console, decision_settings, err, gate, percent, percent_or_none, run_experiment,
     show, timeout_option, warmup_option)
+from alloclab.cli.outputs import check_outputs
 from alloclab.store.db import Store
 from alloclab.catalog.variants import installed_variants
 
@@ -116,6 +117,7 @@ def suite(
     from alloclab.measure.runner import Settings
     from alloclab.workloads import builtin
 
+    check_outputs(db=db, report=report, report_file=report_file, export_json=export_json)
     fleet_cli.check(fleet, fleet_mode, profile=profile)
     names = workload or list(builtin.registry())
     for name in names:
