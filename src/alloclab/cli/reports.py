@@ -10,7 +10,7 @@ from typing import Optional
 import typer
 from rich.table import Table
 
-from alloclab.cli.app import DbOption, app, console, err, percent, percent_or_none
+from alloclab.cli.app import DbOption, app, console, err, min_effect_value, percent
 from alloclab.cli.outputs import check_outputs
 from alloclab.errors import AlloclabError
 from alloclab.fleet import hosts as fleet_hosts
@@ -34,10 +34,6 @@ def _load_ref(store: Store, ref: str):
     return fleet_hosts.for_host(e, host) if host else e
 
 
-def budget(text: str | None) -> float | None:
-    return None if text is None else percent(text)
-
-
 @app.command()
 def report(
     experiment: Optional[int] = typer.Argument(None, help="Experiment id (default: the latest)."),
@@ -46,9 +42,9 @@ def report(
     output: Optional[Path] = typer.Option(None, "--output", "-o", help="Write the report to FILE (default: stdout)."),
     details: bool = typer.Option(False, "--details", help="Show every standard measure."),
     baseline: Optional[str] = typer.Option(None, "--baseline", help="Variant label to compare against."),
-    min_effect: Optional[str] = typer.Option(None, "--min-effect", help="Equivalence margin (default: the experiment's, else 2%)."),
-    max_rss_increase: Optional[str] = typer.Option(
-        None, "--max-rss-increase", help="Memory budget of the recommendation, e.g. 10% (default: none)."),
+    min_effect: Optional[float] = typer.Option(None, "--min-effect", parser=min_effect_value, metavar="PERCENT", help="Equivalence margin (default: the experiment's, else 2%)."),
+    max_rss_increase: Optional[float] = typer.Option(
+        None, "--max-rss-increase", parser=percent, metavar="PERCENT", help="Memory budget of the recommendation, e.g. 10% (default: none)."),
     export_json: Optional[Path] = typer.Option(None, "--export-json", help="Also write the JSON report here."),
 ) -> None:
     """Show a stored experiment as a terminal table, Markdown, HTML, JSON or CSV, with a recommendation."""
@@ -59,8 +55,8 @@ def report(
     e = store.load(experiment)
     if output is None and fmt == "html" and sys.stdout.isatty():
         output = Path(f"alloclab-report-{e.id}.html")  # a page of SVG is no use on a terminal
-    a = analyze(e, baseline=baseline, min_effect=percent_or_none(min_effect))
-    options = Options(details=details, max_rss_increase=budget(max_rss_increase))
+    a = analyze(e, baseline=baseline, min_effect=min_effect)
+    options = Options(details=details, max_rss_increase=max_rss_increase)
     written = write_report(a, fmt, output, options, console=console)
     if fmt == "terminal" and output is None and fleet_hosts.hosts_of(e):
         from alloclab.fleet.report import render_hosts
@@ -130,7 +126,7 @@ def diff(
     fmt: str = typer.Option("terminal", "--format", "-f", help="One of: terminal, md, json."),
     output: Optional[Path] = typer.Option(None, "--output", "-o", help="Write to FILE (default: stdout)."),
     details: bool = typer.Option(False, "--details", help="Compare every standard measure."),
-    min_effect: str = typer.Option("2%", "--min-effect", help="Equivalence margin of the comparisons."),
+    min_effect: float = typer.Option("2%", "--min-effect", parser=min_effect_value, metavar="PERCENT", help="Equivalence margin of the comparisons."),
 ) -> None:
     """Compare two experiments of the same workload (another day, machine or allocator version)."""
     if fmt not in ("terminal", "md", "json"):
@@ -140,7 +136,7 @@ def diff(
     check_outputs(output=output)
 
     ea, eb = (_load_ref(open_store(path), ref) for path, ref in ((db, a), (db_b or db, b)))
-    d = diff_experiments(ea, eb, min_effect=percent(min_effect), details=details)
+    d = diff_experiments(ea, eb, min_effect=min_effect, details=details)
     if fmt == "terminal" and output is None:
         render_terminal(d, console)
         return
