@@ -97,8 +97,3 @@ def stop_sessions() -> int:
         except ProcessLookupError:
             pass
     return len(procs)
-
-
-def running_sessions() -> list[int]:
-    with _lock:
-        return [p.pid for p in _sessions.values() if p.poll() is None]

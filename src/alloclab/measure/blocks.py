@@ -10,11 +10,11 @@ from __future__ import annotations
 
 import time
 
-from alloclab.plan import schedule as plan
+from alloclab.plan.schedule import Job, Planner
 
 
 class MoreBlocks:
-    def _jobs(self, planner: plan.Planner, jobs: list[plan.Job], started: float):
+    def _jobs(self, planner: Planner, jobs: list[Job], started: float):
         """The planned jobs, then, until decided or with --until-precise, more interleaved blocks
         while needed."""
         yield from jobs
@@ -39,7 +39,7 @@ class MoreBlocks:
         self.progress.note(f"stopped at {measured} runs per cell (--max-runs {s.max_runs} / "
                            f"{s.max_seconds:g} s) before every interval was within ±{s.until_precise:.1%}")
 
-    def _until_decided(self, planner: plan.Planner, started: float):
+    def _until_decided(self, planner: Planner, started: float):
         """Blocks until every primary comparison has a verdict, the budget is spent, or --max-runs.
 
         Looks happen only at the design's planned block counts (see stats/decide.py: each look is tested

@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Callable, Protocol
 
 from alloclab.measure import machine
-from alloclab.plan import schedule as plan
+from alloclab.plan.schedule import Job, Planner
 from alloclab.measure import readback
 from alloclab.measure import verify
 from alloclab.errors import AlloclabError, Interrupted
@@ -162,7 +162,7 @@ class Experiment(MoreBlocks):
 
     # --- one job ---------------------------------------------------------------------------
 
-    def _env(self, w: Workload, v: Variant, job: plan.Job, tmp: Path) -> tuple[dict, Path | None]:
+    def _env(self, w: Workload, v: Variant, job: Job, tmp: Path) -> tuple[dict, Path | None]:
         cell = self.cells[job.cell]
         env, size = self._cell_env(cell.workload_idx, cell.variant_idx)
         env = pad_env(env, self._env_target(job), size)
@@ -180,7 +180,7 @@ class Experiment(MoreBlocks):
             self._env_of[(wi, vi)] = env, env_size(env)
         return self._env_of[(wi, vi)]
 
-    def _env_target(self, job: plan.Job) -> int:
+    def _env_target(self, job: Job) -> int:
         """The environment size every variant of this job's block gets: the largest variant's, plus a
         filler drawn per block. A variant's LD_PRELOAD and settings lengthen the environment, which
         moves the initial stack and can shift timings by itself (Mytkowicz et al., ASPLOS 2009)."""
@@ -192,7 +192,7 @@ class Experiment(MoreBlocks):
             self._filler = (job.block, random.Random(self.settings.seed * 1_000_003 + job.block).randrange(4096))
         return self._env_max[wi] + len(PAD_VAR) + 2 + self._filler[1]
 
-    def _check_run(self, cell: Cell, job: plan.Job, result: RunResult, tmp: Path) -> dict:
+    def _check_run(self, cell: Cell, job: Job, result: RunResult, tmp: Path) -> dict:
         v = self.variants[cell.variant_idx]
         ev = self.evidence[(cell.workload_idx, cell.variant_idx)]
         extra: dict = {"load": _load_average(), "samples": result.samples, "env_pad": self._last_pad}
@@ -210,7 +210,7 @@ class Experiment(MoreBlocks):
                 extra.setdefault("verification", []).append(f"{len(escaped)} process(es) escaped the preload")
         return extra
 
-    def _metrics(self, cell: Cell, job: plan.Job, result: RunResult, perf_file: Path | None) -> dict:
+    def _metrics(self, cell: Cell, job: Job, result: RunResult, perf_file: Path | None) -> dict:
         w = self.workloads[cell.workload_idx]
         values: dict[str, float] = standard_values(result)
         if perf_file is not None:
@@ -237,7 +237,7 @@ class Experiment(MoreBlocks):
 
     def run(self) -> int:
         s = self.settings
-        planner = plan.Planner(len(self.cells), s.seed)
+        planner = Planner(len(self.cells), s.seed)
         jobs = planner.initial(self.design.looks[0], s.warmup, s.verify)
         root = Path(tempfile.mkdtemp(prefix="alloclab-"))
         shared_dir = root / "run"
@@ -332,7 +332,7 @@ class Experiment(MoreBlocks):
             shutil.rmtree(root, ignore_errors=True)
         return self.exp_id
 
-    def _label(self, job: plan.Job) -> str:
+    def _label(self, job: Job) -> str:
         key = (job.cell, job.warmup)
         if key not in self._labels:
             cell = self.cells[job.cell]
@@ -340,7 +340,7 @@ class Experiment(MoreBlocks):
             self._labels[key] = f"{w.name[:30]} | {v.label}" + (" (warm-up)" if job.warmup else "")
         return self._labels[key]
 
-    def _store(self, cell: Cell, job: plan.Job, result: RunResult, values: dict, extra: dict) -> None:
+    def _store(self, cell: Cell, job: Job, result: RunResult, values: dict, extra: dict) -> None:
         self.store.add_run(self.exp_id, cell.workload_idx, cell.variant_idx, job.block, job.position,
                            job.warmup, result, values, extra)
 

@@ -118,11 +118,6 @@ def answers(a: Analysis) -> list[Answer]:
     return out
 
 
-def answer_line(x: Answer) -> str:
-    mech = f"  mechanism: {', '.join(x.mechanism)}" if x.mechanism else ""
-    return f"{x.workload} | {x.metric} | {x.variant}: {x.verdict} {x.text}{mech}"
-
-
 def shown_rows(w, details: bool = False) -> list[MetricRow]:
     """The rows a report shows: the program's own metrics and the default standard measures."""
     return [r for r in w.rows if details or r.source != "run" or r.name in DEFAULT_STANDARD]
