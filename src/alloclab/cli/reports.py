@@ -68,34 +68,13 @@ def report(
             err.print(f"Report written to {path}", highlight=False)
 
 
-def _listing(store: Store) -> list[dict]:
-    """One row per experiment, counted in SQL so that a long history lists fast."""
-    q = store.db.execute
-    variants: dict[int, list[str]] = {}
-    for r in q("SELECT experiment_id, label FROM variants ORDER BY experiment_id, idx"):
-        variants.setdefault(r[0], []).append(r[1])
-    workloads = dict(q("SELECT experiment_id, count(*) FROM workloads GROUP BY experiment_id").fetchall())
-    runs = {r[0]: (r[1], r[2]) for r in q(
-        "SELECT experiment_id, count(*), sum(status = 'ok') FROM runs WHERE warmup = 0 GROUP BY experiment_id")}
-    out = []
-    for row in store.experiments():
-        machine = json.loads(row["machine"])
-        total, ok = runs.get(row["id"], (0, 0))
-        out.append({"id": row["id"], "date": row["created"], "kind": row["kind"], "status": row["status"],
-                    "title": row["title"], "workloads": workloads.get(row["id"], 0),
-                    "variants": variants.get(row["id"], []), "runs": total, "runs_ok": ok or 0,
-                    "host": machine.get("host", ""), "kernel": machine.get("kernel", ""),
-                    "glibc": machine.get("glibc", "")})
-    return out
-
-
 @app.command()
 def experiments(
     db: Path = DbOption,
     as_json: bool = typer.Option(False, "--json", help="Print the list as JSON."),
 ) -> None:
     """List stored experiments: id, date, command or recipe, variants, runs, host."""
-    rows = _listing(open_store(db))
+    rows = open_store(db).listing()
     if as_json:
         console.print_json(json.dumps(rows))
         return

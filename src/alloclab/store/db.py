@@ -62,6 +62,9 @@ CREATE INDEX IF NOT EXISTS runs_by_cell ON runs (experiment_id, workload_idx, va
 CREATE TABLE IF NOT EXISTS metrics (
     run_id INTEGER NOT NULL REFERENCES runs(id), name TEXT NOT NULL, value REAL NOT NULL,
     PRIMARY KEY (run_id, name)) WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS profiles (
+    experiment_id INTEGER NOT NULL, workload_idx INTEGER NOT NULL, variant_idx INTEGER NOT NULL,
+    summary TEXT NOT NULL, PRIMARY KEY (experiment_id, workload_idx, variant_idx));
 """
 
 
@@ -177,6 +180,16 @@ class Store:
         self.db.execute("UPDATE experiments SET config=? WHERE id=?", (json.dumps(config), exp))
         self.db.commit()
 
+    def set_machine(self, exp: int, machine: dict) -> None:
+        self.db.execute("UPDATE experiments SET machine=? WHERE id=?", (json.dumps(machine), exp))
+        self.db.commit()
+
+    def save_profiles(self, exp: int, summaries: list[tuple[int, int, dict]]) -> None:
+        """(workload_idx, variant_idx, summary) of each profiled cell, replacing earlier ones."""
+        self.db.executemany("INSERT OR REPLACE INTO profiles VALUES (?,?,?,?)",
+                            [(exp, wi, vi, json.dumps(summary)) for wi, vi, summary in summaries])
+        self.db.commit()
+
     def finish(self, exp: int, status: str, summary: dict | None = None) -> None:
         self.db.execute("UPDATE experiments SET status=?, finished=?, summary=? WHERE id=?",
                         (status, now(), json.dumps(summary or {}), exp))
@@ -186,6 +199,32 @@ class Store:
 
     def experiments(self) -> list[sqlite3.Row]:
         return self.db.execute("SELECT * FROM experiments ORDER BY id").fetchall()
+
+    def listing(self) -> list[dict]:
+        """One row per experiment, counted in SQL so that a long history lists fast."""
+        q = self.db.execute
+        variants: dict[int, list[str]] = {}
+        for r in q("SELECT experiment_id, label FROM variants ORDER BY experiment_id, idx"):
+            variants.setdefault(r[0], []).append(r[1])
+        workloads = dict(q("SELECT experiment_id, count(*) FROM workloads GROUP BY experiment_id").fetchall())
+        runs = {r[0]: (r[1], r[2]) for r in q(
+            "SELECT experiment_id, count(*), sum(status = 'ok') FROM runs WHERE warmup = 0 GROUP BY experiment_id")}
+        out = []
+        for row in self.experiments():
+            machine = json.loads(row["machine"])
+            total, ok = runs.get(row["id"], (0, 0))
+            out.append({"id": row["id"], "date": row["created"], "kind": row["kind"], "status": row["status"],
+                        "title": row["title"], "workloads": workloads.get(row["id"], 0),
+                        "variants": variants.get(row["id"], []), "runs": total, "runs_ok": ok or 0,
+                        "host": machine.get("host", ""), "kernel": machine.get("kernel", ""),
+                        "glibc": machine.get("glibc", "")})
+        return out
+
+    def profiles(self, exp: int) -> list[dict]:
+        """The stored profile summaries of an experiment, by workload then variant."""
+        rows = self.db.execute("SELECT summary FROM profiles WHERE experiment_id=? ORDER BY workload_idx, variant_idx",
+                               (exp,)).fetchall()
+        return [json.loads(r[0]) for r in rows]
 
     def latest(self) -> int:
         row = self.db.execute("SELECT max(id) FROM experiments").fetchone()
