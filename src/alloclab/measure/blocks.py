@@ -53,7 +53,7 @@ class MoreBlocks:
         self._stopped = "max-runs"
         while True:
             if measured in design.looks:
-                still = self.judge.open_comparisons(self.store.load(self.exp_id),
+                still = self.judge.open_comparisons(self.recorder.experiment,
                                                     {wi for wi, vs in open_.items() if vs}, s.margin)
                 for wi, vs in still.items():
                     open_[wi] &= vs
@@ -88,7 +88,7 @@ class MoreBlocks:
 
         Only precision decides, never significance: stopping when p first drops below alpha
         would inflate the false-positive rate."""
-        runs = self.store.load(self.exp_id).runs
+        runs = self.recorder.experiment.runs
         out = []
         for c in self.cells:
             w = self.workloads[c.workload_idx]

@@ -36,6 +36,7 @@ class FakeExecutor:
     clock: FakeClock | None = None
     interrupt_at: int | None = None   # raise KeyboardInterrupt (Ctrl-C) at this call, 1-based
     prepare_error: Exception | None = None
+    stdout: str = ""               # what every run "prints" (the store keeps a run's output)
     calls: int = 0
     cleaned_up: bool = False
     _runs_of: dict = field(default_factory=dict, init=False, repr=False)
@@ -65,7 +66,8 @@ class FakeExecutor:
         if self.clock is not None:
             self.clock.now += wall
         return RunResult("ok", wall, exit_code=0, user_s=wall * 0.9, sys_s=wall * 0.1,
-                         max_rss_kb=10_240, peak_rss_kb=10_240, final_rss_kb=10_240, minflt=1000)
+                         max_rss_kb=10_240, peak_rss_kb=10_240, final_rss_kb=10_240, minflt=1000,
+                         stdout=self.stdout)
 
     def cleanup(self) -> None:
         self.cleaned_up = True

@@ -29,6 +29,7 @@ from alloclab.plan.design import Design
 
 if TYPE_CHECKING:
     from alloclab.store.db import Store
+    from alloclab.store.records import Recorder
 
 
 @dataclass
@@ -107,6 +108,8 @@ class Experiment(MoreBlocks):
         self.found_metric: set[tuple[int, str]] = set()
         self.perf_ok = machine.perf_counters()[0]
         self.exp_id: int | None = None
+        # The experiment as written so far, kept in memory as each run is stored: what a look reads.
+        self.recorder: Recorder | None = None
         self._env_max: dict[int, int] = {}
         self._last_wall: dict[int, float] = {}
         self._filler: tuple[int | None, int] = (None, 0)   # (block, its filler): drawn once per block
@@ -131,13 +134,14 @@ class Experiment(MoreBlocks):
                   "removed_env": removed, "perf_counters": self.perf_ok}
         config.update(s.extra_config)
         meta = machine.snapshot(self.variants)
-        self.exp_id = self.store.new_experiment(s.kind, s.title or self.workloads[0].name, config, meta)
+        self.recorder = self.store.record(s.kind, s.title or self.workloads[0].name, config, meta)
+        self.exp_id = self.recorder.id
         self.config = config
         for i, w in enumerate(self.workloads):
             defs = list(w.metrics) + list(STANDARD) + (list(HW_COUNTERS) if self.perf_ok else [])
-            self.store.add_workload(self.exp_id, i, w.name, w.argv, w.params, w.info, defs)
+            self.recorder.add_workload(i, w.name, w.argv, w.params, w.info, defs)
         for i, v in enumerate(self.variants):
-            self.store.add_variant(self.exp_id, i, v, meta["allocators"].get(v.label, "unknown"))
+            self.recorder.add_variant(i, v, meta["allocators"].get(v.label, "unknown"))
         for c in self.cells:
             ev = verify.static_check(self.variants[c.variant_idx], self.programs[c.workload_idx])
             self.evidence[(c.workload_idx, c.variant_idx)] = ev
@@ -326,9 +330,9 @@ class Experiment(MoreBlocks):
             if self.exp_id is not None:
                 self._save_verification()
                 if self.settings.until_decided:
-                    self.store.set_config(self.exp_id, self.config | {"stopped": self._stopped or status,
-                                                                      "runs_done": self._measured})
-                self.store.finish(self.exp_id, status, {"load_end": list(os.getloadavg())})
+                    self.recorder.set_config(self.config | {"stopped": self._stopped or status,
+                                                            "runs_done": self._measured})
+                self.recorder.finish(status, {"load_end": list(os.getloadavg())})
             shutil.rmtree(root, ignore_errors=True)
         return self.exp_id
 
@@ -341,12 +345,12 @@ class Experiment(MoreBlocks):
         return self._labels[key]
 
     def _store(self, cell: Cell, job: Job, result: RunResult, values: dict, extra: dict) -> None:
-        self.store.add_run(self.exp_id, cell.workload_idx, cell.variant_idx, job.block, job.position,
-                           job.warmup, result, values, extra)
+        self.recorder.add_run(cell.workload_idx, cell.variant_idx, job.block, job.position, job.warmup,
+                              result, values, extra)
 
     def _save_verification(self) -> None:
         for (wi, vi), ev in self.evidence.items():
-            self.store.set_verification(self.exp_id, wi, vi, ev.status, ev.reasons, ev.notes)
+            self.recorder.set_verification(wi, vi, ev.status, ev.reasons, ev.notes)
 
 
 PAD_VAR = "ALLOCLAB_PAD"
