@@ -7,7 +7,7 @@
    the marginal cost is (T(LARGE) - T(SMALL)) / (LARGE - SMALL), so start-up, set-up and the
    report at the end cancel out (all but the statistics' growth with N, which is counted).
    Needs hyperfine (Debian package `hyperfine`).
-1. Per-run overhead: wall time of measure.run_once(["/bin/true"]) as seen from Python, against a
+1. Per-run overhead: wall time of run_once(["/bin/true"]) as seen from Python, against a
    bare posix_spawn + waitpid of the same command. (The wall time alloclab *reports* is taken by
    the launcher around fork/exec/wait4, so it excludes Python's share of this overhead.)
 2. Sampler cost: a CPU-bound child (the built-in `simple` workload, single thread) measures its
@@ -33,7 +33,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from alloclab.measure import run as measure
+from alloclab.measure.run import run_once
 from alloclab.workloads import builtin
 
 
@@ -96,7 +96,7 @@ def bare_spawn(argv: list[str]) -> float:
 
 def harness(argv: list[str], tmp: Path) -> tuple[float, float]:
     t0 = time.perf_counter()
-    r = measure.run_once(argv, dict(os.environ), tmp)
+    r = run_once(argv, dict(os.environ), tmp)
     return time.perf_counter() - t0, r.wall_s
 
 
@@ -128,7 +128,7 @@ def sampler_cost(n: int, pin: bool) -> dict:
         with tempfile.TemporaryDirectory() as d:
             for i in range(n):
                 for interval, sink in ((0.02, on), (60.0, off)):
-                    r = measure.run_once(argv, dict(os.environ), Path(d) / f"{i}-{interval}",
+                    r = run_once(argv, dict(os.environ), Path(d) / f"{i}-{interval}",
                                          sample_interval_s=interval)
                     sink.append(json.loads(r.stdout.strip().splitlines()[-1])["pairs_per_s"])
     finally:

@@ -32,7 +32,7 @@ from alloclab.store.db import Store
 from alloclab.workloads import builtin
 from alloclab.catalog.variants import parse_variants
 from alloclab.workloads.command import Workload
-from conftest import ALLOCLAB, require_allocator
+from conftest import ALLOCLAB, missing_prerequisite, require_allocator
 
 pytestmark = pytest.mark.e2e
 LIBC = "/usr/lib/x86_64-linux-gnu/libc.so.6"
@@ -42,7 +42,7 @@ DOCS = MetricDef("docs", "docs/s", True, "regex", r"docs/s: ([\d.]+)", True)
 
 def needs_perf():
     if not shutil.which("perf"):
-        pytest.skip("perf is not installed (apt-get install -y linux-perf)")
+        missing_prerequisite("perf is not installed (apt-get install -y linux-perf)")
     try:
         return perf_access()
     except AlloclabError as exc:
@@ -395,7 +395,7 @@ def test_profile_command_stores_profiles_and_counts_instructions(build, cli, sto
     needs_perf()
     require_allocator("tcmalloc-minimal")
     if not shutil.which("valgrind"):
-        pytest.skip("valgrind is not installed (apt-get install -y valgrind)")
+        missing_prerequisite("valgrind is not installed (apt-get install -y valgrind)")
     prog = build("churn")
     # 3000 rounds (~60 ms): long enough for the 20 ms RSS sampler to draw the RSS-over-time chart.
     p = cli("profile", "-a", "glibc", "-a", "tcmalloc-minimal", "--runs", "2", "--timed-runs", "2",

@@ -9,7 +9,7 @@ import pytest
 
 from alloclab.workloads import experiment_file as xf
 from alloclab.measure.profile import attribution, perf, summary
-from conftest import require_allocator
+from conftest import missing_prerequisite, require_allocator
 from test_service_e2e import require_programs, scratch  # noqa: F401  (scratch is a fixture)
 
 pytestmark = pytest.mark.e2e
@@ -20,7 +20,7 @@ def test_run_profile_samples_the_server_tree_not_the_client(cli, store_of, scrat
     require_programs(ef)
     require_allocator("jemalloc")
     if not shutil.which("perf"):
-        pytest.skip(f"perf is not installed ({perf.PERF_INSTALL})")
+        missing_prerequisite(f"perf is not installed ({perf.PERF_INSTALL})")
     p = cli("run", "recipe:redis", "-a", "glibc", "-a", "jemalloc", "--runs", "1", "--idle", "0", "--no-verify",
             "-p", "requests=5000", "-p", "clients=5", "-p", "keys=2000", "-p", "rest=0.1",
             "--profile", "--profile-runs", "1")

@@ -19,7 +19,7 @@ from alloclab.measure import forward, verify
 from alloclab.catalog.elf import elf_facts
 from alloclab.workloads.command import real_executable, resolve_command
 from alloclab.catalog.variants import installed_variants, parse_variant
-from conftest import require_allocator
+from conftest import missing_prerequisite, require_allocator
 
 pytestmark = pytest.mark.e2e
 
@@ -58,7 +58,7 @@ def verdict(variant, argv: list[str], tmp: Path) -> verify.Evidence:
 def test_real_program_is_verified_under_every_allocator(name, tmp_path):
     argv = real_programs(tmp_path)[name]
     if not (Path(argv[0]).exists() or shutil.which(argv[0])):
-        pytest.skip(f"{name} is not installed (make test installs it: see DEB_TEST_PACKAGES)")
+        missing_prerequisite(f"{name} is not installed (make test installs it: see DEB_TEST_PACKAGES)")
     exe = real_executable(resolve_command(argv[0]))
     linked = [n for n in elf_facts(exe).needed if n.startswith("libjemalloc")]
     for variant in installed_variants() + [parse_variant("glibc-linked")]:
@@ -99,7 +99,7 @@ def test_true_cases_stay_ineffective(program, flags, build, tmp_path):
 def test_compare_on_debian_python3_verifies_every_allocator(cli, store_of):
     """The issue's command, through the CLI: no false INEFFECTIVE on the non-PIE python3."""
     if not Path("/usr/bin/python3").exists():
-        pytest.skip("no /usr/bin/python3 (make test installs python3)")
+        missing_prerequisite("no /usr/bin/python3 (make test installs python3)")
     p = cli("compare", "--runs", "1", "--", "/usr/bin/python3", "-c", "x=[bytearray(700) for _ in range(20000)]")
     assert p.returncode == 0, p.stderr
     e = store_of(cli.db).load()

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import ALLOCLAB, installed_allocators, require_allocator
+from conftest import ALLOCLAB, installed_allocators, missing_prerequisite, require_allocator
 
 pytestmark = pytest.mark.e2e
 OPS = "ops=ops/s: (\\d+)"
@@ -23,7 +23,7 @@ def chromium() -> str:
         path = shutil.which(name)
         if path:
             return path
-    pytest.skip("Chromium is not installed (apt-get install -y chromium; `make setup-deb-test` does it)")
+    missing_prerequisite("Chromium is not installed (apt-get install -y chromium; `make setup-deb-test` does it)")
 
 
 def run_chromium(profile: Path, *args: str) -> subprocess.CompletedProcess:

@@ -132,13 +132,11 @@ def test_every_format_of_a_real_experiment(real):
 
 @pytest.mark.e2e
 def test_experiments_lists_the_history(real):
-    from alloclab.cli.reports import _listing
-
     p = alloclab(real["db"], "experiments")
     lines = [x for x in p.stdout.splitlines() if "glibc-mmap0, jemalloc" in x]
     assert len(lines) == 2 and "8/8" in p.stdout and "4/4" in p.stdout
     assert socket.gethostname() in p.stdout
-    rows = _listing(Store(real["db"]))
+    rows = Store(real["db"]).listing()
     assert [r["id"] for r in rows] == [1, 2]
     assert rows[0]["variants"] == ["glibc-mmap0", "jemalloc"] and [r["runs"] for r in rows] == [8, 4]
 

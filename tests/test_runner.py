@@ -8,17 +8,17 @@ import sys
 
 import pytest
 
-from alloclab.plan import schedule as plan
+from alloclab.plan.schedule import schedule
 from alloclab.store.db import SCHEMA_VERSION
 
 
 def test_schedule_blocks_hold_every_cell_once_in_a_seeded_order():
-    jobs = plan.schedule(n_cells=5, runs=4, warmup=1, seed=7)
+    jobs = schedule(n_cells=5, runs=4, warmup=1, seed=7)
     assert len(jobs) == 25 and [j.warmup for j in jobs[:5]] == [True] * 5 and jobs[0].verify
     for b in range(5):
         assert sorted(j.cell for j in jobs if j.block == b) == list(range(5))
-    assert jobs == plan.schedule(5, 4, 1, 7)
-    assert jobs != plan.schedule(5, 4, 1, 8)
+    assert jobs == schedule(5, 4, 1, 7)
+    assert jobs != schedule(5, 4, 1, 8)
 
 
 def test_a_blocks_runs_of_one_workload_are_adjacent_and_both_orders_are_shuffled():
@@ -39,7 +39,7 @@ def test_a_blocks_runs_of_one_workload_are_adjacent_and_both_orders_are_shuffled
 
 
 def test_no_verification_and_no_warmup_means_no_warmup_block():
-    jobs = plan.schedule(n_cells=2, runs=3, warmup=0, seed=1, verify=False)
+    jobs = schedule(n_cells=2, runs=3, warmup=0, seed=1, verify=False)
     assert not any(j.warmup or j.verify for j in jobs) and len(jobs) == 6
 
 

@@ -26,7 +26,7 @@ from alloclab.errors import AlloclabError
 from alloclab.measure.runner import Experiment, Settings
 from alloclab.store.db import Store
 from alloclab.catalog.variants import parse_variants
-from conftest import ALLOCLAB, require_allocator
+from conftest import ALLOCLAB, missing_prerequisite, require_allocator
 
 pytestmark = pytest.mark.e2e
 
@@ -129,7 +129,7 @@ def assert_torn_down(token: str, scratch: Path, ports=()):
 def require_programs(ef: xf.ExperimentFile) -> None:
     missing = ef.missing()
     if missing:
-        pytest.skip(f"{', '.join(r.program for r in missing)} not installed "
+        missing_prerequisite(f"{', '.join(r.program for r in missing)} not installed "
                     f"(apt-get install -y {' '.join(sorted({r.package for r in missing}))})")
 
 

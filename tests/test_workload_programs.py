@@ -22,6 +22,8 @@ from pathlib import Path
 
 import pytest
 
+from conftest import missing_prerequisite
+
 WORKLOADS_DIR = Path(__file__).resolve().parents[1] / "src" / "alloclab" / "workloads"
 SRC_DIR = WORKLOADS_DIR / "c"
 REGISTRY = tomllib.loads((WORKLOADS_DIR / "builtin.toml").read_text())["workloads"]
@@ -37,7 +39,10 @@ ALLOCATORS = {
     "mimalloc": (LIBDIR / "libmimalloc.so.2", "mi_collect"),
 }
 
-pytestmark = pytest.mark.skipif(shutil.which("cc") is None, reason="no C compiler (cc) on PATH")
+@pytest.fixture(autouse=True)
+def c_compiler():
+    if shutil.which("cc") is None:
+        missing_prerequisite("no C compiler (cc) on PATH (apt-get install -y gcc libc6-dev)")
 
 
 def clean_env(preload: Path | None = None, **extra: str) -> dict[str, str]:
@@ -92,7 +97,7 @@ def one_json_line(proc: subprocess.CompletedProcess) -> dict:
 def allocator_or_skip(name: str) -> Path | None:
     preload, _ = ALLOCATORS[name]
     if preload is not None and not preload.exists():
-        pytest.skip(f"{name} not installed ({preload} missing)")
+        missing_prerequisite(f"{name} not installed ({preload} missing)")
     return preload
 
 

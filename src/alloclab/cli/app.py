@@ -4,6 +4,7 @@ Commands live in cli*.py modules that register on `app`; none holds measurement 
 
 from __future__ import annotations
 
+import math
 import sys
 import time
 from pathlib import Path
@@ -29,11 +30,44 @@ err = Console(stderr=True, width=None if sys.stderr.isatty() else 160)
 
 DbOption = typer.Option(DEFAULT_DB, "--db", help="SQLite database of results (created if missing).")
 
+
+def percent(text: str) -> float:
+    """'2%' or the fraction '0.02': both are two percent. A bare number of 1 or more is refused
+    rather than guessed at: '2' could mean 2% or 200%."""
+    t = text.strip()
+    try:
+        value = float(t[:-1]) / 100 if t.endswith("%") else float(t)
+    except ValueError:
+        raise AlloclabError(f"Cannot read '{text}' as a percentage; write e.g. 2% or 0.02.") from None
+    if not math.isfinite(value):
+        raise AlloclabError(f"Cannot read '{text}' as a percentage; write e.g. 2% or 0.02.")
+    if not t.endswith("%") and abs(value) >= 1:
+        raise AlloclabError(f"'{text}' is ambiguous as a percentage: a bare number is a fraction (0.02 is 2%). "
+                            f"Write {t}% for {t} percent, or {value / 100:g} for the same as a fraction.")
+    return value
+
+
+# Parsed here, at the edge: the commands get the margin as a number (0.02), never as text.
+def min_effect_value(text: str) -> float:
+    margin = percent(text)
+    if margin < 0:
+        raise AlloclabError(f"--min-effect cannot be negative (got {text}): it is the margin within which two "
+                            f"variants count as equivalent. Give e.g. --min-effect 2%.")
+    return margin
+
+
+def _check_percent(value: str | None) -> str | None:
+    """Refuses a bad percentage before any run; the text itself is kept for the gate's messages."""
+    if value is not None:
+        percent(value)
+    return value
+
+
 # Options shared by the commands that run experiments (compare, suite, run): defined here once so
 # that a flag means the same everywhere. Where a command's default differs, a function gives the
 # option with that default.
-MinEffectOption = typer.Option("2%", "--min-effect", help="Equivalence margin: a comparison whose whole interval lies within ±this is 'equivalent'.")
-FailIfWorseOption = typer.Option(None, "--fail-if-worse", help="Gate for CI and reviews, e.g. 5%: exit 1 when a variant is decided worse than the baseline by at least this on a primary metric, 3 when something stays undecided, 0 otherwise.")
+MinEffectOption = typer.Option("2%", "--min-effect", parser=min_effect_value, metavar="PERCENT", help="Equivalence margin: a comparison whose whole interval lies within ±this is 'equivalent'.")
+FailIfWorseOption = typer.Option(None, "--fail-if-worse", callback=_check_percent, metavar="PERCENT", help="Gate for CI and reviews, e.g. 5%: exit 1 when a variant is decided worse than the baseline by at least this on a primary metric, 3 when something stays undecided, 0 otherwise.")
 MaxRunsOption = typer.Option(None, "--max-runs", help="Until decided (or with --until-precise): at most this many runs per variant.")
 AllocatorOption = typer.Option([], "-a", "--allocator", help="Variant NAME[:VAR=VALUE,...]\\[@LABEL], may sweep ({0,64M}, 128K..256M*4); repeat. Default: every installed allocator (suite adds its tuned variants, run the file's).")
 SeedOption = typer.Option(1, "--seed", help="Seed of the randomized run order.")
@@ -69,7 +103,7 @@ ProfileRunsOption = typer.Option(3, "--profile-runs", help="Profiled runs per va
 CallGraphOption = typer.Option(False, "--call-graph", "-g", help="With --profile: record call graphs.")
 AblateOption = typer.Option(None, "--ablate", help="VARIANT with several settings: run the baseline, each setting alone and all together.")
 ReportFileOption = typer.Option(None, "--report-file", help="Write the --report there (the format follows the suffix if --report is not given).")
-MaxRssIncreaseOption = typer.Option(None, "--max-rss-increase", help="Memory budget of the recommendation, e.g. 10%.")
+MaxRssIncreaseOption = typer.Option(None, "--max-rss-increase", parser=percent, metavar="PERCENT", help="Memory budget of the recommendation, e.g. 10%.")
 
 
 def _check_report_format(value: str | None) -> str | None:
@@ -165,20 +199,17 @@ def seconds(text: str) -> float:
     return total
 
 
-def decision_settings(runs: int | None, max_runs: int | None, budget: str, min_effect: str,
+def decision_settings(runs: int | None, max_runs: int | None, budget: str, min_effect: float,
                       first_look: int, default_max_runs: int, until_precise: str | None = None) -> dict:
     """Settings of how long to measure, shared by compare, suite and run: `--runs N` means exactly N;
     without it (and without --until-precise) blocks are added until every primary comparison is
     decided, within --budget and --max-runs."""
     if runs is not None and runs < 1:
         raise AlloclabError(f"--runs must be at least 1 (got {runs}).")
-    margin = percent(min_effect)
-    if margin < 0:
-        raise AlloclabError(f"--min-effect cannot be negative (got {min_effect}).")
     limit = max_runs if max_runs is not None else default_max_runs
     sequential = runs is None and not until_precise
     return dict(runs=runs if runs is not None else first_look, until_decided=sequential,
-                first_look=min(first_look, limit), max_runs=limit, max_seconds=seconds(budget), margin=margin,
+                first_look=min(first_look, limit), max_runs=limit, max_seconds=seconds(budget), margin=min_effect,
                 until_precise=percent(until_precise) if until_precise else None)
 
 
@@ -212,16 +243,5 @@ def gate(store: Store, exp_id: int, fail_if_worse: str | None, min_effect: float
 def stats_text(c) -> str:
     from alloclab.stats.estimates import format_comparison
     return format_comparison(c)
-
-
-def percent_or_none(text: str | None) -> float | None:
-    return percent(text) if text else None
-
-
-def percent(text: str) -> float:
-    try:
-        return float(text.rstrip("%")) / 100
-    except ValueError:
-        raise AlloclabError(f"Cannot read '{text}' as a percentage; write e.g. 2% or 0.02.") from None
 
 

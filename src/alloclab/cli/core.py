@@ -18,8 +18,9 @@ from alloclab.catalog import allocators as cat
 from alloclab.cli.app import (AblateOption, AllocatorOption, CallGraphOption, DbOption, DetailsOption,
     ExportJsonOption, FailIfWorseOption, MaxRssIncreaseOption, MaxRunsOption, MetricOption, MinEffectOption,
     NoVerifyOption, ProfileOption, ProfileRunsOption, ReportFileOption, ReportOption, RunsOption, SeedOption,
-    ShellOption, app, budget_option, console, decision_settings, err, gate, percent, percent_or_none, run_experiment,
+    ShellOption, app, budget_option, console, decision_settings, err, gate, run_experiment,
     show, timeout_option, warmup_option)
+from alloclab.cli.outputs import check_outputs
 from alloclab.errors import AlloclabError
 from alloclab.fleet import cli_glue as fleet_cli
 from alloclab.store.db import Store
@@ -92,14 +93,14 @@ def compare(
     db: Path = DbOption,
     export_json: Optional[Path] = ExportJsonOption,
     details: bool = DetailsOption,
-    min_effect: str = MinEffectOption,
+    min_effect: float = MinEffectOption,
     until_precise: Optional[str] = typer.Option(None, "--until-precise", help="Instead of until decided: add interleaved blocks until every primary metric's median CI half-width is below this, e.g. 2%."),
     max_runs: Optional[int] = MaxRunsOption,
     budget: str = budget_option("10m"),
     fail_if_worse: Optional[str] = FailIfWorseOption,
     report: Optional[str] = ReportOption,
     report_file: Optional[Path] = ReportFileOption,
-    max_rss_increase: Optional[str] = MaxRssIncreaseOption,
+    max_rss_increase: Optional[float] = MaxRssIncreaseOption,
     param: list[str] = typer.Option([], "--param", "-p", help="NAME=VALUES substituted for {NAME} in the command's arguments; lists (1,2,4) and ranges (1..16*2) sweep."),
     profile: bool = ProfileOption,
     profile_runs: int = ProfileRunsOption,
@@ -118,6 +119,7 @@ def compare(
     from alloclab.workloads.metrics import parse_metric_option
     from alloclab.measure.runner import Settings
 
+    check_outputs(db=db, report=report, report_file=report_file, export_json=export_json)
     fleet_cli.check(fleet, fleet_mode, until_precise=until_precise, profile=profile)
     metrics = [parse_metric_option(m) for m in metric]
     specs, sweeps = sweep.plan_variants(allocator, ablate)
@@ -139,16 +141,16 @@ def compare(
                                specs, settings, note=lambda text: err.print(text, highlight=False))
     else:
         exp_id = run_experiment(store, workloads, specs, settings)
-    show(store, exp_id, details=details, min_effect=percent(min_effect), export_json=export_json,
-         report_format=report, report_file=report_file, max_rss_increase=percent_or_none(max_rss_increase))
+    show(store, exp_id, details=details, min_effect=min_effect, export_json=export_json,
+         report_format=report, report_file=report_file, max_rss_increase=max_rss_increase)
     if fleet:
-        fleet_cli.show_hosts(store, exp_id, console, percent(min_effect))
+        fleet_cli.show_hosts(store, exp_id, console, min_effect)
     if sweeps:
-        cli_sweep.show_sweeps(store, exp_id, min_effect=percent(min_effect))
+        cli_sweep.show_sweeps(store, exp_id, min_effect=min_effect)
     if profile:
         from alloclab.cli.profile import profile_after
         profile_after(store, exp_id, workloads, specs, runs=profile_runs, call_graph=call_graph, timeout_s=timeout)
-    gate(store, exp_id, fail_if_worse, percent(min_effect))
+    gate(store, exp_id, fail_if_worse, min_effect)
 
 
 if __name__ == "__main__":

@@ -10,7 +10,8 @@ from typing import Optional
 import typer
 from rich.table import Table
 
-from alloclab.cli.app import DbOption, app, console, err, percent, percent_or_none
+from alloclab.cli.app import DbOption, app, console, err, min_effect_value, percent
+from alloclab.cli.outputs import check_outputs
 from alloclab.errors import AlloclabError
 from alloclab.fleet import hosts as fleet_hosts
 from alloclab.report import FORMATS, Options, write_report
@@ -33,10 +34,6 @@ def _load_ref(store: Store, ref: str):
     return fleet_hosts.for_host(e, host) if host else e
 
 
-def budget(text: str | None) -> float | None:
-    return None if text is None else percent(text)
-
-
 @app.command()
 def report(
     experiment: Optional[int] = typer.Argument(None, help="Experiment id (default: the latest)."),
@@ -45,20 +42,21 @@ def report(
     output: Optional[Path] = typer.Option(None, "--output", "-o", help="Write the report to FILE (default: stdout)."),
     details: bool = typer.Option(False, "--details", help="Show every standard measure."),
     baseline: Optional[str] = typer.Option(None, "--baseline", help="Variant label to compare against."),
-    min_effect: Optional[str] = typer.Option(None, "--min-effect", help="Equivalence margin (default: the experiment's, else 2%)."),
-    max_rss_increase: Optional[str] = typer.Option(
-        None, "--max-rss-increase", help="Memory budget of the recommendation, e.g. 10% (default: none)."),
+    min_effect: Optional[float] = typer.Option(None, "--min-effect", parser=min_effect_value, metavar="PERCENT", help="Equivalence margin (default: the experiment's, else 2%)."),
+    max_rss_increase: Optional[float] = typer.Option(
+        None, "--max-rss-increase", parser=percent, metavar="PERCENT", help="Memory budget of the recommendation, e.g. 10% (default: none)."),
     export_json: Optional[Path] = typer.Option(None, "--export-json", help="Also write the JSON report here."),
 ) -> None:
     """Show a stored experiment as a terminal table, Markdown, HTML, JSON or CSV, with a recommendation."""
     from alloclab.stats.analysis import analyze
 
+    check_outputs(output=output, export_json=export_json)
     store = open_store(db)
     e = store.load(experiment)
     if output is None and fmt == "html" and sys.stdout.isatty():
         output = Path(f"alloclab-report-{e.id}.html")  # a page of SVG is no use on a terminal
-    a = analyze(e, baseline=baseline, min_effect=percent_or_none(min_effect))
-    options = Options(details=details, max_rss_increase=budget(max_rss_increase))
+    a = analyze(e, baseline=baseline, min_effect=min_effect)
+    options = Options(details=details, max_rss_increase=max_rss_increase)
     written = write_report(a, fmt, output, options, console=console)
     if fmt == "terminal" and output is None and fleet_hosts.hosts_of(e):
         from alloclab.fleet.report import render_hosts
@@ -70,34 +68,13 @@ def report(
             err.print(f"Report written to {path}", highlight=False)
 
 
-def _listing(store: Store) -> list[dict]:
-    """One row per experiment, counted in SQL so that a long history lists fast."""
-    q = store.db.execute
-    variants: dict[int, list[str]] = {}
-    for r in q("SELECT experiment_id, label FROM variants ORDER BY experiment_id, idx"):
-        variants.setdefault(r[0], []).append(r[1])
-    workloads = dict(q("SELECT experiment_id, count(*) FROM workloads GROUP BY experiment_id").fetchall())
-    runs = {r[0]: (r[1], r[2]) for r in q(
-        "SELECT experiment_id, count(*), sum(status = 'ok') FROM runs WHERE warmup = 0 GROUP BY experiment_id")}
-    out = []
-    for row in store.experiments():
-        machine = json.loads(row["machine"])
-        total, ok = runs.get(row["id"], (0, 0))
-        out.append({"id": row["id"], "date": row["created"], "kind": row["kind"], "status": row["status"],
-                    "title": row["title"], "workloads": workloads.get(row["id"], 0),
-                    "variants": variants.get(row["id"], []), "runs": total, "runs_ok": ok or 0,
-                    "host": machine.get("host", ""), "kernel": machine.get("kernel", ""),
-                    "glibc": machine.get("glibc", "")})
-    return out
-
-
 @app.command()
 def experiments(
     db: Path = DbOption,
     as_json: bool = typer.Option(False, "--json", help="Print the list as JSON."),
 ) -> None:
     """List stored experiments: id, date, command or recipe, variants, runs, host."""
-    rows = _listing(open_store(db))
+    rows = open_store(db).listing()
     if as_json:
         console.print_json(json.dumps(rows))
         return
@@ -128,15 +105,17 @@ def diff(
     fmt: str = typer.Option("terminal", "--format", "-f", help="One of: terminal, md, json."),
     output: Optional[Path] = typer.Option(None, "--output", "-o", help="Write to FILE (default: stdout)."),
     details: bool = typer.Option(False, "--details", help="Compare every standard measure."),
-    min_effect: str = typer.Option("2%", "--min-effect", help="Equivalence margin of the comparisons."),
+    min_effect: float = typer.Option("2%", "--min-effect", parser=min_effect_value, metavar="PERCENT", help="Equivalence margin of the comparisons."),
 ) -> None:
     """Compare two experiments of the same workload (another day, machine or allocator version)."""
     if fmt not in ("terminal", "md", "json"):
         raise AlloclabError(f"Unknown diff format '{fmt}'; choose terminal, md or json.")
     from alloclab.report.diff import diff_experiments, render_json, render_markdown, render_terminal
 
+    check_outputs(output=output)
+
     ea, eb = (_load_ref(open_store(path), ref) for path, ref in ((db, a), (db_b or db, b)))
-    d = diff_experiments(ea, eb, min_effect=percent(min_effect), details=details)
+    d = diff_experiments(ea, eb, min_effect=min_effect, details=details)
     if fmt == "terminal" and output is None:
         render_terminal(d, console)
         return

@@ -14,8 +14,9 @@ from alloclab.cli import sweep as cli_sweep
 from alloclab.cli.app import (AblateOption, AllocatorOption, CallGraphOption, DbOption, DetailsOption,
     ExportJsonOption, FailIfWorseOption, MaxRssIncreaseOption, MaxRunsOption, MinEffectOption,
     NoVerifyOption, ProfileOption, ProfileRunsOption, ReportFileOption, ReportOption, RunsOption, SeedOption,
-    app, budget_option, console, decision_settings, err, gate, percent, percent_or_none, run_experiment,
+    app, budget_option, console, decision_settings, err, gate, run_experiment,
     show, timeout_option, warmup_option)
+from alloclab.cli.outputs import check_outputs
 from alloclab.errors import AlloclabError
 from alloclab.fleet import cli_glue as fleet_cli
 from alloclab.store.db import Store
@@ -63,14 +64,14 @@ def run_file(
     db: Path = DbOption,
     export_json: Optional[Path] = ExportJsonOption,
     details: bool = DetailsOption,
-    min_effect: str = MinEffectOption,
+    min_effect: float = MinEffectOption,
     profile: bool = ProfileOption,
     profile_runs: int = ProfileRunsOption,
     call_graph: bool = CallGraphOption,
     ablate: Optional[str] = AblateOption,
     report: Optional[str] = ReportOption,
     report_file: Optional[Path] = ReportFileOption,
-    max_rss_increase: Optional[str] = MaxRssIncreaseOption,
+    max_rss_increase: Optional[float] = MaxRssIncreaseOption,
     fleet: Optional[str] = fleet_cli.FleetOption,
     fleet_mode: str = fleet_cli.FleetModeOption,
     fleet_require_all: bool = fleet_cli.FleetRequireAllOption,
@@ -82,6 +83,7 @@ def run_file(
     from alloclab.plan import sweep
     from alloclab.measure.runner import Settings
 
+    check_outputs(db=db, report=report, report_file=report_file, export_json=export_json)
     fleet_cli.check(fleet, fleet_mode, profile=profile, keep=keep)
     ef = experiment_file.resolve(target)
     if not fleet:  # a fleet's hosts are checked instead, each in its pre-flight check
@@ -119,13 +121,13 @@ def run_file(
                                    note=lambda text: err.print(text, highlight=False))
         else:
             exp_id = run_experiment(store, workloads, variants, settings)
-        show(store, exp_id, details=details, min_effect=percent(min_effect), export_json=export_json,
+        show(store, exp_id, details=details, min_effect=min_effect, export_json=export_json,
              report_format=report, report_file=report_file,
-             max_rss_increase=percent_or_none(max_rss_increase))
+             max_rss_increase=max_rss_increase)
         if fleet:
-            fleet_cli.show_hosts(store, exp_id, console, percent(min_effect))
+            fleet_cli.show_hosts(store, exp_id, console, min_effect)
         if sweeps:
-            cli_sweep.show_sweeps(store, exp_id, min_effect=percent(min_effect))
+            cli_sweep.show_sweeps(store, exp_id, min_effect=min_effect)
         if profile:
             from alloclab.cli.profile import profile_after
             # The session is set up afresh for the profiled runs (the runner cleaned it up).
@@ -135,7 +137,7 @@ def run_file(
         session.cleanup()  # also done by the runner; here for errors raised before it started
     if keep and session.workdir is not None:
         console.print(f"Working directory kept: {session.workdir}")
-    gate(store, exp_id, fail_if_worse, percent(min_effect))
+    gate(store, exp_id, fail_if_worse, min_effect)
 
 
 @app.command()

@@ -15,8 +15,9 @@ from alloclab.fleet import cli_glue as fleet_cli
 from alloclab.cli.app import (AblateOption, AllocatorOption, CallGraphOption, DbOption, DetailsOption,
     ExportJsonOption, FailIfWorseOption, MaxRssIncreaseOption, MaxRunsOption, MinEffectOption,
     NoVerifyOption, ProfileOption, ProfileRunsOption, ReportFileOption, ReportOption, RunsOption, SeedOption,
-    app, budget_option, console, decision_settings, err, gate, percent, percent_or_none, run_experiment,
+    app, budget_option, console, decision_settings, err, gate, run_experiment,
     show, timeout_option, warmup_option)
+from alloclab.cli.outputs import check_outputs
 from alloclab.store.db import Store
 from alloclab.catalog.variants import installed_variants
 
@@ -96,14 +97,14 @@ def suite(
     db: Path = DbOption,
     export_json: Optional[Path] = ExportJsonOption,
     details: bool = DetailsOption,
-    min_effect: str = MinEffectOption,
+    min_effect: float = MinEffectOption,
     profile: bool = ProfileOption,
     profile_runs: int = ProfileRunsOption,
     call_graph: bool = CallGraphOption,
     ablate: Optional[str] = AblateOption,
     report: Optional[str] = ReportOption,
     report_file: Optional[Path] = ReportFileOption,
-    max_rss_increase: Optional[str] = MaxRssIncreaseOption,
+    max_rss_increase: Optional[float] = MaxRssIncreaseOption,
     fleet: Optional[str] = fleet_cli.FleetOption,
     fleet_mode: str = fleet_cli.FleetModeOption,
     fleet_require_all: bool = fleet_cli.FleetRequireAllOption,
@@ -116,6 +117,7 @@ def suite(
     from alloclab.measure.runner import Settings
     from alloclab.workloads import builtin
 
+    check_outputs(db=db, report=report, report_file=report_file, export_json=export_json)
     fleet_cli.check(fleet, fleet_mode, profile=profile)
     names = workload or list(builtin.registry())
     for name in names:
@@ -140,14 +142,14 @@ def suite(
                                note=lambda text: err.print(text, highlight=False))
     else:
         exp_id = run_experiment(store, workloads, specs, settings)
-    a = show(store, exp_id, details=details, min_effect=percent(min_effect), export_json=export_json,
-             report_format=report, report_file=report_file, max_rss_increase=percent_or_none(max_rss_increase))
+    a = show(store, exp_id, details=details, min_effect=min_effect, export_json=export_json,
+             report_format=report, report_file=report_file, max_rss_increase=max_rss_increase)
     if fleet:
-        fleet_cli.show_hosts(store, exp_id, console, percent(min_effect))
-    print_summary(store, exp_id, percent(min_effect), a)
+        fleet_cli.show_hosts(store, exp_id, console, min_effect)
+    print_summary(store, exp_id, min_effect, a)
     if sweeps:
-        cli_sweep.show_sweeps(store, exp_id, min_effect=percent(min_effect))
+        cli_sweep.show_sweeps(store, exp_id, min_effect=min_effect)
     if profile:
         from alloclab.cli.profile import profile_after
         profile_after(store, exp_id, workloads, specs, runs=profile_runs, call_graph=call_graph, timeout_s=timeout)
-    gate(store, exp_id, fail_if_worse, percent(min_effect))
+    gate(store, exp_id, fail_if_worse, min_effect)

@@ -17,7 +17,7 @@ from rich.markup import escape
 from rich.table import Table
 from rich.text import Text
 
-from alloclab.cli.app import DbOption, app, console as default_console, percent
+from alloclab.cli.app import DbOption, app, console as default_console, min_effect_value
 from alloclab.errors import AlloclabError
 from alloclab.store.db import Store
 
@@ -227,12 +227,12 @@ def show_sweeps(store: Store, exp_id: int, *, min_effect: float = 0.0, console: 
 def sweep_command(
     experiment: Optional[int] = typer.Argument(None, help="Experiment id (default: the latest)."),
     db: Path = DbOption,
-    min_effect: str = typer.Option("2%", "--min-effect", help="Equivalence margin: effects within it count as noise."),
+    min_effect: float = typer.Option("2%", "--min-effect", parser=min_effect_value, metavar="PERCENT", help="Equivalence margin: effects within it count as noise."),
 ) -> None:
     """Show the sweep, ablation and thread-scaling tables of a stored experiment."""
     store = Store(db)
     exp_id = store.latest() if experiment is None else experiment
-    if not show_sweeps(store, exp_id, min_effect=percent(min_effect)):
+    if not show_sweeps(store, exp_id, min_effect=min_effect):
         raise AlloclabError(
             f"Experiment {exp_id} in {store.path} has no sweep. Sweep a setting with a range or a list in a "
             f"variant (alloclab compare -a 'glibc:MALLOC_TOP_PAD_=128K..256M*4' -- CMD), a workload parameter "

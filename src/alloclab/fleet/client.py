@@ -23,7 +23,8 @@ from alloclab.store.db import Store
 from alloclab.fleet import hosts as H
 from alloclab.fleet.address import FleetAddress
 from alloclab.fleet.cluster import RESOURCE, open_client
-from alloclab.fleet.merge import combine_verifications, merge_session, update_experiment
+from alloclab.fleet.merge import combine_verifications, update_experiment
+from alloclab.store.merge import merge_session
 from alloclab.fleet.spec import SessionSpec
 
 PREFLIGHT_TIMEOUT_S = 180

@@ -18,6 +18,7 @@ import threading
 from pathlib import Path
 
 from alloclab import __version__
+from alloclab.store.merge import fold_wal
 
 _sessions: dict[int, subprocess.Popen] = {}
 _lock = threading.Lock()
@@ -65,26 +66,12 @@ def run_session(spec_json: str, host: str, task: str) -> dict:
                 with _lock:
                     _sessions.pop(proc.pid, None)
         db, error = tmp / "out.db", tmp / "error"
-        _fold_wal(db)
+        fold_wal(db)
         return {"error": error.read_text() if error.exists() else "","host": host, "task": task, "hostname": socket.gethostname(), "returncode": rc,
                 "stderr": (tmp / "stderr").read_text(errors="replace")[-STDERR_TAIL:],
                 "db": db.read_bytes() if db.exists() else b""}
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
-
-
-def _fold_wal(db: Path) -> None:
-    """The store runs in WAL mode: runs a session committed but never checkpointed (it was killed)
-    are in out.db-wal. Fold them into the file, whose bytes are all that travels back."""
-    if not db.exists():
-        return
-    import sqlite3
-    try:
-        with sqlite3.connect(db) as con:
-            con.execute("PRAGMA wal_checkpoint(TRUNCATE)")
-        con.close()
-    except sqlite3.Error:
-        pass  # an unreadable file travels as it is; the client reports what it can read
 
 
 def stop_sessions() -> int:
@@ -97,8 +84,3 @@ def stop_sessions() -> int:
         except ProcessLookupError:
             pass
     return len(procs)
-
-
-def running_sessions() -> list[int]:
-    with _lock:
-        return [p.pid for p in _sessions.values() if p.poll() is None]

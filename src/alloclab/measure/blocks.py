@@ -1,6 +1,6 @@
-"""The blocks an experiment runs after the planned ones: with --until-decided, until every primary
-comparison has a verdict (at the design's looks only), the budget is spent or --max-runs; with
---until-precise, until every median's interval is narrow enough.
+"""The blocks an experiment runs after the planned ones: until decided (the default without
+--runs), until every primary comparison has a verdict (at the design's looks only), the budget
+is spent or --max-runs; with --until-precise, until every median's interval is narrow enough.
 
 In: the runner's state and the statistics' answers at each look (its `judge`). Out: more jobs.
 A mixin of measure.runner.Experiment, kept apart because when to stop is its own question.
@@ -10,12 +10,12 @@ from __future__ import annotations
 
 import time
 
-from alloclab.plan import schedule as plan
+from alloclab.plan.schedule import Job, Planner
 
 
 class MoreBlocks:
-    def _jobs(self, planner: plan.Planner, jobs: list[plan.Job], started: float):
-        """The planned jobs, then, with --until-decided or --until-precise, more interleaved blocks
+    def _jobs(self, planner: Planner, jobs: list[Job], started: float):
+        """The planned jobs, then, until decided or with --until-precise, more interleaved blocks
         while needed."""
         yield from jobs
         s = self.settings
@@ -25,7 +25,7 @@ class MoreBlocks:
         if not s.until_precise:
             return
         measured = s.runs
-        while measured < s.max_runs and time.monotonic() - started < s.max_seconds:
+        while measured < s.max_runs and self.clock() - started < s.max_seconds:
             imprecise = self._imprecise_cells(s.until_precise)
             if not imprecise:
                 self.progress.note(f"every interval is within ±{s.until_precise:.1%} after {measured} runs")
@@ -39,7 +39,7 @@ class MoreBlocks:
         self.progress.note(f"stopped at {measured} runs per cell (--max-runs {s.max_runs} / "
                            f"{s.max_seconds:g} s) before every interval was within ±{s.until_precise:.1%}")
 
-    def _until_decided(self, planner: plan.Planner, started: float):
+    def _until_decided(self, planner: Planner, started: float):
         """Blocks until every primary comparison has a verdict, the budget is spent, or --max-runs.
 
         Looks happen only at the design's planned block counts (see stats/decide.py: each look is tested
@@ -49,11 +49,11 @@ class MoreBlocks:
         s, design = self.settings, self.design
         base = 0
         open_: dict[int, set[int]] = {wi: set(range(1, len(self.variants))) for wi in range(len(self.workloads))}
-        measured, block_s, t_block = design.looks[0], 0.0, time.monotonic()
+        measured, block_s, t_block = design.looks[0], 0.0, self.clock()
         self._stopped = "max-runs"
         while True:
             if measured in design.looks:
-                still = self.judge.open_comparisons(self.store.load(self.exp_id),
+                still = self.judge.open_comparisons(self.recorder.experiment,
                                                     {wi for wi, vs in open_.items() if vs}, s.margin)
                 for wi, vs in still.items():
                     open_[wi] &= vs
@@ -66,7 +66,7 @@ class MoreBlocks:
             if measured >= design.looks[-1]:
                 self.progress.note(f"stopped at --max-runs {measured} with comparisons still undecided")
                 return
-            elapsed = time.monotonic() - started
+            elapsed = self.clock() - started
             if elapsed + block_s > s.max_seconds:
                 self._stopped = "budget"
                 self.progress.note(f"stopped by the {s.max_seconds:g} s budget after {measured} runs per variant, "
@@ -77,9 +77,9 @@ class MoreBlocks:
             block = planner.block(cells=cells)
             self.progress_total += len(block)
             self.progress.start(self.progress_total)
-            t_block = time.monotonic()
+            t_block = self.clock()
             yield from block
-            block_s = time.monotonic() - t_block
+            block_s = self.clock() - t_block
             measured += 1
             self._measured = measured
 
@@ -88,7 +88,7 @@ class MoreBlocks:
 
         Only precision decides, never significance: stopping when p first drops below alpha
         would inflate the false-positive rate."""
-        runs = self.store.load(self.exp_id).runs
+        runs = self.recorder.experiment.runs
         out = []
         for c in self.cells:
             w = self.workloads[c.workload_idx]

@@ -1,10 +1,10 @@
 """One run: spawn a process tree, watch it, and collect what the kernel says about it.
 
-The program is forked by a small static launcher that stays running (launcher/spawn.c,
-spawner.py) in a session of its own, so it and everything it starts form one process group we
-can kill, with stdin closed and stdout/stderr going to files. The launcher times the program
-and collects the kernel's rusage for it and every descendant it reaped, free of Python's own
-memory. The calling thread samples the tree's RSS from /proc between polls of the launcher's
+The program is started (posix_spawn) by a small static launcher that stays running
+(launcher/spawn.c, spawner.py) in a session of its own, so it and everything it starts form one
+process group we can kill, with stdin closed and stdout/stderr going to files. The launcher
+times the program and collects the kernel's rusage for it and every descendant it reaped, free
+of Python's own memory. The calling thread samples the tree's RSS from /proc between polls of the launcher's
 reply pipe, which turns readable when the program has exited (no waiter thread: starting one
 and handing its result over cost more than a whole run of /bin/true).
 """
@@ -67,7 +67,7 @@ class RunResult:
     samples: int = 0
 
 
-def _tail(path: Path | str, limit: int = OUTPUT_KEEP) -> str:
+def file_tail(path: Path | str, limit: int = OUTPUT_KEEP) -> str:
     try:
         if os.stat(path).st_size == 0:   # most runs of a benchmark print little: one syscall, not four
             return ""
@@ -311,8 +311,8 @@ def run_once(argv: list[str], env: dict[str, str], workdir: Path, *, timeout_s: 
     result = RunResult("ok", t_end - t0, rss_series=sampler.series, samples=sampler.samples,
                        processes=sampler.processes(), peak_rss_kb=sampler.peak_kb,
                        final_rss_kb=sampler.last_kb)
-    result.stdout = _tail(out_path)
-    result.stderr = _tail(err_path, 64 * 1024)
+    result.stdout = file_tail(out_path)
+    result.stderr = file_tail(err_path, 64 * 1024)
     if not parse_launcher_line(child.line or "", result) and not (timed_out or interrupted):
         result.status, result.error = "error", f"the launcher failed ({child.line or 'no answer'})"
         return result
@@ -338,7 +338,7 @@ def _not_started(line: str, argv: list[str], cwd: str | None) -> RunResult:
     return RunResult("error", 0.0, exit_code=127, error=f"alloclab-spawn: cannot {what} {argv[0]}: {reason}")
 
 
-def _read_launcher_result(path: Path, result: RunResult) -> bool:
+def read_launcher_result(path: Path, result: RunResult) -> bool:
     """The one-shot launcher's result file (a service's server runs under it)."""
     try:
         return parse_launcher_line(path.read_text(), result)

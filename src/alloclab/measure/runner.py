@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Callable, Protocol
 
 from alloclab.measure import machine
-from alloclab.plan import schedule as plan
+from alloclab.plan.schedule import Job, Planner
 from alloclab.measure import forward, readback
 from alloclab.measure import verify
 from alloclab.errors import AlloclabError, Interrupted
@@ -29,6 +29,7 @@ from alloclab.plan.design import Design
 
 if TYPE_CHECKING:
     from alloclab.store.db import Store
+    from alloclab.store.records import Recorder
 
 
 @dataclass
@@ -42,7 +43,7 @@ class Settings:
     title: str = ""
     until_precise: float | None = None   # stop adding blocks when every CI half-width is below this
     until_decided: bool = False          # add blocks until every primary comparison has a verdict
-    first_look: int = 10                 # --until-decided: blocks before the first look
+    first_look: int = 10                 # until decided: blocks before the first look
     margin: float = 0.02                 # equivalence margin (--min-effect)
     alpha: float = 0.05
     max_runs: int = 50
@@ -81,7 +82,9 @@ class Experiment(MoreBlocks):
     settings: Settings
     progress: Progress = field(default_factory=Progress)
     base_env: dict[str, str] = field(default_factory=lambda: dict(os.environ))
-    judge: "Judge | None" = None   # stats.looks.Judge: needed by --until-decided and --until-precise
+    judge: "Judge | None" = None   # stats.looks.Judge: needed until decided and with --until-precise
+    # What the budget is measured with; tests hand in a fake clock that their fake runs advance.
+    clock: Callable[[], float] = time.monotonic
 
     def __post_init__(self) -> None:
         if self.settings.runs < 1:
@@ -105,6 +108,8 @@ class Experiment(MoreBlocks):
         self.found_metric: set[tuple[int, str]] = set()
         self.perf_ok = machine.perf_counters()[0]
         self.exp_id: int | None = None
+        # The experiment as written so far, kept in memory as each run is stored: what a look reads.
+        self.recorder: Recorder | None = None
         self._env_max: dict[int, int] = {}
         self._last_wall: dict[int, float] = {}
         self._filler: tuple[int | None, int] = (None, 0)   # (block, its filler): drawn once per block
@@ -137,16 +142,17 @@ class Experiment(MoreBlocks):
                   "removed_env": removed, "perf_counters": self.perf_ok}
         config.update(s.extra_config)
         meta = machine.snapshot(self.variants)
-        self.exp_id = self.store.new_experiment(s.kind, s.title or self.workloads[0].name, config, meta)
+        self.recorder = self.store.record(s.kind, s.title or self.workloads[0].name, config, meta)
+        self.exp_id = self.recorder.id
+        self.config = config
         for i, w in enumerate(self.workloads):
             defs = list(w.metrics) + list(STANDARD) + (list(HW_COUNTERS) if self.perf_ok else [])
-            self.store.add_workload(self.exp_id, i, w.name, w.argv, w.params, w.info, defs)
+            self.recorder.add_workload(i, w.name, w.argv, w.params, w.info, defs)
         for i, v in enumerate(self.variants):
-            self.store.add_variant(self.exp_id, i, v, meta["allocators"].get(v.label, "unknown"))
+            self.recorder.add_variant(i, v, meta["allocators"].get(v.label, "unknown"))
         for c in self.cells:
             ev = verify.static_check(self._variant(c.workload_idx, c.variant_idx), self.programs[c.workload_idx])
             self.evidence[(c.workload_idx, c.variant_idx)] = ev
-        self.config = config
         self._read_settings_back()
         if removed:
             self.progress.note("Removed inherited allocator settings from the environment of every run: "
@@ -171,7 +177,7 @@ class Experiment(MoreBlocks):
 
     # --- one job ---------------------------------------------------------------------------
 
-    def _env(self, w: Workload, v: Variant, job: plan.Job, tmp: Path) -> tuple[dict, Path | None]:
+    def _env(self, w: Workload, v: Variant, job: Job, tmp: Path) -> tuple[dict, Path | None]:
         cell = self.cells[job.cell]
         env, size = self._cell_env(cell.workload_idx, cell.variant_idx)
         env = pad_env(env, self._env_target(job), size)
@@ -189,7 +195,7 @@ class Experiment(MoreBlocks):
             self._env_of[(wi, vi)] = env, env_size(env)
         return self._env_of[(wi, vi)]
 
-    def _env_target(self, job: plan.Job) -> int:
+    def _env_target(self, job: Job) -> int:
         """The environment size every variant of this job's block gets: the largest variant's, plus a
         filler drawn per block. A variant's LD_PRELOAD and settings lengthen the environment, which
         moves the initial stack and can shift timings by itself (Mytkowicz et al., ASPLOS 2009)."""
@@ -201,7 +207,7 @@ class Experiment(MoreBlocks):
             self._filler = (job.block, random.Random(self.settings.seed * 1_000_003 + job.block).randrange(4096))
         return self._env_max[wi] + len(PAD_VAR) + 2 + self._filler[1]
 
-    def _check_run(self, cell: Cell, job: plan.Job, result: RunResult, tmp: Path) -> dict:
+    def _check_run(self, cell: Cell, job: Job, result: RunResult, tmp: Path) -> dict:
         v = self._variant(cell.workload_idx, cell.variant_idx)
         ev = self.evidence[(cell.workload_idx, cell.variant_idx)]
         extra: dict = {"load": _load_average(), "samples": result.samples, "env_pad": self._last_pad}
@@ -219,7 +225,7 @@ class Experiment(MoreBlocks):
                 extra.setdefault("verification", []).append(f"{len(escaped)} process(es) escaped the preload")
         return extra
 
-    def _metrics(self, cell: Cell, job: plan.Job, result: RunResult, perf_file: Path | None) -> dict:
+    def _metrics(self, cell: Cell, job: Job, result: RunResult, perf_file: Path | None) -> dict:
         w = self.workloads[cell.workload_idx]
         values: dict[str, float] = standard_values(result)
         if perf_file is not None:
@@ -245,19 +251,21 @@ class Experiment(MoreBlocks):
     # --- the whole experiment ----------------------------------------------------------------
 
     def run(self) -> int:
-        self._record_setup()
         s = self.settings
-        planner = plan.Planner(len(self.cells), s.seed, [c.workload_idx for c in self.cells])
+        planner = Planner(len(self.cells), s.seed, [c.workload_idx for c in self.cells])
         jobs = planner.initial(self.design.looks[0], s.warmup, s.verify)
-        self.progress_total = len(jobs)
-        self.progress.start(len(jobs))
         root = Path(tempfile.mkdtemp(prefix="alloclab-"))
         shared_dir = root / "run"
         block0: list[RunResult] = []
-        status = "complete"
+        # "failed" until the last run is stored: whatever stops the experiment early (an error in
+        # the set-up, a bug, Ctrl-C) must never leave its record "running".
+        status = "failed"
         prepared: list[Workload] = []
-        started = time.monotonic()
         try:
+            self._record_setup()
+            self.progress_total = len(jobs)
+            self.progress.start(len(jobs))
+            started = self.clock()
             for w in self.workloads:
                 prepared.append(w)
                 w.executor.prepare()
@@ -318,27 +326,28 @@ class Experiment(MoreBlocks):
                             + output_tail(result.stderr))
                 if fresh:
                     shutil.rmtree(tmp, ignore_errors=True)
+            status = "complete"
         except KeyboardInterrupt:
             status = "interrupted"
+            if self.exp_id is None:
+                raise Interrupted("Interrupted before the experiment was recorded: nothing was measured.") from None
             raise Interrupted(
                 f"Interrupted: every child process was stopped and the runs measured so far are kept in "
                 f"{self.store.path} as experiment {self.exp_id}. See them with "
                 f"`alloclab report --db {self.store.path} {self.exp_id}`.") from None
-        except AlloclabError:
-            status = "failed"
-            raise
         finally:
             for w in prepared:
                 w.executor.cleanup()
-            self._save_verification()
-            if self.exp_id is not None and self.settings.until_decided:
-                self.store.set_config(self.exp_id, self.config | {"stopped": self._stopped or status,
-                                                                  "runs_done": self._measured})
-            self.store.finish(self.exp_id, status, {"load_end": list(os.getloadavg())})
+            if self.exp_id is not None:
+                self._save_verification()
+                if self.settings.until_decided:
+                    self.recorder.set_config(self.config | {"stopped": self._stopped or status,
+                                                            "runs_done": self._measured})
+                self.recorder.finish(status, {"load_end": list(os.getloadavg())})
             shutil.rmtree(root, ignore_errors=True)
         return self.exp_id
 
-    def _label(self, job: plan.Job) -> str:
+    def _label(self, job: Job) -> str:
         key = (job.cell, job.warmup)
         if key not in self._labels:
             cell = self.cells[job.cell]
@@ -346,13 +355,13 @@ class Experiment(MoreBlocks):
             self._labels[key] = f"{w.name[:30]} | {v.label}" + (" (warm-up)" if job.warmup else "")
         return self._labels[key]
 
-    def _store(self, cell: Cell, job: plan.Job, result: RunResult, values: dict, extra: dict) -> None:
-        self.store.add_run(self.exp_id, cell.workload_idx, cell.variant_idx, job.block, job.position,
-                           job.warmup, result, values, extra)
+    def _store(self, cell: Cell, job: Job, result: RunResult, values: dict, extra: dict) -> None:
+        self.recorder.add_run(cell.workload_idx, cell.variant_idx, job.block, job.position, job.warmup,
+                              result, values, extra)
 
     def _save_verification(self) -> None:
         for (wi, vi), ev in self.evidence.items():
-            self.store.set_verification(self.exp_id, wi, vi, ev.status, ev.reasons, ev.notes)
+            self.recorder.set_verification(wi, vi, ev.status, ev.reasons, ev.notes)
 
 
 PAD_VAR = "ALLOCLAB_PAD"

@@ -6,9 +6,10 @@ workload are kept together (the workloads in a shuffled order, the variants of e
 among themselves): the statistics compare variants within a workload and a block, and the
 closer in time two paired runs are, the less of the machine's drift lies between them (on the
 2-core VM, PostgreSQL's per-block ratios at 2 clients spread 0.061 in log when the two runs were
-adjacent against 0.099 when a whole block's worth of other runs lay between them). The order is recorded with
-every run, so it can be checked afterwards. Adaptive experiments (--until-decided, --until-precise) ask
-the same planner for more blocks, so the added runs stay interleaved.
+adjacent against 0.099 when a whole block's worth of other runs lay between them). The order is
+recorded with every run, so it can be checked afterwards. Adaptive experiments (until decided,
+the default without --runs; --until-precise) ask the same planner for more blocks, so the added
+runs stay interleaved.
 """
 
 from __future__ import annotations

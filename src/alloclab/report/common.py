@@ -140,11 +140,6 @@ def process_lines(a: Analysis, w) -> list[str]:
             + "; ".join(processes.cell_line(c, x.programs) for c in x.cells)]
 
 
-def answer_line(x: Answer) -> str:
-    mech = f"  mechanism: {', '.join(x.mechanism)}" if x.mechanism else ""
-    return f"{x.workload} | {x.metric} | {x.variant}: {x.verdict} {x.text}{mech}"
-
-
 def shown_rows(w, details: bool = False) -> list[MetricRow]:
     """The rows a report shows: the program's own metrics and the default standard measures."""
     return [r for r in w.rows if details or r.source != "run" or r.name in DEFAULT_STANDARD]

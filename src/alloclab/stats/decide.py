@@ -18,8 +18,9 @@ inflates a plain t interval and makes a rank test need many blocks before it can
 alpha at all. The trimmed mean ignores the tails on both sides, and its interval is defined from
 two blocks on, so deterministic counts (page faults, peak RSS) decide in two or three runs.
 
-Why the looks are Bonferroni-spent (Pocock-like): --until-decided looks at the data after n0,
-n0*g, n0*g^2, ... blocks up to --max-runs, K looks in all, and each look tests at alpha/K; the
+Why the looks are Bonferroni-spent (Pocock-like): measuring until decided (the default without
+--runs) looks at the data after n0, n0*g, n0*g^2, ... blocks up to --max-runs, K looks in all,
+and each look tests at alpha/K; the
 m comparisons of one family (every candidate against the baseline on one workload and metric)
 share that by Bonferroni. By the union bound, the chance that any look of any comparison states
 a false "better", "worse" or "equivalent" is at most alpha, however the looks turn out: the

@@ -156,19 +156,6 @@ def _drift(x: np.ndarray, blocks: np.ndarray, floor: float = 0.0) -> Finding | N
 COMPETING_CORES = 0.5   # other work averaging more than half a core over a run is worth a warning
 
 
-def _high_load(load_avg: float | Sequence[float] | None, n_cores: int | None) -> Finding | None:
-    if load_avg is None or not n_cores:
-        return None
-    loads = _finite(np.atleast_1d(np.asarray(load_avg, dtype=float)))
-    if loads.size == 0 or loads.max() <= n_cores:
-        return None
-    return Finding(
-        "high-load",
-        f"load average reached {loads.max():.1f} on {n_cores} cores",
-        "other work competed for the CPUs; close other programs and re-run",
-    )
-
-
 def _competing_cpu(other_cpu: Sequence[float] | None, n_cores: int | None) -> Finding | None:
     """Other work's CPU use during the runs, in cores (the machine's busy time less the runs' own)."""
     other = _finite(other_cpu)
@@ -234,9 +221,9 @@ def cell_findings(values: Iterable[float], *, alpha: float = 0.05, n_comparisons
     Codes: too-few-runs, high-cv, warmup-trend (see :func:`_warmup_trend`),
     outliers (modified z > 3.5, listed, never dropped), drift (Spearman of
     value vs block, p < 0.01, >= 6 blocks), high-load (other processes used
-    more than half a core during a run, from ``other_cpu``; without it, max
-    load average > n_cores), short-runs (median duration
-    < 10 ms), failed-runs, all-failed.
+    more than half a core during a run, from ``other_cpu``; the load average
+    is never warned on, see below), short-runs (median duration < 10 ms),
+    failed-runs, all-failed.
     """
     # Only the CPU other processes used is evidence of competition: the load average counts the
     # workload's own threads too (qemu-img's io_uring workers reached 14 on 2 cores), so it is

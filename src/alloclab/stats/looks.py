@@ -1,6 +1,6 @@
 """What the runner asks the statistics while an experiment runs, at the design's looks.
 
-In: the experiment as stored so far. Out: the comparisons still open (--until-decided), or
+In: the experiment as stored so far. Out: the comparisons still open (until decided, the default without --runs), or
 whether a cell's median is already precise enough (--until-precise). The runner (measure stage)
 gets this object handed in, so measuring never imports the statistics.
 """

@@ -35,10 +35,6 @@ class CurvePoint:
     vs_best: stats.Comparison | None = None
     within_noise: bool = False          # not significantly worse than the best
 
-    @property
-    def ci_overlaps(self) -> bool:
-        return self.vs_best is not None and self.vs_best.ci_low <= 1 <= self.vs_best.ci_high
-
 
 @dataclass
 class ScalingStep:

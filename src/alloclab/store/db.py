@@ -21,8 +21,12 @@ import time
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from alloclab.errors import AlloclabError
+
+if TYPE_CHECKING:
+    from alloclab.store.records import Recorder, RunRecord
 
 SCHEMA_VERSION = 1
 DEFAULT_DB = "alloclab.db"
@@ -62,6 +66,9 @@ CREATE INDEX IF NOT EXISTS runs_by_cell ON runs (experiment_id, workload_idx, va
 CREATE TABLE IF NOT EXISTS metrics (
     run_id INTEGER NOT NULL REFERENCES runs(id), name TEXT NOT NULL, value REAL NOT NULL,
     PRIMARY KEY (run_id, name)) WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS profiles (
+    experiment_id INTEGER NOT NULL, workload_idx INTEGER NOT NULL, variant_idx INTEGER NOT NULL,
+    summary TEXT NOT NULL, PRIMARY KEY (experiment_id, workload_idx, variant_idx));
 """
 
 
@@ -124,6 +131,11 @@ class Store:
 
     # --- writing ---------------------------------------------------------------------------
 
+    def record(self, kind: str, title: str, config: dict, machine: dict) -> "Recorder":
+        """A new experiment, written run by run and kept in memory as it goes (see store.records)."""
+        from alloclab.store.records import Recorder
+        return Recorder(self, kind, title, config, machine)
+
     def new_experiment(self, kind: str, title: str, config: dict, machine: dict) -> int:
         cur = self.db.execute(
             "INSERT INTO experiments (created, kind, title, status, config, machine) VALUES (?,?,?,?,?,?)",
@@ -131,42 +143,59 @@ class Store:
         self.db.commit()
         return cur.lastrowid
 
+    # The write methods return what they wrote in the shape Store.load gives it, so that a writer can
+    # keep the experiment in memory (store.records.Recorder) without reading it back.
+
     def add_workload(self, exp: int, idx: int, name: str, argv: list[str], params: dict, info: dict,
-                     metric_defs: list) -> None:
+                     metric_defs: list) -> tuple[dict, list[dict]]:
         self.db.execute("INSERT INTO workloads VALUES (?,?,?,?,?,?)",
                         (exp, idx, name, json.dumps(argv), json.dumps(params), json.dumps(info)))
-        for ord_, m in enumerate(metric_defs):
-            self.db.execute("INSERT INTO metric_defs VALUES (?,?,?,?,?,?,?,?,?)",
-                            (exp, idx, m.name, m.unit, int(m.higher_is_better), m.source, m.pattern,
-                             int(m.primary), ord_))
+        defs = [{"experiment_id": exp, "workload_idx": idx, "name": m.name, "unit": m.unit,
+                 "higher_is_better": int(m.higher_is_better), "source": m.source, "pattern": m.pattern,
+                 "primary_metric": int(m.primary), "ord": ord_} for ord_, m in enumerate(metric_defs)]
+        self.db.executemany("INSERT INTO metric_defs VALUES (:experiment_id, :workload_idx, :name, :unit, "
+                            ":higher_is_better, :source, :pattern, :primary_metric, :ord)", defs)
         self.db.commit()
+        return {"experiment_id": exp, "idx": idx, "name": name, "argv": argv, "params": params, "info": info}, defs
 
-    def add_variant(self, exp: int, idx: int, v, version: str) -> None:
+    def add_variant(self, exp: int, idx: int, v, version: str) -> dict:
+        row = {"experiment_id": exp, "idx": idx, "label": v.label, "spec": v.spec,
+               "allocator": v.allocator.name if v.allocator else None,
+               "library": str(v.library) if v.library else None, "version": version, "env": dict(v.env),
+               "settings": [[s.key, s.written, s.value] for s in v.settings], "notes": list(v.notes)}
         self.db.execute("INSERT INTO variants VALUES (?,?,?,?,?,?,?,?,?,?)", (
-            exp, idx, v.label, v.spec, v.allocator.name if v.allocator else None,
-            str(v.library) if v.library else None, version, json.dumps(v.env),
-            json.dumps([[s.key, s.written, s.value] for s in v.settings]), json.dumps(list(v.notes))))
+            exp, idx, row["label"], row["spec"], row["allocator"], row["library"], version,
+            json.dumps(row["env"]), json.dumps(row["settings"]), json.dumps(row["notes"])))
         self.db.commit()
+        return row
 
     def set_verification(self, exp: int, workload_idx: int, variant_idx: int, status: str,
-                         reasons: list[str], notes: list[str]) -> None:
+                         reasons: list[str], notes: list[str]) -> dict:
         self.db.execute("INSERT OR REPLACE INTO verifications VALUES (?,?,?,?,?,?)",
                         (exp, workload_idx, variant_idx, status, json.dumps(reasons), json.dumps(notes)))
         self.db.commit()
+        return {"experiment_id": exp, "workload_idx": workload_idx, "variant_idx": variant_idx, "status": status,
+                "reasons": list(reasons), "notes": list(notes)}
 
     def add_run(self, exp: int, workload_idx: int, variant_idx: int, block: int, position: int,
                 warmup: bool, result, metrics: dict[str, float], extra: dict) -> int:
+        from alloclab.store.records import RunRecord
+        return self.insert_run(exp, RunRecord.of(workload_idx, variant_idx, block, position, warmup, result,
+                                                 metrics, extra))
+
+    def insert_run(self, exp: int, r: "RunRecord") -> int:
+        """One run and its metrics, committed at once: a run survives the process being killed."""
         cur = self.db.execute(
             "INSERT INTO runs (experiment_id, workload_idx, variant_idx, block, position, warmup, started,"
             " status, exit_code, signal, error, wall_s, stdout, stderr, rss_series, processes, extra)"
             " VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
-            (exp, workload_idx, variant_idx, block, position, int(warmup), now(), result.status,
-             result.exit_code, result.signal, result.error, result.wall_s, result.stdout, result.stderr,
-             json.dumps(result.rss_series) if result.rss_series else "[]",
-             json.dumps([p.__dict__ for p in result.processes]) if result.processes else "[]",
-             json.dumps(extra)))
+            (exp, r.workload_idx, r.variant_idx, r.block, r.position, int(r.warmup), r.started, r.status,
+             r.exit_code, r.signal, r.error, r.wall_s, r.stdout, r.stderr,
+             json.dumps(r.rss_series) if r.rss_series else "[]",
+             json.dumps(r.processes) if r.processes else "[]",
+             json.dumps(r.extra)))
         run_id = cur.lastrowid
-        rows = [x for k, v in metrics.items() if v is not None for x in (run_id, k, float(v))]
+        rows = [x for k, v in r.metrics.items() for x in (run_id, k, v)]
         for i in range(0, len(rows), 3 * METRICS_PER_INSERT):   # within SQLite's 999 parameters
             chunk = rows[i:i + 3 * METRICS_PER_INSERT]
             self.db.execute(_insert_metrics(len(chunk) // 3), chunk)
@@ -175,6 +204,16 @@ class Store:
 
     def set_config(self, exp: int, config: dict) -> None:
         self.db.execute("UPDATE experiments SET config=? WHERE id=?", (json.dumps(config), exp))
+        self.db.commit()
+
+    def set_machine(self, exp: int, machine: dict) -> None:
+        self.db.execute("UPDATE experiments SET machine=? WHERE id=?", (json.dumps(machine), exp))
+        self.db.commit()
+
+    def save_profiles(self, exp: int, summaries: list[tuple[int, int, dict]]) -> None:
+        """(workload_idx, variant_idx, summary) of each profiled cell, replacing earlier ones."""
+        self.db.executemany("INSERT OR REPLACE INTO profiles VALUES (?,?,?,?)",
+                            [(exp, wi, vi, json.dumps(summary)) for wi, vi, summary in summaries])
         self.db.commit()
 
     def finish(self, exp: int, status: str, summary: dict | None = None) -> None:
@@ -186,6 +225,32 @@ class Store:
 
     def experiments(self) -> list[sqlite3.Row]:
         return self.db.execute("SELECT * FROM experiments ORDER BY id").fetchall()
+
+    def listing(self) -> list[dict]:
+        """One row per experiment, counted in SQL so that a long history lists fast."""
+        q = self.db.execute
+        variants: dict[int, list[str]] = {}
+        for r in q("SELECT experiment_id, label FROM variants ORDER BY experiment_id, idx"):
+            variants.setdefault(r[0], []).append(r[1])
+        workloads = dict(q("SELECT experiment_id, count(*) FROM workloads GROUP BY experiment_id").fetchall())
+        runs = {r[0]: (r[1], r[2]) for r in q(
+            "SELECT experiment_id, count(*), sum(status = 'ok') FROM runs WHERE warmup = 0 GROUP BY experiment_id")}
+        out = []
+        for row in self.experiments():
+            machine = json.loads(row["machine"])
+            total, ok = runs.get(row["id"], (0, 0))
+            out.append({"id": row["id"], "date": row["created"], "kind": row["kind"], "status": row["status"],
+                        "title": row["title"], "workloads": workloads.get(row["id"], 0),
+                        "variants": variants.get(row["id"], []), "runs": total, "runs_ok": ok or 0,
+                        "host": machine.get("host", ""), "kernel": machine.get("kernel", ""),
+                        "glibc": machine.get("glibc", "")})
+        return out
+
+    def profiles(self, exp: int) -> list[dict]:
+        """The stored profile summaries of an experiment, by workload then variant."""
+        rows = self.db.execute("SELECT summary FROM profiles WHERE experiment_id=? ORDER BY workload_idx, variant_idx",
+                               (exp,)).fetchall()
+        return [json.loads(r[0]) for r in rows]
 
     def latest(self) -> int:
         row = self.db.execute("SELECT max(id) FROM experiments").fetchone()

@@ -28,10 +28,6 @@ class MetricDef:
     pattern: str = ""
     primary: bool = False
 
-    def to_dict(self) -> dict:
-        return {"name": self.name, "unit": self.unit, "higher_is_better": self.higher_is_better,
-                "source": self.source, "pattern": self.pattern, "primary": self.primary}
-
 
 # The measures every run has, in the order reports show them (lower is better for all).
 STANDARD = (

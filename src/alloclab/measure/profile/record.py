@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
-from alloclab.plan import schedule as plan
+from alloclab.plan.schedule import schedule
 from alloclab.errors import AlloclabError, Interrupted
 from alloclab.measure.run import RunInterrupted, RunResult, run_once
 from alloclab.workloads.metrics import extract
@@ -130,7 +130,7 @@ def profile_workload(workload: Workload, variants: list[Variant], runs: int = 3,
         if baseline is not None:
             s.plain = [dict(b) for b in baseline.get(v.label, [])]
         cells.append(_Cell(v, s))
-    jobs = plan.schedule(len(cells), runs, 0, seed, verify=False)
+    jobs = schedule(len(cells), runs, 0, seed, verify=False)
     root = Path(tempfile.mkdtemp(prefix="alloclab-profile-"))
     try:
         fixed = None if service else _perf_fixed_cost(access, event, frequency, call_graph, root / "fixed", base_env)

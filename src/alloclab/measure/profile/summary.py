@@ -187,25 +187,12 @@ def _finish(s: ProfileSummary) -> ProfileSummary:
 
 # --- storing --------------------------------------------------------------------------------------
 
-PROFILE_SCHEMA = """
-CREATE TABLE IF NOT EXISTS profiles (
-    experiment_id INTEGER NOT NULL, workload_idx INTEGER NOT NULL, variant_idx INTEGER NOT NULL,
-    summary TEXT NOT NULL, PRIMARY KEY (experiment_id, workload_idx, variant_idx));
-"""
-
-
 def store_profiles(store, exp_id: int, summaries: list[ProfileSummary]) -> None:
-    store.db.executescript(PROFILE_SCHEMA)
-    store.db.executemany("INSERT OR REPLACE INTO profiles VALUES (?,?,?,?)",
-                         [(exp_id, s.workload_idx, s.variant_idx, json.dumps(s.to_dict())) for s in summaries])
-    store.db.commit()
+    store.save_profiles(exp_id, [(s.workload_idx, s.variant_idx, s.to_dict()) for s in summaries])
 
 
 def load_profiles(store, exp_id: int) -> list[ProfileSummary]:
-    store.db.executescript(PROFILE_SCHEMA)
-    rows = store.db.execute("SELECT summary FROM profiles WHERE experiment_id=? ORDER BY workload_idx, variant_idx",
-                            (exp_id,)).fetchall()
-    return [ProfileSummary.from_dict(json.loads(r[0])) for r in rows]
+    return [ProfileSummary.from_dict(d) for d in store.profiles(exp_id)]
 
 
 # --- what the experiment's timed runs add: counters, RSS over time ------------------------------------

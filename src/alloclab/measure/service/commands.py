@@ -18,9 +18,8 @@ from typing import Callable
 
 import psutil
 
-from alloclab.measure import run as measure
 from alloclab.errors import AlloclabError
-from alloclab.measure.run import kill_tree
+from alloclab.measure.run import file_tail, kill_tree
 from alloclab.catalog.variants import ALLOCATOR_ENV
 from alloclab.measure.service.proctree import SAMPLE_S
 
@@ -202,4 +201,4 @@ def run_command(argv: list[str], env: dict[str, str], cwd: Path, timeout: float 
     if timed_out or leftovers:
         kill_tree(proc.pid, [proc.pid, *seen], grace_s=0.5)
     proc.wait()
-    return Finished(None if timed_out else proc.returncode, measure._tail(out), wall, timed_out)
+    return Finished(None if timed_out else proc.returncode, file_tail(out), wall, timed_out)

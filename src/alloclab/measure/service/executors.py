@@ -35,12 +35,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
-from alloclab.measure import run as measure
 from alloclab.measure import service_phases
 from alloclab.workloads import phases
 from alloclab.errors import AlloclabError
 from alloclab.workloads.experiment_file import ExperimentFile, Load, MetricSpec, substitute, substitute_argv
-from alloclab.measure.run import RunInterrupted, RunResult, run_once
+from alloclab.measure.run import RunInterrupted, RunResult, file_tail, read_launcher_result, run_once
 from alloclab.workloads.metrics import MetricDef, extract
 from alloclab.measure.perfstat import wrap_perf_stat
 from alloclab.measure.service.proctree import SAMPLE_S
@@ -91,7 +90,7 @@ SERVICE_METRICS = (
 
 
 def _loader_lines(server: Server) -> str:
-    text = measure._tail(server.err) + "\n" + measure._tail(server.out)
+    text = file_tail(server.err) + "\n" + file_tail(server.out)
     return "\n".join(ln for ln in text.splitlines() if "ld.so" in ln)
 
 
@@ -267,7 +266,7 @@ class ServiceExecutor(_FileLoad):
             result.rss_series = tree.win_series
             return
         kernel = RunResult("ok", 0.0)
-        if measure._read_launcher_result(server.res, kernel):
+        if read_launcher_result(server.res, kernel):
             u, sy, mi, ma = _minus(_plus(tree.orphan_usage(), (kernel.user_s, kernel.sys_s, kernel.minflt,
                                                                 kernel.majflt)), excluded)
             result.user_s, result.sys_s, result.minflt, result.majflt = u, sy, mi, ma

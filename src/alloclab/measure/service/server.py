@@ -18,10 +18,9 @@ from typing import TYPE_CHECKING, Callable
 import psutil
 
 from alloclab.measure.spawner import launcher
-from alloclab.measure import run as measure
 from alloclab.errors import AlloclabError
 from alloclab.workloads.experiment_file import substitute_argv
-from alloclab.measure.run import kill_tree
+from alloclab.measure.run import file_tail, kill_tree
 from alloclab.measure.service.proctree import SAMPLE_S, ProcTree, read_stat
 from alloclab.measure.service.commands import (ServiceFailed, _still_running, port_holder, port_in_use,
                                                run_command, tcp_accepts)
@@ -38,7 +37,7 @@ ServerWrap = Callable[[Path], list[str]]
 
 
 def _log_tail(*paths: Path, lines: int = LOG_TAIL_LINES) -> str:
-    text = "\n".join(measure._tail(p, 64 * 1024).rstrip() for p in paths if p.exists())
+    text = "\n".join(file_tail(p, 64 * 1024).rstrip() for p in paths if p.exists())
     tail = [ln for ln in text.strip().splitlines() if ln.strip()][-lines:]
     return "\n".join(tail) if tail else "(the service wrote nothing)"
 
@@ -144,7 +143,7 @@ class Server:
         if svc.ready == "tcp":
             return tcp_accepts(self.port)
         if svc.ready == "log":
-            return re.search(svc.ready_log, measure._tail(self.out) + "\n" + measure._tail(self.err),
+            return re.search(svc.ready_log, file_tail(self.out) + "\n" + file_tail(self.err),
                              re.MULTILINE) is not None
         argv = self.s.identity.argv(substitute_argv(svc.ready_command, self.values()))
         return run_command(argv, self.s.clean_for_commands(), self.s.workdir, 5.0, self.dir / "probe").code == 0
@@ -186,7 +185,7 @@ class Server:
         status = self.waited.get("status")
         if status is not None and os.WIFEXITED(status) and os.WEXITSTATUS(status) == 127:
             return "it could not be executed"
-        fields = measure._tail(self.res).split()
+        fields = file_tail(self.res).split()
         if len(fields) == 10:
             return f"status {fields[1]}" if fields[0] == "exit" else f"killed by signal {fields[1]}"
         return "status unknown"

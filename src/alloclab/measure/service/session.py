@@ -16,10 +16,9 @@ from typing import Callable
 
 import psutil
 
-from alloclab.measure import run as measure
 from alloclab.errors import AlloclabError
 from alloclab.workloads.experiment_file import ExperimentFile, Step, substitute, substitute_argv
-from alloclab.measure.run import kill_tree
+from alloclab.measure.run import file_tail, kill_tree
 from alloclab.workloads.command import resolve_command
 from alloclab.workloads.metrics import output_tail
 from alloclab.measure.service.proctree import SAMPLE_S
@@ -241,7 +240,7 @@ class Session:
         if proc.poll() is not None:
             raise AlloclabError(f"{self._step_place('setup', i)}: the background step `{' '.join(argv)}` exited "
                                 f"at once (status {proc.returncode}); it must keep running. Output tail:\n"
-                                + output_tail(measure._tail(self.private / f'setup-{i}.log')))
+                                + output_tail(file_tail(self.private / f'setup-{i}.log')))
 
     def _stop_background(self) -> None:
         """Newest first (a daemon may depend on an older one): SIGTERM, then whatever is left is killed."""

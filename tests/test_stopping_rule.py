@@ -1,0 +1,122 @@
+"""The runner's stopping rule on the fake executor: no process, no timing noise, a fake clock.
+
+Each experiment here is glibc against glibc:MALLOC_ARENA_MAX=1 (no library to install); only the
+fake executor's mean per variant makes them differ. Every test runs in a fraction of a second.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from alloclab.catalog.variants import parse_variants
+from alloclab.errors import AlloclabError, Interrupted
+from alloclab.measure import machine
+from alloclab.measure.fake import FakeClock, FakeExecutor
+from alloclab.measure.runner import Experiment, Settings
+from alloclab.stats.looks import Judge
+from alloclab.store.db import Store
+from alloclab.workloads.command import Workload
+
+VARIANTS = ["glibc", "glibc:MALLOC_ARENA_MAX=1"]
+
+
+def SEESAW(env: dict, n: int) -> float:
+    """The candidate's runs alternate 10% slower and 10% faster than the baseline's 0.1 s."""
+    return 0.1 * (1 + (0.1 if n % 2 else -0.1)) if env else 0.1
+
+
+@pytest.fixture(autouse=True)
+def no_perf(monkeypatch):
+    # perf stat is started once to find hardware counters: the fake runs count nothing.
+    monkeypatch.setattr(machine, "perf_counters", lambda: (False, "fake executor"))
+
+
+def run(tmp_path, executor: FakeExecutor, clock: FakeClock | None = None, **settings):
+    """Runs the experiment; returns (stored experiment, error raised or None)."""
+    store = Store(tmp_path / "fake.db")
+    s = Settings(**({"warmup": 0, "verify": False, "until_decided": True, "runs": 4, "first_look": 4,
+                     "max_runs": 40, "max_seconds": 1e9} | settings))
+    exp = Experiment(store, [Workload("fake", ["fake"], executor=executor)], parse_variants(VARIANTS), s,
+                     judge=Judge(), **({"clock": clock} if clock else {}))
+    error = None
+    try:
+        exp.run()
+    except AlloclabError as exc:
+        error = exc
+    assert executor.cleaned_up or executor.prepare_error is not None
+    return store.load(exp.exp_id), error
+
+
+def measured(e) -> dict[int, int]:
+    out: dict[int, int] = {}
+    for r in e.runs:
+        if not r["warmup"]:
+            out[r["variant_idx"]] = out.get(r["variant_idx"], 0) + 1
+    return out
+
+
+def test_a_clear_difference_stops_at_the_first_look_as_decided(tmp_path):
+    # 20% apart with 1% noise: decided at the first look, nothing more is run.
+    e, error = run(tmp_path, FakeExecutor(lambda env, n: 0.08 if env else 0.1, noise=0.01))
+    assert error is None
+    assert e.row["status"] == "complete" and e.config["stopped"] == "decided"
+    assert measured(e) == {0: 4, 1: 4} and e.config["runs_done"] == 4
+
+
+def test_an_undecidable_difference_runs_to_max_runs(tmp_path):
+    # The candidate alternates 10% faster and 10% slower: no difference on average, and in 12 runs
+    # no interval narrow enough to call it equivalent within ±2%.
+    e, error = run(tmp_path, FakeExecutor(SEESAW), max_runs=12)
+    assert error is None
+    assert e.row["status"] == "complete" and e.config["stopped"] == "max-runs"
+    assert measured(e) == {0: 12, 1: 12}
+
+
+def test_the_budget_stops_adding_blocks(tmp_path):
+    # Each block takes ~0.2 fake seconds; a 1.5 s budget ends it long before --max-runs.
+    clock = FakeClock()
+    e, error = run(tmp_path, FakeExecutor(SEESAW, clock=clock),
+                   clock=clock, max_seconds=1.5, max_runs=40)
+    assert error is None
+    assert e.config["stopped"] == "budget"
+    n = measured(e)
+    assert n[0] == n[1] and 4 <= n[0] < 40
+    # Blocks are not started when the next would overrun: the fake time spent stays near the budget.
+    assert clock.now <= 1.5 + 2 * 0.25
+
+
+def test_fixed_runs_need_no_judge_and_run_exactly_that_many(tmp_path):
+    e, error = run(tmp_path, FakeExecutor(lambda env, n: 0.1), until_decided=False, runs=3, warmup=1)
+    assert error is None and e.row["status"] == "complete"
+    assert measured(e) == {0: 3, 1: 3} and len(e.runs) == 8   # 2 warm-up runs
+
+
+def test_ctrl_c_keeps_the_runs_so_far_and_marks_the_record_interrupted(tmp_path):
+    ex = FakeExecutor(lambda env, n: 0.1, interrupt_at=6)
+    e, error = run(tmp_path, ex)
+    assert isinstance(error, Interrupted) and "kept in" in str(error)
+    assert e.row["status"] == "interrupted" and e.config["stopped"] == "interrupted"
+    assert len(e.runs) == 5   # the five runs before Ctrl-C, each stored as it ended
+
+
+def test_a_failing_set_up_step_marks_the_record_failed(tmp_path):
+    ex = FakeExecutor(lambda env, n: 0.1, prepare_error=AlloclabError("initdb failed"))
+    e, error = run(tmp_path, ex)
+    assert str(error) == "initdb failed"
+    assert e.row["status"] == "failed" and e.runs == []
+
+
+@pytest.mark.parametrize("raised, status", [(AlloclabError("cannot read it back"), "failed"),
+                                            (OSError("no such file"), "failed"),
+                                            (KeyboardInterrupt(), "interrupted")])
+def test_an_error_or_ctrl_c_while_reading_settings_back_never_leaves_it_running(tmp_path, monkeypatch,
+                                                                                  raised, status):
+    def read_back(self):
+        raise raised
+    monkeypatch.setattr(Experiment, "_read_settings_back", read_back)
+    store = Store(tmp_path / "fake.db")
+    exp = Experiment(store, [Workload("fake", ["fake"], executor=FakeExecutor(lambda env, n: 0.1))],
+                     parse_variants(VARIANTS), Settings(warmup=0, verify=False, runs=2))
+    with pytest.raises((AlloclabError, OSError)):
+        exp.run()
+    assert store.load(exp.exp_id).row["status"] == status
