@@ -8,7 +8,7 @@ import sys
 
 import pytest
 
-from alloclab.plan.schedule import schedule
+from alloclab.plan.schedule import Planner, schedule
 from alloclab.store.db import SCHEMA_VERSION
 
 
@@ -23,7 +23,7 @@ def test_schedule_blocks_hold_every_cell_once_in_a_seeded_order():
 
 def test_a_blocks_runs_of_one_workload_are_adjacent_and_both_orders_are_shuffled():
     groups = [0, 0, 0, 1, 1, 1, 2, 2, 2]    # three workloads of three variants
-    jobs = plan.schedule(n_cells=9, runs=30, warmup=0, seed=3, verify=False, groups=groups)
+    jobs = schedule(n_cells=9, runs=30, warmup=0, seed=3, verify=False, groups=groups)
     group_orders, first_variants = set(), set()
     for b in range(30):
         cells = [j.cell for j in jobs if j.block == b]
@@ -34,7 +34,7 @@ def test_a_blocks_runs_of_one_workload_are_adjacent_and_both_orders_are_shuffled
         group_orders.add(tuple(dict.fromkeys(seq)))
         first_variants.add(cells[0] % 3)
     assert len(group_orders) > 1 and len(first_variants) == 3
-    narrowed = plan.Planner(9, 1, groups).block(cells=[0, 4, 5, 8])
+    narrowed = Planner(9, 1, groups).block(cells=[0, 4, 5, 8])
     assert sorted(j.cell for j in narrowed) == [0, 4, 5, 8]
 
 
