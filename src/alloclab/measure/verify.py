@@ -69,6 +69,7 @@ def static_check(variant, program: Path, catalog: cat.Catalog | None = None) -> 
     ev = Evidence()
     exe = real_executable(program)
     facts = elf_facts(exe)
+    name = shown_name(program, exe)   # redis-server, not the redis-check-rdb it links to
     if exe != program:
         ev.note(f"{program.name} is a script run by {exe}")
     if not facts.is_elf:
@@ -76,16 +77,16 @@ def static_check(variant, program: Path, catalog: cat.Catalog | None = None) -> 
         return ev
     if facts.is_static:
         if variant.is_system:
-            ev.note(f"{exe.name} is statically linked: it runs the malloc built into it")
+            ev.note(f"{name} is statically linked: it runs the malloc built into it")
         else:
-            ev.fail(f"{exe.name} is statically linked: no dynamic loader runs, so LD_PRELOAD is ignored")
+            ev.fail(f"{name} is statically linked: no dynamic loader runs, so LD_PRELOAD is ignored")
         return ev
     st = exe.stat()
     if (st.st_mode & stat.S_ISUID and st.st_uid != os.getuid()) or (st.st_mode & stat.S_ISGID and st.st_gid != os.getgid()):
         if not variant.is_system:
-            ev.fail(f"{exe.name} is setuid/setgid: the loader runs it in secure mode and ignores LD_PRELOAD")
+            ev.fail(f"{name} is setuid/setgid: the loader runs it in secure mode and ignores LD_PRELOAD")
     if "malloc" in facts.defined and "malloc" not in facts.imported:
-        ev.fail(f"{exe.name} defines malloc itself: symbol lookup finds the executable's malloc "
+        ev.fail(f"{name} defines malloc itself: symbol lookup finds the executable's malloc "
                 f"before any preloaded library's")
     # Dependencies of the executable, to find allocators linked in or bundled in a library.
     libs = [(soname, cat.find_library(soname)) for soname in facts.needed]
@@ -93,7 +94,7 @@ def static_check(variant, program: Path, catalog: cat.Catalog | None = None) -> 
     for other in catalog.allocators.values():
         bundled = sorted(set(other.prefixed_symbols) & facts.defined)
         if bundled:
-            ev.fail(f"{exe.name} bundles its own {other.name} ({', '.join(bundled)}): LD_PRELOAD only "
+            ev.fail(f"{name} bundles its own {other.name} ({', '.join(bundled)}): LD_PRELOAD only "
                     f"swaps libc's malloc, the program's own allocations stay with the bundled copy")
     for soname, path in libs:
         linked = soname_allocator(soname, catalog)
@@ -102,17 +103,17 @@ def static_check(variant, program: Path, catalog: cat.Catalog | None = None) -> 
         lib_api = elf_facts(path.resolve()).exported
         used = sorted(facts.imported & lib_api)
         if variant.is_system:
-            ev.fail(f"{exe.name} is linked against {soname} ({linked.name}): with no preload it runs "
+            ev.fail(f"{name} is linked against {soname} ({linked.name}): with no preload it runs "
                     f"{linked.name}, not glibc's malloc")
-            ev.note(in_use.note(linked.name, f"{shown_name(program, exe)} links {soname}"))
+            ev.note(in_use.note(linked.name, f"{name} links {soname}"))
             continue
         if variant.library and variant.library.resolve() == path.resolve():
-            ev.note(f"{exe.name} is already linked against {soname}; the preload changes nothing but the settings")
+            ev.note(f"{name} is already linked against {soname}; the preload changes nothing but the settings")
             continue
         preload_api = elf_facts(variant.library.resolve()).exported if variant.library else frozenset()
         taken = [s for s in used if s in preload_api]
         kept = [s for s in used if s not in preload_api]
-        ev.note(f"{exe.name} is linked against {soname} ({linked.name}): the preload takes over "
+        ev.note(f"{name} is linked against {soname} ({linked.name}): the preload takes over "
                 f"{', '.join(taken) or 'nothing it calls'}"
                 + (f"; {', '.join(kept)} still reach the linked {linked.name}" if kept else ""))
     return ev
