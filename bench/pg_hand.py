@@ -1,0 +1,164 @@
+#!/usr/bin/env python3
+"""A careful hand measurement of PostgreSQL under each allocator, without alloclab's runner.
+
+What docs/service.md compares the postgres-partitions recipe against: plain subprocesses, the
+allocator by LD_PRELOAD or a glibc environment variable, pgbench's own tps, and the page faults
+of the whole server tree from the postmaster's /proc/PID/stat (the postmaster reaps every
+backend, so its `cminflt` counts theirs once they exit).
+
+Protocol per repetition, the variants' order rotated: start the server (the recipe's settings),
+optional pg_prewarm, `warmup` s of unmeasured pgbench, then `duration` s at 1 client and
+`duration` s at 2 clients against the same server, then stop it. Data directories are made by
+the caller (pgbench -i -s 10 --partitions=1000 plus an indexed copy of aid; see --help).
+
+    sudo python3 bench/pg_hand.py --data gen=/tmp/pgx/gen --reps 5 -o /tmp/hand.csv
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import os
+import re
+import signal
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+PG_BIN = "/usr/lib/postgresql/15/bin"
+SERVER_SETTINGS = ["fsync=off", "synchronous_commit=off", "full_page_writes=off", "shared_buffers=512MB",
+                   "jit=off", "autovacuum=off", "checkpoint_timeout=1d", "max_wal_size=4GB",
+                   "max_files_per_process=10000", "huge_pages=off"]
+VARIANTS = {
+    "glibc": {},
+    "toppad": {"MALLOC_TOP_PAD_": str(64 << 20)},
+    "tcmalloc": {"LD_PRELOAD": "/lib/x86_64-linux-gnu/libtcmalloc.so.4"},
+    "jemalloc": {"LD_PRELOAD": "/lib/x86_64-linux-gnu/libjemalloc.so.2"},
+}
+JOIN_SQL = """\\set aid random(1, 100000 * :scale)
+SELECT a.abalance, b.bbalance FROM pgbench_accounts a JOIN pgbench_branches b ON b.bid = a.bid WHERE a.aid_copy = :aid;
+"""
+PREWARM_SQL = """SELECT count(pg_prewarm(c.oid)) FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
+ WHERE n.nspname = 'public' AND c.relkind IN ('r', 'i');"""
+
+
+def as_postgres() -> list[str]:
+    # setpriv execs (runuser would stay as the server's parent and take its signals)
+    return ["setpriv", "--reuid=postgres", "--regid=postgres", "--init-groups"] if os.geteuid() == 0 else []
+
+
+def faults(pid: int) -> tuple[int, int]:
+    """(minflt, cminflt) of one process: fields 10 and 11 after the command name."""
+    text = Path(f"/proc/{pid}/stat").read_text()
+    fields = text[text.rindex(")") + 2:].split()
+    return int(fields[7]), int(fields[8])
+
+
+def pgbench(port: int, clients: int, seconds: int, script: Path) -> dict:
+    argv = as_postgres() + ["pgbench", "-n", "-h", "127.0.0.1", "-p", str(port), "-U", "postgres",
+                            "-c", str(clients), "-j", str(clients), "-T", str(seconds), "-s", "10",
+                            "-f", str(script), "postgres"]
+    out = subprocess.run(argv, capture_output=True, text=True, check=True).stdout
+    tps = float(re.search(r"tps = ([\d.]+) \(without initial connection time\)", out).group(1))
+    n = int(re.search(r"number of transactions actually processed: (\d+)", out).group(1))
+    return {"tps": tps, "transactions": n}
+
+
+def one_repetition(data: Path, port: int, env: dict, args, script: Path, clients_list: list[int]) -> list[dict]:
+    sock = data.parent
+    argv = as_postgres() + ["env"] + [f"{k}={v}" for k, v in env.items()] + [
+        f"{PG_BIN}/postgres", "-D", str(data), "-p", str(port), "-c", "listen_addresses=127.0.0.1",
+        "-k", str(sock)] + [x for s in SERVER_SETTINGS for x in ("-c", s)]
+    server = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        deadline = time.monotonic() + 60
+        while subprocess.run([f"{PG_BIN}/pg_isready", "-q", "-h", "127.0.0.1", "-p", str(port)]).returncode:
+            if time.monotonic() > deadline or server.poll() is not None:
+                raise SystemExit("server did not start")
+            time.sleep(0.1)
+        postmaster = int(Path(data, "postmaster.pid").read_text().split()[0])
+        if args.prewarm:
+            subprocess.run(as_postgres() + ["psql", "-X", "-q", "-h", "127.0.0.1", "-p", str(port), "-U", "postgres",
+                                            "-c", PREWARM_SQL, "postgres"], check=True, capture_output=True)
+        if args.warmup:
+            pgbench(port, clients_list[0] if args.per_client_server else 1, args.warmup, script)
+        if args.checkpoint:
+            subprocess.run(as_postgres() + ["psql", "-X", "-q", "-h", "127.0.0.1", "-p", str(port), "-U", "postgres",
+                                            "-c", "CHECKPOINT", "postgres"], check=True, capture_output=True)
+        rows = []
+        for clients in clients_list:
+            before = faults(postmaster)
+            r = pgbench(port, clients, args.duration, script)
+            time.sleep(0.2)  # the backends exit and are reaped after pgbench returns
+            after = faults(postmaster)
+            r["faults"] = (after[0] + after[1]) - (before[0] + before[1])
+            r["clients"] = clients
+            rows.append(r)
+        return rows
+    finally:
+        server.send_signal(signal.SIGINT)  # fast shutdown; env and setpriv exec, so this is the postmaster
+        try:
+            server.wait(60)
+        except subprocess.TimeoutExpired:
+            server.kill()
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--data", action="append", required=True, help="NAME=DATADIR (repeatable)")
+    p.add_argument("--variants", default="glibc,toppad,tcmalloc")
+    p.add_argument("--reps", type=int, default=5)
+    p.add_argument("--duration", type=int, default=10)
+    p.add_argument("--warmup", type=int, default=3)
+    p.add_argument("--clients", default="1,2")
+    p.add_argument("--prewarm", action="store_true", help="pg_prewarm every table and index first")
+    p.add_argument("--checkpoint", action="store_true", help="a CHECKPOINT after the warm-up")
+    p.add_argument("--per-client-server", action="store_true",
+                   help="a fresh server (and warm-up at that client count) per client count, as the recipe does")
+    p.add_argument("--port", type=int, default=55450)
+    p.add_argument("-o", "--out", default="pg_hand.csv")
+    args = p.parse_args()
+    args.clients = [int(c) for c in args.clients.split(",")]
+    datas = dict(d.split("=", 1) for d in args.data)
+    variants = args.variants.split(",")
+    script = Path("/tmp/pg_hand_join.sql")
+    script.write_text(JOIN_SQL)
+    script.chmod(0o644)
+    rows = []
+    with open(args.out, "w", newline="") as fh:
+        w = csv.DictWriter(fh, ["rep", "data", "variant", "clients", "tps", "transactions", "faults", "started"])
+        w.writeheader()
+        for rep in range(args.reps):
+            order = variants[rep % len(variants):] + variants[:rep % len(variants)]
+            for name, data in datas.items():
+                for v in order:
+                    groups = [[c] for c in args.clients] if args.per_client_server else [args.clients]
+                    for clients_list in groups:
+                        started = time.strftime("%H:%M:%S")
+                        for r in one_repetition(Path(data), args.port, VARIANTS[v], args, script, clients_list):
+                            row = {"rep": rep, "data": name, "variant": v, "started": started, **r}
+                            w.writerow(row)
+                            fh.flush()
+                            rows.append(row)
+                            print(row, flush=True)
+    summarize(rows, variants)
+
+
+def summarize(rows: list[dict], variants: list[str]) -> None:
+    for data in sorted({r["data"] for r in rows}):
+        for c in sorted({r["clients"] for r in rows}):
+            base = None
+            for v in variants:
+                sel = [r for r in rows if r["data"] == data and r["clients"] == c and r["variant"] == v]
+                tps = [r["tps"] for r in sel]
+                fpt = statistics.median(r["faults"] / max(1, r["transactions"]) for r in sel)
+                med = statistics.median(tps)
+                base = base or med
+                print(f"{data:8} c{c} {v:9} tps {med:6.2f} ({min(tps):.2f}-{max(tps):.2f}) x{med / base:.3f} "
+                      f"faults/tx {fpt:8.0f}  n={len(sel)}")
+
+
+if __name__ == "__main__":
+    sys.exit(main())
