@@ -266,6 +266,7 @@ def run_cell(executor, env: dict[str, str], variant_env: dict[str, str], workdir
 
     fp_dir = workdir / "fp"
     fp_dir.mkdir(parents=True, exist_ok=True)
+    (workdir / "run").mkdir(exist_ok=True)   # executors write their files there, as in a timed run
     fp_env = preload_env(variant_env, fp_dir)
     sys_file = workdir / "syscalls.txt"
     wrapper = syscall_wrapper(sys_file)
