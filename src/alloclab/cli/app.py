@@ -72,6 +72,7 @@ MaxRunsOption = typer.Option(None, "--max-runs", help="Until decided (or with --
 AllocatorOption = typer.Option([], "-a", "--allocator", help="Variant NAME[:VAR=VALUE,...]\\[@LABEL], may sweep ({0,64M}, 128K..256M*4); repeat. Default: every installed allocator (suite adds its tuned variants, run the file's).")
 SeedOption = typer.Option(1, "--seed", help="Seed of the randomized run order.")
 NoVerifyOption = typer.Option(False, "--no-verify", help="Skip the untimed verification (LD_DEBUG bindings run, settings read back).")
+FingerprintOption = typer.Option(False, "--fingerprint", help="Also one untimed run per workload and variant with a counting preload before the allocator: allocation calls, sizes, threads, cross-thread frees, lifetimes, live bytes against RSS, memory system calls.")
 MetricOption = typer.Option([], "--metric", "-m", help="NAME=REGEX[:higher|lower] or NAME=json:KEY; repeat.")
 ShellOption = typer.Option(False, "--shell", help="Run the command through /bin/sh -c.")
 ExportJsonOption = typer.Option(None, "--export-json", help="Write raw samples and metadata as JSON.")

@@ -17,7 +17,7 @@ from rich.table import Table
 from alloclab.catalog import allocators as cat
 from alloclab.cli.app import (AblateOption, AllocatorOption, CallGraphOption, DbOption, DetailsOption,
     ExportJsonOption, FailIfWorseOption, MaxRssIncreaseOption, MaxRunsOption, MetricOption, MinEffectOption,
-    NoVerifyOption, ProfileOption, ProfileRunsOption, ReportFileOption, ReportOption, RunsOption, SeedOption,
+    FingerprintOption, NoVerifyOption, ProfileOption, ProfileRunsOption, ReportFileOption, ReportOption, RunsOption, SeedOption,
     ShellOption, app, budget_option, console, decision_settings, err, gate, run_experiment,
     show, timeout_option, warmup_option)
 from alloclab.cli.outputs import check_outputs
@@ -90,6 +90,7 @@ def compare(
     seed: int = SeedOption,
     shell: bool = ShellOption,
     no_verify: bool = NoVerifyOption,
+    fingerprint: bool = FingerprintOption,
     db: Path = DbOption,
     export_json: Optional[Path] = ExportJsonOption,
     details: bool = DetailsOption,
@@ -128,7 +129,7 @@ def compare(
     sweeps += param_sweep.param_sweeps(workloads, params.swept)
     store = Store(db)
     err.print(f"Storing results in {store.path.resolve()}", highlight=False)
-    settings = Settings(warmup=warmup, timeout_s=timeout, seed=seed, verify=not no_verify,
+    settings = Settings(warmup=warmup, timeout_s=timeout, seed=seed, verify=not no_verify, fingerprint=fingerprint,
                         kind="compare", title=" ".join(command), extra_config=sweep.sweep_config(sweeps),
                         **decision_settings(runs, max_runs, budget, min_effect, first_look=10,
                                             default_max_runs=300, until_precise=until_precise))

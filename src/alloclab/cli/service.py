@@ -13,7 +13,7 @@ from alloclab.catalog import allocators as cat
 from alloclab.cli import sweep as cli_sweep
 from alloclab.cli.app import (AblateOption, AllocatorOption, CallGraphOption, DbOption, DetailsOption,
     ExportJsonOption, FailIfWorseOption, MaxRssIncreaseOption, MaxRunsOption, MinEffectOption,
-    NoVerifyOption, ProfileOption, ProfileRunsOption, ReportFileOption, ReportOption, RunsOption, SeedOption,
+    FingerprintOption, NoVerifyOption, ProfileOption, ProfileRunsOption, ReportFileOption, ReportOption, RunsOption, SeedOption,
     app, budget_option, console, decision_settings, err, gate, run_experiment,
     show, timeout_option, warmup_option)
 from alloclab.cli.outputs import check_outputs
@@ -59,6 +59,7 @@ def run_file(
     timeout: Optional[float] = timeout_option(None),
     seed: int = SeedOption,
     no_verify: bool = NoVerifyOption,
+    fingerprint: bool = FingerprintOption,
     idle: Optional[float] = typer.Option(None, "--idle", help="Service mode: seconds of rest after the load before the last memory reading (default: the file's)."),
     keep: bool = typer.Option(False, "--keep", help="Keep the working directory (data, logs) and print where it is."),
     db: Path = DbOption,
@@ -109,7 +110,7 @@ def run_file(
         for w in workloads:
             record.check_profilable(w)
     settings = Settings(warmup=warmup if warmup is not None else (ef.warmup if ef.warmup is not None else 1),
-                        timeout_s=timeout, seed=seed, verify=not no_verify, kind="run", title=ef.name,
+                        timeout_s=timeout, seed=seed, verify=not no_verify, fingerprint=fingerprint, kind="run", title=ef.name,
                         extra_config=sweep.sweep_config(sweeps),
                         **decision_settings(runs, max_runs if max_runs is not None else ef.max_runs,
                                             budget or ef.budget or "25m", min_effect,

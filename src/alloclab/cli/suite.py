@@ -14,7 +14,7 @@ from alloclab.cli import sweep as cli_sweep
 from alloclab.fleet import cli_glue as fleet_cli
 from alloclab.cli.app import (AblateOption, AllocatorOption, CallGraphOption, DbOption, DetailsOption,
     ExportJsonOption, FailIfWorseOption, MaxRssIncreaseOption, MaxRunsOption, MinEffectOption,
-    NoVerifyOption, ProfileOption, ProfileRunsOption, ReportFileOption, ReportOption, RunsOption, SeedOption,
+    FingerprintOption, NoVerifyOption, ProfileOption, ProfileRunsOption, ReportFileOption, ReportOption, RunsOption, SeedOption,
     app, budget_option, console, decision_settings, err, gate, run_experiment,
     show, timeout_option, warmup_option)
 from alloclab.cli.outputs import check_outputs
@@ -93,6 +93,7 @@ def suite(
     timeout: Optional[float] = timeout_option(120.0),
     seed: int = SeedOption,
     no_verify: bool = NoVerifyOption,
+    fingerprint: bool = FingerprintOption,
     list_: bool = typer.Option(False, "--list", help="List the built-in workloads and exit."),
     db: Path = DbOption,
     export_json: Optional[Path] = ExportJsonOption,
@@ -129,7 +130,7 @@ def suite(
     sweeps += param_sweep.param_sweeps(workloads, params.swept)
     store = Store(db)
     err.print(f"Storing results in {store.path.resolve()}", highlight=False)
-    settings = Settings(warmup=warmup, timeout_s=timeout, seed=seed, verify=not no_verify, kind="suite",
+    settings = Settings(warmup=warmup, timeout_s=timeout, seed=seed, verify=not no_verify, fingerprint=fingerprint, kind="suite",
                         title="suite: " + ", ".join(names) + (" (quick)" if quick else ""),
                         extra_config=sweep.sweep_config(sweeps),
                         **decision_settings(runs, max_runs, budget, min_effect, first_look=8, default_max_runs=80))

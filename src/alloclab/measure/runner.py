@@ -39,6 +39,7 @@ class Settings:
     timeout_s: float | None = None
     seed: int = 1
     verify: bool = True
+    fingerprint: bool = False            # an untimed allocation-fingerprint run per cell (measure/fingerprint.py)
     kind: str = "compare"
     title: str = ""
     until_precise: float | None = None   # stop adding blocks when every CI half-width is below this
@@ -269,6 +270,9 @@ class Experiment(MoreBlocks):
             for w in self.workloads:
                 prepared.append(w)
                 w.executor.prepare()
+            if s.fingerprint:
+                from alloclab.measure import fingerprint
+                fingerprint.run_all(self, root)
             for job in self._jobs(planner, jobs, started):
                 cell = self.cells[job.cell]
                 w, v = self.workloads[cell.workload_idx], self._variant(cell.workload_idx, cell.variant_idx)

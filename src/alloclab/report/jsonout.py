@@ -58,6 +58,8 @@ def experiment_dict(e: Experiment, runs: bool = True) -> dict:
         "variants": e.variants,
         "metric_defs": e.metric_defs,
         "verification": [v for v in e.verifications.values()],
+        "fingerprints": [{"workload_idx": wi, "variant_idx": vi} | fp
+                         for (wi, vi), fp in sorted(getattr(e, "fingerprints", {}).items())],
         "runs": [_run(r) for r in e.runs] if runs else [],
     }
 

@@ -6,6 +6,7 @@ Columns are padded so the raw text reads as well in a plain-text mail as rendere
 from __future__ import annotations
 
 from alloclab.stats.analysis import Analysis
+from alloclab.report import fingerprint
 from alloclab.stats.recommend import Choice, recommend
 from alloclab.report.common import (allocator_lines, answers, baseline_ran, baseline_warning, failed_run_lines,
     fmt_value, full_delta, metadata, process_lines, shown_rows, variant_order, verdict_word, verification_rows,
@@ -67,6 +68,7 @@ def workload_section(a: Analysis, w, details: bool) -> list[str]:
         detail = "; ".join(v.reasons + v.notes)
         out.append(f"- {v.label}: {status}" + (f". {detail}" if detail else ""))
     out += [f"- {line}" for line in process_lines(a, w)]
+    out += fingerprint_section(a, w, order)
     failed = failed_run_lines(a, w)
     groups = warning_groups(a, w, details, limit=8)
     if failed or groups:
@@ -79,6 +81,17 @@ def workload_section(a: Analysis, w, details: bool) -> list[str]:
             out.append(f"- **{g.code}**: {g.advice}.")
             out += [f"  - {where + ': ' if where else ''}{message}" for where, message in g.lines]
     out.append("")
+    return out
+
+
+def fingerprint_section(a: Analysis, w, order: list[int]) -> list[str]:
+    fp_of = fingerprint.for_workload(a.experiment, w.idx)
+    if not fp_of:
+        return []
+    out = ["", "Allocation fingerprint:", ""]
+    out += table(["figure"] + [a.labels[vi] for vi in order], fingerprint.rows(fp_of, order))
+    out += ["", fingerprint.explanation(fp_of)]
+    out += [f"- fingerprint failed: {line}" for line in fingerprint.errors(fp_of, a.labels)]
     return out
 
 

@@ -10,6 +10,7 @@ from rich.text import Text
 
 from alloclab.stats.analysis import DEFAULT_STANDARD, Analysis
 from alloclab.stats.recommend import Recommendation, recommend
+from alloclab.report import fingerprint
 from alloclab.report.common import (answers, baseline_ran, baseline_warning, runs_line, delta_text, failed_run_lines,
     fmt_value, metric_title, process_lines, statistics_line, warning_groups, wrapper_answers)
 
@@ -123,6 +124,25 @@ def answer_table(a: Analysis, console: Console) -> None:
         console.print()
 
 
+def fingerprint_table(a: Analysis, w, console: Console) -> None:
+    """The workload's allocation fingerprint (alloclab ... --fingerprint), when it was measured."""
+    fp_of = fingerprint.for_workload(a.experiment, w.idx)
+    if not fp_of:
+        return
+    order = [a.baseline_idx] + [i for i in range(len(a.labels)) if i != a.baseline_idx]
+    t = Table(title=f"Allocation fingerprint: {w.name}", title_justify="left")
+    t.add_column("figure", no_wrap=True)
+    for vi in order:
+        t.add_column(a.labels[vi], justify="right")
+    for r in fingerprint.rows(fp_of, order):
+        t.add_row(*r)
+    console.print(t)
+    console.print(Text(fingerprint.explanation(fp_of), style="dim"))
+    for line in fingerprint.errors(fp_of, a.labels):
+        console.print(Text("fingerprint failed: " + line, style="yellow"))
+    console.print()
+
+
 def render(a: Analysis, console: Console, details: bool = False, max_rss_increase: float | None = None) -> None:
     e = a.experiment
     m = e.machine
@@ -138,6 +158,7 @@ def render(a: Analysis, console: Console, details: bool = False, max_rss_increas
     for w in a.workloads:
         console.print(Group(workload_table(a, w, details), *notes(a, w, details)))
         console.print()
+        fingerprint_table(a, w, console)
     console.print(Text("Each cell: median; under it the change against the baseline and its interval: better/worse "
                        "(the interval excludes no change), ≈ equivalent (the whole interval within the margin), "
                        "? undecided (with the runs per variant likely to decide it). * marks the primary metric. "

@@ -18,7 +18,7 @@ import functools
 import json
 import sqlite3
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -56,6 +56,9 @@ CREATE TABLE IF NOT EXISTS verifications (
     experiment_id INTEGER NOT NULL, workload_idx INTEGER NOT NULL, variant_idx INTEGER NOT NULL,
     status TEXT NOT NULL, reasons TEXT NOT NULL, notes TEXT NOT NULL,
     PRIMARY KEY (experiment_id, workload_idx, variant_idx));
+CREATE TABLE IF NOT EXISTS fingerprints (
+    experiment_id INTEGER NOT NULL, workload_idx INTEGER NOT NULL, variant_idx INTEGER NOT NULL,
+    data TEXT NOT NULL, PRIMARY KEY (experiment_id, workload_idx, variant_idx));
 CREATE TABLE IF NOT EXISTS runs (
     id INTEGER PRIMARY KEY, experiment_id INTEGER NOT NULL REFERENCES experiments(id),
     workload_idx INTEGER NOT NULL, variant_idx INTEGER NOT NULL, block INTEGER NOT NULL,
@@ -177,6 +180,12 @@ class Store:
         return {"experiment_id": exp, "workload_idx": workload_idx, "variant_idx": variant_idx, "status": status,
                 "reasons": list(reasons), "notes": list(notes)}
 
+    def set_fingerprint(self, exp: int, workload_idx: int, variant_idx: int, data: dict) -> None:
+        """The allocation fingerprint of a cell's untimed run (measure/fingerprint.py)."""
+        self.db.execute("INSERT OR REPLACE INTO fingerprints VALUES (?,?,?,?)",
+                        (exp, workload_idx, variant_idx, json.dumps(data)))
+        self.db.commit()
+
     def add_run(self, exp: int, workload_idx: int, variant_idx: int, block: int, position: int,
                 warmup: bool, result, metrics: dict[str, float], extra: dict) -> int:
         from alloclab.store.records import RunRecord
@@ -286,6 +295,8 @@ class Store:
                            for r in q("SELECT * FROM verifications WHERE experiment_id=?")},
             runs=[dict(r) | {"metrics": values.get(r["id"], {}), "extra": json.loads(r["extra"] or "{}")}
                   for r in runs],
+            fingerprints={(r["workload_idx"], r["variant_idx"]): json.loads(r["data"])
+                          for r in q("SELECT * FROM fingerprints WHERE experiment_id=?")},
         )
 
 
@@ -302,6 +313,7 @@ class Experiment:
     metric_defs: list[dict]
     verifications: dict
     runs: list[dict]
+    fingerprints: dict = field(default_factory=dict)   # (workload_idx, variant_idx) -> measure/fingerprint.py's dict
 
     def cell_runs(self, workload_idx: int, variant_idx: int, include_warmup: bool = False) -> list[dict]:
         return [r for r in self.runs if r["workload_idx"] == workload_idx and r["variant_idx"] == variant_idx

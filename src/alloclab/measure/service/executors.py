@@ -218,6 +218,7 @@ class ServiceExecutor(_FileLoad):
             elif died:
                 s.retire(server)
         server.copy_ld_debug(env.get("LD_DEBUG_OUTPUT"))
+        server.copy_fingerprint()
         # A shared server's figures are a window that opens after the warm-up already.
         excluded = phase_excl if shared else _plus(warm_excl, phase_excl)
         self._account(server, shared, result, final_kb, excluded)

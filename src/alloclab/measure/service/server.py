@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Callable
 
 import psutil
 
+from alloclab.measure.fingerprint import FP_DIR_VAR
 from alloclab.measure.spawner import launcher
 from alloclab.errors import AlloclabError
 from alloclab.workloads.experiment_file import substitute_argv
@@ -64,6 +65,13 @@ class Server:
             # The runner's directory may not be writable by run_as; the trace goes here and is copied back.
             self.ld_prefix = self.dir / "ld"
             self.extra_env["LD_DEBUG_OUTPUT"] = str(self.ld_prefix)
+        self.fp_target: str | None = None
+        if FP_DIR_VAR in self.extra_env:
+            # The same for the allocation fingerprint's per-process files (measure/fingerprint.py).
+            self.fp_target = self.extra_env[FP_DIR_VAR]
+            (self.dir / "fp").mkdir()
+            session.identity.own(self.dir / "fp")
+            self.extra_env[FP_DIR_VAR] = str(self.dir / "fp")
         self.mapped_marker = mapped_marker
         self.main_pid: int | None = None
         self.done = threading.Event()
@@ -225,6 +233,14 @@ class Server:
                     self.tree.stat[pid] = st
             kill_tree(self.proc.pid, leftovers, grace_s=0.5)
         self.proc.returncode = 0  # reaped by our waiter thread
+
+    def copy_fingerprint(self) -> None:
+        """The fingerprint's files (and the system call counts of a wrapper) to where the run wants them."""
+        if self.fp_target is None:
+            return
+        for f in [*(self.dir / "fp").glob("fp-*.json"), self.dir / "syscalls.txt"]:
+            with contextlib.suppress(OSError):
+                shutil.copyfile(f, Path(self.fp_target) / f.name)
 
     def copy_ld_debug(self, target: str | None) -> None:
         if not target or self.ld_prefix is None:

@@ -1,0 +1,314 @@
+"""The allocation fingerprint: what the program asks of the allocator, and what each allocator holds
+beyond it, from one untimed run per cell (workload x variant), beside the verification run and
+never mixed into the timed ones.
+
+In that run, launcher/fingerprint.c is preloaded BEFORE the variant's allocator (it counts every
+call and forwards it to the next definition) and writes one file per process; the memory system
+calls of the whole tree are counted at the same time by `perf stat` on the syscall tracepoints, or
+`strace -f -c` where those are not available. `summarize` merges the processes' files into one
+dict, stored with the experiment (store.set_fingerprint) and shown by report/fingerprint.py:
+
+* the demand: allocation calls per second of the run, a power-of-two size histogram (calls and
+  bytes), the share at or above 128 KiB (glibc's default mmap and trim thresholds), realloc and
+  aligned-allocation counts, the threads that allocate, sampled cross-thread frees and lifetimes;
+* live bytes (usable sizes: malloc_usable_size of the allocator, so size-class rounding counts as
+  live) beside the anonymous RSS of the same processes, sampled together every 20 ms: the
+  allocator's overhead = anonymous RSS - live bytes, at the peak and at the end. Anonymous RSS is
+  RSS less file-backed and shared memory; it also holds the program's stacks and the
+  interposer's own tables (a few MiB at most), so the overhead is an upper bound.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import re
+import shutil
+import subprocess
+from pathlib import Path
+
+from alloclab.workloads import build as cbuild
+
+FP_DIR_VAR = "ALLOCLAB_FP_DIR"
+SYSCALLS = ("brk", "mmap", "munmap", "mremap", "madvise", "mprotect")
+BIG = 128 * 1024
+ALLOC_KINDS = ("malloc", "calloc", "realloc", "memalign", "posix_memalign", "aligned_alloc", "valloc", "new")
+FREE_KINDS = ("free", "delete")
+ALIGNED_KINDS = ("memalign", "posix_memalign", "aligned_alloc", "valloc")
+# Lifetime decades from 1 us (see fingerprint.c): short < 1 ms <= medium < 1 s <= long.
+SHORT, MEDIUM = range(0, 4), range(4, 7)
+TIMEOUT_FLOOR_S = 120
+
+
+@functools.cache
+def interposer() -> Path:
+    """The interposer, compiled on first use and cached by source hash like our other C."""
+    return cbuild.build("alloclab-fingerprint", [cbuild.package_file("measure", "launcher", "fingerprint.c")],
+                        flags=["-shared", "-fPIC", "-fexceptions"], libs=["-ldl"])
+
+
+def preload_env(variant_env: dict[str, str], fp_dir: Path) -> dict[str, str]:
+    """The variant's settings with the interposer first in LD_PRELOAD and the output directory."""
+    preload = " ".join([str(interposer()), *variant_env.get("LD_PRELOAD", "").split()])
+    return variant_env | {"LD_PRELOAD": preload, FP_DIR_VAR: str(fp_dir)}
+
+
+# --- the memory system calls ------------------------------------------------------------------------
+
+@functools.cache
+def syscall_counter() -> tuple[str | None, str]:
+    """('perf' | 'strace' | None, why): what can count the tree's memory system calls here."""
+    perf, strace = shutil.which("perf"), shutil.which("strace")
+    if perf:
+        try:
+            p = subprocess.run([perf, "stat", "-x,", "-e", "syscalls:sys_enter_brk", "--", "true"],
+                               capture_output=True, text=True, timeout=20)
+            if p.returncode == 0 and re.search(r"^\d+,.*sys_enter_brk", p.stderr, re.M):
+                return "perf", "perf stat on the syscalls:sys_enter_* tracepoints (the whole tree)"
+            why = " ".join(p.stderr.split())[:160] or f"status {p.returncode}"
+        except (OSError, subprocess.TimeoutExpired) as exc:
+            why = str(exc)
+    else:
+        why = "perf is not installed"
+    if strace:
+        return "strace", f"strace -f -c (perf's syscall tracepoints unavailable: {why})"
+    return None, (f"no way to count system calls here: perf's syscall tracepoints are unavailable ({why}) "
+                  f"and strace is not installed (apt-get install -y strace)")
+
+
+def syscall_wrapper(out: Path) -> list[str] | None:
+    """The argv prefix that counts the memory system calls of what it runs (and its children)."""
+    tool, _ = syscall_counter()
+    if tool == "perf":
+        events = ",".join(f"syscalls:sys_enter_{s}" for s in SYSCALLS)
+        return ["perf", "stat", "-x,", "-o", str(out), "-e", events, "--"]
+    if tool == "strace":
+        return ["strace", "-f", "-c", "-o", str(out), "-e", "trace=" + ",".join(SYSCALLS), "--"]
+    return None
+
+
+def parse_syscalls(path: Path) -> dict[str, int] | None:
+    """Counts per system call from perf stat's CSV or strace -c's table; None if unreadable."""
+    try:
+        text = path.read_text(errors="replace")
+    except OSError:
+        return None
+    counts: dict[str, int] = {}
+    for line in text.splitlines():
+        m = re.match(r"^(\d+),[^,]*,syscalls:sys_enter_(\w+)", line)
+        if m:
+            counts[m.group(2)] = int(m.group(1))
+            continue
+        f = line.split()
+        if len(f) >= 5 and f[-1] in SYSCALLS and f[3].isdigit():   # strace: % time, s, us/call, calls, [errors,] name
+            counts[f[-1]] = int(f[3])
+    return {s: counts.get(s, 0) for s in SYSCALLS} if counts else None
+
+
+# --- merging the per-process files -------------------------------------------------------------------
+
+def read_processes(fp_dir: Path) -> list[dict]:
+    out = []
+    for f in sorted(fp_dir.glob("fp-*.json")):
+        try:
+            out.append(json.loads(f.read_text()))
+        except (OSError, ValueError):
+            continue   # a process killed while renaming leaves nothing half-written; skip anything odd
+    return out
+
+
+def class_label(c: int) -> str:
+    """Power-of-two class c holds sizes in [2^(c-1), 2^c); class 0 is size 0."""
+    if c == 0:
+        return "0"
+    return f"{_size(1 << (c - 1))}-{_size((1 << c) - 1)}"
+
+
+def _size(n: int) -> str:
+    for unit, div in (("G", 1 << 30), ("M", 1 << 20), ("K", 1 << 10)):
+        if n >= div:
+            return f"{n / div:.3g}{unit}"
+    return f"{n}"
+
+
+def _merged_series(procs: list[dict], points: int = 400) -> list[tuple[float, int, int, int]]:
+    """(seconds since the first process started, live KiB, RSS KiB, anonymous RSS KiB) of the whole
+    tree: each process's last reading held until its last write, summed over the processes."""
+    tracks = []
+    for p in procs:
+        pts = [(p["start_ns"] + t * 1_000_000, live, rss, anon) for t, live, rss, anon in p.get("series", [])]
+        if pts:
+            tracks.append((pts, max(p["t_ns"], pts[-1][0])))
+    if not tracks:
+        return []
+    t0 = min(pts[0][0] for pts, _ in tracks)
+    t1 = max(end for _, end in tracks)
+    step = max((t1 - t0) // points, 1)
+    out = []
+    for t in range(t0, t1 + step, step):
+        live = rss = anon = 0
+        for pts, end in tracks:
+            if t < pts[0][0] or t > end + step:
+                continue
+            last = pts[0]
+            for pt in pts:          # few points per process: a scan is simpler than bisect here
+                if pt[0] > t:
+                    break
+                last = pt
+            live, rss, anon = live + last[1], rss + last[2], anon + last[3]
+        out.append((round((t - t0) / 1e9, 3), live, rss, anon))
+    return out
+
+
+def summarize(procs: list[dict], wall_s: float | None, syscalls: dict[str, int] | None = None,
+              syscall_note: str = "") -> dict:
+    """One dict for the whole process tree of a fingerprint run."""
+    calls = {k: 0 for k in (*ALLOC_KINDS, *FREE_KINDS, "free_null", "failed")}
+    hist: dict[int, list[int]] = {}
+    tot = {"bytes": 0, "usable_bytes": 0, "big_calls": 0, "big_bytes": 0, "threads": 0}
+    samp = {"allocs": 0, "frees": 0, "cross_thread": 0, "cross_unknown": 0, "dropped": 0}
+    life = [0] * 9
+    still = [0] * 9
+    for p in procs:
+        for k, v in p["calls"].items():
+            calls[k] = calls.get(k, 0) + v
+        for c, n, b in p["hist"]:
+            h = hist.setdefault(c, [0, 0])
+            h[0] += n
+            h[1] += b
+        for k in tot:
+            tot[k] += p.get(k, 0)
+        s = p["sampled"]
+        for k in samp:
+            samp[k] += s.get(k, 0)
+        life = [a + b for a, b in zip(life, s["lifetime_decades_from_1us"])]
+        still = [a + b for a, b in zip(still, s.get("still_live_decades_from_1us", [0] * 9))]
+    allocs = sum(calls[k] for k in ALLOC_KINDS)
+    frees = sum(calls[k] for k in FREE_KINDS)
+    known = samp["frees"] - samp["cross_unknown"]
+    freed_short = sum(life[i] for i in SHORT)
+    freed_medium = sum(life[i] for i in MEDIUM)
+    freed_long = sum(life) - freed_short - freed_medium
+    sampled_total = sum(life) + sum(still)
+    series = _merged_series(procs)
+    out: dict = {
+        "processes": len(procs),
+        "process_list": [{"pid": p["pid"], "ppid": p["ppid"], "cmdline": p.get("cmdline", "")[:80],
+                          "allocs": sum(p["calls"].get(k, 0) for k in ALLOC_KINDS), "final": bool(p["final"]),
+                          "live_kb": max(p["live"], 0) // 1024, "anon_kb": p["anon_kb"]} for p in procs],
+        "calls": calls,
+        "allocs": allocs,
+        "frees": frees,
+        "wall_s": wall_s,
+        "calls_per_s": (allocs + frees) / wall_s if wall_s else None,
+        "allocs_per_s": allocs / wall_s if wall_s else None,
+        "bytes": tot["bytes"],
+        "usable_bytes": tot["usable_bytes"],
+        "hist": [[c, class_label(c), n, b] for c, (n, b) in sorted(hist.items())],
+        "big_threshold": BIG,
+        "big_calls": tot["big_calls"],
+        "big_bytes": tot["big_bytes"],
+        "big_call_share": tot["big_calls"] / allocs if allocs else None,
+        "big_byte_share": tot["big_bytes"] / tot["bytes"] if tot["bytes"] else None,
+        "realloc": calls["realloc"],
+        "aligned": sum(calls[k] for k in ALIGNED_KINDS),
+        "threads": tot["threads"],
+        "sample_every": max((p.get("sample_every", 0) for p in procs), default=0),
+        "sampled": samp,
+        "cross_thread_share": samp["cross_thread"] / known if known > 0 else None,
+        "lifetime": {"sampled": sampled_total,
+                     "short_lt_1ms": freed_short / sampled_total if sampled_total else None,
+                     "medium_1ms_1s": freed_medium / sampled_total if sampled_total else None,
+                     "long_ge_1s": freed_long / sampled_total if sampled_total else None,
+                     "live_at_exit": sum(still) / sampled_total if sampled_total else None,
+                     "freed_decades_from_1us": life, "live_at_exit_decades_from_1us": still},
+        "live_is": "usable bytes (malloc_usable_size of the allocator in use)",
+        "series": series,
+    }
+    if series:
+        # Overhead where the program needs the most (the first reading of its largest live bytes),
+        # and at the end of the run.
+        peak = max(series, key=lambda s: s[1])
+        end = series[-1]
+        # Each process also looks at its live bytes every 1024 allocations of a thread: a short
+        # program's peak falls between two 20 ms samples.
+        fine = max((p.get("peak_live", 0) // 1024 for p in procs), default=0)
+        out["memory"] = {"peak_live_kb": max(peak[1], fine), "anon_at_peak_live_kb": peak[3],
+                         "overhead_at_peak_kb": peak[3] - peak[1],
+                         "peak_anon_kb": max(s[3] for s in series), "peak_rss_kb": max(s[2] for s in series),
+                         "end_anon_kb": end[3], "end_live_kb": end[1], "overhead_at_end_kb": end[3] - end[1],
+                         "end_t_s": end[0]}
+    out["syscalls"] = syscalls
+    out["syscalls_how"] = syscall_note
+    return out
+
+
+# --- the untimed runs --------------------------------------------------------------------------------
+
+def run_all(exp, root: Path) -> None:
+    """Untimed, before the first block of a runner.Experiment: one fingerprint run per cell, stored."""
+    from alloclab.measure import verify
+
+    for c in exp.cells:
+        w, v = exp.workloads[c.workload_idx], exp.variants[c.variant_idx]
+        exp.progress.note(f"allocation fingerprint (untimed run): {w.name[:40]} | {v.label}")
+        env, _ = exp._cell_env(c.workload_idx, c.variant_idx)
+        data = run_cell(w.executor, env, v.env, root / f"fingerprint-{c.workload_idx}-{c.variant_idx}",
+                        timeout_s=exp.settings.timeout_s, mapped_marker=verify.mapped_marker(v))
+        exp.store.set_fingerprint(exp.exp_id, c.workload_idx, c.variant_idx, data)
+
+
+def run_cell(executor, env: dict[str, str], variant_env: dict[str, str], workdir: Path, *,
+             timeout_s: float | None, mapped_marker: str | None) -> dict:
+    """One fingerprint run of a workload under a variant, summarized; {"error": ...} if it failed."""
+    from alloclab.measure.executors import CommandExecutor
+    from alloclab.measure.run import run_once
+
+    fp_dir = workdir / "fp"
+    fp_dir.mkdir(parents=True, exist_ok=True)
+    (workdir / "run").mkdir(exist_ok=True)   # executors write their files there, as in a timed run
+    fp_env = preload_env(variant_env, fp_dir)
+    sys_file = workdir / "syscalls.txt"
+    wrapper = syscall_wrapper(sys_file)
+    tool, how = syscall_counter()
+    timeout = max(timeout_s or 0, TIMEOUT_FLOOR_S) if timeout_s else None
+    try:
+        if isinstance(executor, CommandExecutor):
+            # The counter runs without the variant's settings; `env` hands them to the program alone.
+            clean = {k: v for k, v in env.items() if k not in fp_env}
+            argv = list(executor.argv)
+            if wrapper:
+                argv = [*wrapper, "env", *[f"{k}={v}" for k, v in fp_env.items()], *argv]
+                run_env = clean
+            else:
+                run_env = clean | fp_env
+            result = run_once(argv, run_env, workdir / "run", timeout_s=timeout, cwd=executor.cwd,
+                              mapped_marker=mapped_marker)
+        elif hasattr(executor, "session") and getattr(executor.session.ef, "service", None):
+            result = executor.execute(env | fp_env, fp_env, workdir / "run", timeout_s=timeout_s,
+                                      mapped_marker=mapped_marker, perf_file=None,
+                                      server_wrap=(lambda d: wrapper[:4] + [str(d / "syscalls.txt")] + wrapper[5:])
+                                      if wrapper else None)
+        else:
+            result = executor.execute(env | fp_env, fp_env, workdir / "run", timeout_s=timeout_s,
+                                      mapped_marker=mapped_marker, perf_file=None)
+            tool, how = None, "not counted for this kind of workload (a command of an experiment file)"
+    except Exception as exc:   # noqa: BLE001 - the fingerprint must never stop an experiment
+        return {"error": f"the fingerprint run could not run: {exc}"}
+    procs = read_processes(fp_dir)
+    if not procs:
+        return {"error": f"the fingerprint run wrote nothing ({result.status}"
+                         f"{': ' + result.error if result.error else ''}); the program may be static, setuid, "
+                         f"or clear its environment"}
+    if tool is None:
+        syscalls = None
+    else:
+        syscalls = parse_syscalls(fp_dir / "syscalls.txt") or parse_syscalls(sys_file)
+        if syscalls is None:
+            how = f"{how}: it wrote no counts"
+    out = summarize(procs, result.wall_s, syscalls, how)
+    out["status"] = result.status
+    if result.error:
+        out["run_error"] = result.error
+    out["run_peak_rss_kb"] = result.peak_rss_kb
+    return out

@@ -1,0 +1,90 @@
+"""The "Allocation fingerprint" section of every report: what the program asks of the allocator and
+what each allocator holds beyond it, from the untimed fingerprint run of each cell
+(measure/fingerprint.py). One row per figure, one column per variant; the same rows feed the
+terminal, Markdown and JSON reports."""
+
+from __future__ import annotations
+
+from alloclab.report.common import fmt_value
+
+SYSCALL_ORDER = ("brk", "mmap", "munmap", "madvise", "mprotect", "mremap")
+EXPLAIN = ("Untimed run per variant with a counting preload before the allocator. live = usable bytes "
+           "(malloc_usable_size) the program holds; overhead = anonymous RSS - live (an upper bound: stacks "
+           "and the counter's own tables count too); cross-thread frees and lifetimes sampled, 1 block in "
+           "{every} by address; system calls of the whole tree ({how}).")
+
+
+def _pct(x: float | None) -> str:
+    return "n/a" if x is None else f"{x * 100:.1f}%"
+
+
+def _mib(kb: float | None) -> str:
+    return "n/a" if kb is None else f"{kb / 1024:.1f} MiB"
+
+
+def _count(x: float | None) -> str:
+    if x is None:
+        return "n/a"
+    return f"{int(x):,}" if float(x).is_integer() or abs(x) >= 1000 else fmt_value(x)
+
+
+def top_sizes(fp: dict, n: int = 4) -> str:
+    """The size classes that take most calls: '512-1023 B 82% (6.0 MB)'."""
+    total = sum(h[2] for h in fp.get("hist", [])) or 1
+    best = sorted(fp.get("hist", []), key=lambda h: -h[2])[:n]
+    return ", ".join(f"{label} B {calls / total * 100:.0f}%" for _, label, calls, _ in best) or "n/a"
+
+
+def rows(fp_of: dict[int, dict], order: list[int]) -> list[list[str]]:
+    """[figure, value per variant in `order`]; a failed fingerprint run says so in its column."""
+    def row(name, f):
+        return [name] + [("failed" if "error" in fp_of.get(vi, {}) else f(fp_of[vi])) if vi in fp_of else "n/a"
+                         for vi in order]
+
+    def lifetime(fp):
+        lt = fp["lifetime"]
+        if not lt.get("sampled"):
+            return "n/a"
+        return (f"{_pct(lt['short_lt_1ms'])} / {_pct(lt['medium_1ms_1s'])} / "
+                f"{_pct((lt['long_ge_1s'] or 0) + (lt['live_at_exit'] or 0))}")
+
+    def syscalls(fp):
+        s = fp.get("syscalls")
+        return " / ".join(_count(s.get(k, 0)) for k in SYSCALL_ORDER[:5]) if s else "n/a"
+
+    out = [
+        row("alloc calls (frees)", lambda fp: f"{_count(fp['allocs'])} ({_count(fp['frees'])})"),
+        row("calls/s (alloc+free)", lambda fp: _count(fp.get("calls_per_s"))),
+        row("sizes, by calls", top_sizes),
+        row(">= 128 KiB: calls, bytes", lambda fp: f"{_pct(fp['big_call_share'])}, {_pct(fp['big_byte_share'])}"),
+        row("realloc / aligned", lambda fp: f"{_count(fp['realloc'])} / {_count(fp['aligned'])}"),
+        row("processes / allocating threads", lambda fp: f"{fp['processes']} / {fp['threads']}"),
+        row("cross-thread frees (sampled)", lambda fp: f"{_pct(fp['cross_thread_share'])} of "
+                                                       f"{_count(fp['sampled']['frees'])}"),
+        row("lifetime <1ms / <1s / longer", lifetime),
+        row("at peak live: live, anon RSS", lambda fp: f"{_mib(fp.get('memory', {}).get('peak_live_kb'))}, "
+                                                       f"{_mib(fp.get('memory', {}).get('anon_at_peak_live_kb'))}"),
+        row("overhead at peak live", lambda fp: _mib(fp.get("memory", {}).get("overhead_at_peak_kb"))),
+        row("peak anon RSS", lambda fp: _mib(fp.get("memory", {}).get("peak_anon_kb"))),
+        row("at end: live, anon RSS", lambda fp: f"{_mib(fp.get('memory', {}).get('end_live_kb'))}, "
+                                                 f"{_mib(fp.get('memory', {}).get('end_anon_kb'))}"),
+        row("overhead at end", lambda fp: _mib(fp.get("memory", {}).get("overhead_at_end_kb"))),
+        row("brk/mmap/munmap/madvise/mprotect", syscalls),
+    ]
+    return out
+
+
+def explanation(fp_of: dict[int, dict]) -> str:
+    ok = [fp for fp in fp_of.values() if "error" not in fp]
+    every = max((fp.get("sample_every", 0) for fp in ok), default=0) or "n/a"
+    how = next((fp.get("syscalls_how") for fp in ok if fp.get("syscalls_how")), "not counted")
+    return EXPLAIN.format(every=every, how=how)
+
+
+def errors(fp_of: dict[int, dict], labels: list[str]) -> list[str]:
+    return [f"{labels[vi]}: {fp['error']}" for vi, fp in sorted(fp_of.items()) if "error" in fp]
+
+
+def for_workload(experiment, workload_idx: int) -> dict[int, dict]:
+    """variant_idx -> fingerprint of one workload (empty when the experiment ran without --fingerprint)."""
+    return {vi: fp for (wi, vi), fp in getattr(experiment, "fingerprints", {}).items() if wi == workload_idx}

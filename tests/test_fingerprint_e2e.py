@@ -1,0 +1,113 @@
+"""The allocation fingerprint (measure/fingerprint.py, launcher/fingerprint.c) on real programs whose
+behaviour is known by construction: the built-in xthread (every request freed by another thread),
+oversized (27 KB chunks, or chunks above glibc's 128 KiB mmap threshold), a program that forks
+children that allocate (one ending in exit, one in _exit), and the same counts under tcmalloc."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+
+import pytest
+
+from alloclab.measure import fingerprint as fp
+from alloclab.measure.executors import CommandExecutor
+from alloclab.workloads import builtin
+
+from conftest import require_allocator
+
+
+def _run(tmp_path, argv, variant_env=None):
+    env = {k: v for k, v in os.environ.items() if k not in ("LD_PRELOAD",)}
+    out = fp.run_cell(CommandExecutor([str(a) for a in argv]), env, variant_env or {}, tmp_path,
+                      timeout_s=60, mapped_marker=None)
+    assert "error" not in out, out
+    return out
+
+
+def _hist(out) -> dict[int, int]:
+    return {c: n for c, _, n, _ in out["hist"]}
+
+
+def test_xthread_frees_on_another_thread(tmp_path):
+    out = _run(tmp_path, [builtin.binary(builtin.get("xthread")), "--ops", "200000"])
+    # A request and its buffer per op, all freed by the completion threads.
+    assert 400_000 <= out["calls"]["malloc"] <= 400_100
+    assert out["frees"] >= 400_000
+    assert out["threads"] >= 3                      # main + 2 submitters at least
+    assert out["sampled"]["frees"] > 2_000          # about 1 in 64 of 400,000
+    assert out["cross_thread_share"] > 0.97
+    assert out["big_calls"] == 0
+    assert out["lifetime"]["live_at_exit"] < 0.05
+    assert out["calls_per_s"] > 0 and out["memory"]["peak_live_kb"] > 0
+
+
+def test_oversized_size_classes_and_threshold(tmp_path):
+    out = _run(tmp_path / "a", [builtin.binary(builtin.get("oversized")), "--queries", "4"])
+    # (4 queries + 1 warm-up) x 1000 chunks of 27,000 B: class 15 holds 16-32 KiB.
+    assert _hist(out).get(15) == 5000
+    assert out["big_calls"] == 0 and out["big_call_share"] == 0
+    big = _run(tmp_path / "b", [builtin.binary(builtin.get("oversized")), "--queries", "3", "--chunks", "50",
+                                "--chunk-size", "200000"])
+    assert big["big_calls"] == 200 and big["big_call_share"] > 0.9 and big["big_byte_share"] > 0.99
+    if fp.syscall_counter()[0] is not None:
+        # glibc trims the heap top after every query and grows it back: brk churn; 64 MB of top
+        # pad keeps it. Deterministic counts, not timings.
+        padded = _run(tmp_path / "c", [builtin.binary(builtin.get("oversized")), "--queries", "4"],
+                      {"MALLOC_TOP_PAD_": str(64 << 20)})
+        assert out["syscalls"]["brk"] > 4 * 10 and padded["syscalls"]["brk"] < 20, (out["syscalls"], padded["syscalls"])
+
+
+def test_forked_children(tmp_path, build):
+    out = _run(tmp_path, [build("forkalloc"), "3"])
+    assert out["status"] == "ok" and out["processes"] == 4
+    parent = [p for p in out["process_list"] if p["allocs"] < 2000]
+    children = [p for p in out["process_list"] if p["allocs"] >= 2000]
+    assert len(parent) == 1 and len(children) == 3
+    assert all(c["ppid"] == parent[0]["pid"] for c in children)
+    # Each child: 2000 x 1000 B + 100 x 300,000 B + 10 x 5000 B, its counters fresh after the fork.
+    assert all(c["allocs"] == 2110 for c in children)
+    assert out["big_calls"] == 300
+    assert _hist(out).get(19) == 300 and _hist(out).get(10) == 6000
+    # The child that ends in _exit wrote no final file: its periodic write has the counts.
+    assert sorted(c["final"] for c in children) == [False, True, True]
+
+
+def test_same_demand_under_tcmalloc(tmp_path):
+    require_allocator("tcmalloc")
+    lib = str(builtin_lib("tcmalloc"))
+    out = _run(tmp_path, [builtin.binary(builtin.get("xthread")), "--ops", "100000"], {"LD_PRELOAD": lib})
+    assert 200_000 <= out["calls"]["malloc"] <= 200_100
+    assert out["cross_thread_share"] > 0.97
+
+
+def builtin_lib(name: str):
+    from alloclab.catalog import allocators as cat
+    a = cat.load_catalog().allocators[name]
+    return cat.find_library(a.libraries[0])
+
+
+@pytest.mark.skipif(not shutil.which("heaptrack") or not shutil.which("heaptrack_print"),
+                    reason="heaptrack is not installed (apt-get install -y heaptrack)")
+def test_counts_agree_with_heaptrack(tmp_path, build):
+    churn = build("churn")
+    out = _run(tmp_path / "fp", [churn, "100", "8"])
+    (tmp_path / "ht").mkdir()
+    subprocess.run(["heaptrack", "-o", str(tmp_path / "ht" / "ht"), str(churn), "100", "8"], check=True,
+                   capture_output=True, timeout=60)
+    text = subprocess.run(["heaptrack_print", *map(str, (tmp_path / "ht").glob("ht*"))], capture_output=True,
+                          text=True, timeout=60).stdout
+    calls = int(text.split("calls to allocation functions:")[1].split()[0])
+    assert abs(calls - out["allocs"]) <= 3, (calls, out["calls"])
+
+
+def test_cli_fingerprint_in_reports(cli, build):
+    prog = build("forkalloc")
+    cli("compare", "--runs", "1", "--warmup", "0", "--fingerprint", "-a", "glibc", "--", str(prog), "2", check=True)
+    md = cli("report", "-f", "md", check=True).stdout
+    assert "Allocation fingerprint:" in md and "cross-thread frees" in md
+    data = json.loads(cli("report", "-f", "json", check=True).stdout)
+    fps = data["fingerprints"]
+    assert len(fps) == 1 and fps[0]["processes"] == 3 and fps[0]["big_calls"] == 200
