@@ -53,14 +53,21 @@ class MoreBlocks:
         self._stopped = "max-runs"
         while True:
             if measured in design.looks:
+                # The blocks the budget still allows, at the last block's pace: a comparison that
+                # cannot be decided within them is futile and closed (stats.looks.Judge).
+                left_s = s.max_seconds - (time.monotonic() - started)
+                reachable = (min(design.looks[-1], measured + int(max(0.0, left_s) / block_s)) if block_s > 0
+                             else design.looks[-1])
                 still = self.judge.open_comparisons(self.store.load(self.exp_id),
-                                                    {wi for wi, vs in open_.items() if vs}, s.margin)
+                                                    {wi for wi, vs in open_.items() if vs}, s.margin,
+                                                    reachable=reachable)
                 for wi, vs in still.items():
                     open_[wi] &= vs
                 left = sum(len(vs) for vs in open_.values())
                 if not left:
                     self._stopped = "decided"
-                    self.progress.note(f"every primary comparison decided after {measured} runs per variant")
+                    self.progress.note(f"every primary comparison decided, or bounded where more runs could not "
+                                       f"decide it, after {measured} runs per variant")
                     return
                 self.progress.note(f"look at {measured} runs: {left} comparison(s) undecided")
             if measured >= design.looks[-1]:
