@@ -37,10 +37,12 @@ def test_alpha_spent_over_the_looks_never_exceeds_alpha(first, max_runs, gamma):
 
 
 def test_spending_keeps_alpha_for_the_last_looks():
-    """Hwang-Shih-DeCani, gamma -2: little at the first looks, most where small effects are decided."""
+    """The first look keeps alpha/K (large effects are decided there); then Hwang-Shih-DeCani,
+    gamma -2: little at the middle looks, most where small effects are decided."""
     d = decide.Design.sequential(10, 300)
     k = len(d.looks)
-    assert d.look_alphas[0] < 0.05 / k / 5 and d.look_alphas[-2] > 0.05 / k
+    assert d.look_alphas[0] == pytest.approx(0.05 / k)
+    assert max(d.look_alphas[1:5]) < 0.05 / k / 3 and d.look_alphas[-2] > 0.05 / k
     assert sum(d.look_alphas[-3:]) > 0.05 * 0.6     # from 175 runs on: where small effects are decided
     legacy = decide.Design(0.05, d.looks, None)
     assert legacy.look_alphas == pytest.approx((0.05 / k,) * k)

@@ -3,10 +3,12 @@
 In: the first look, --max-runs and alpha. Out: a Design, fixed before any data, stored with the
 experiment, that the runner follows and the statistics judge by.
 
-How alpha is spent over the looks (docs/statistics.md has the measurement that chose it): by a
-Hwang-Shih-DeCani spending function of the information fraction t = blocks / max-runs,
-f(t) = alpha (1 - e^(-gamma t)) / (1 - e^(-gamma)), gamma = -2 (between Pocock and O'Brien-Fleming:
-little at the first looks, most of it at the last ones). Look k tests at f(t_k) - f(t_(k-1)), and
+How alpha is spent over the looks (docs/statistics.md has the measurement that chose it): the
+first look keeps alpha/K, as before (large effects, most verdicts, are decided there); the rest is
+spent by a Hwang-Shih-DeCani function of the information after it, u = (t - t1) / (1 - t1) with
+t = blocks / max-runs: (alpha - alpha/K) (1 - e^(-gamma u)) / (1 - e^(-gamma)), gamma = -2 (little at
+the middle looks, most at the last ones, where small effects and equivalence are decided). Look k
+tests at the increment of that cumulative spending, and
 the looks are added up by the union bound (Bonferroni across looks), not by the joint normal law of
 group-sequential boundaries: our statistic is a trimmed-mean t on a few heavy-tailed blocks, for
 which the exact boundaries measured above 5% false positives. A final analysis that is not a planned
@@ -75,7 +77,12 @@ class Design:
         k = len(self.looks)
         if self.spending is None or k == 1:
             return (self.alpha / k,) * k
-        cum = [hsd(n / self.looks[-1], self.alpha, self.spending) for n in self.looks]
+        # The first look keeps alpha/K: large effects (most verdicts) are decided there, on few blocks
+        # whose t quantiles explode at a smaller alpha. The rest is spent over the information after it.
+        first = self.alpha / k
+        t1 = self.looks[0] / self.looks[-1]
+        cum = [first] + [first + hsd((n / self.looks[-1] - t1) / (1 - t1), self.alpha - first, self.spending)
+                         for n in self.looks[1:]]
         cum[-1] = self.alpha
         return tuple(b - a for a, b in zip([0.0] + cum[:-1], cum))
 

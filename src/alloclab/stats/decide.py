@@ -153,21 +153,26 @@ def futile(n: int, ratio: float, ci_low: float, ci_high: float, margin: float, *
     """Runs per variant an undecided comparison would need, where even `reachable` blocks (what
     --max-runs or the budget leave) would not decide it; None where they might.
 
-    The projection keeps the estimate and narrows the interval as 1/sqrt(n), with the t quantile
-    of the level the final analysis would have (non-binding: stopping never adds false positives,
-    it only gives up power, which docs/statistics.md measures)."""
+    The projection narrows the interval as 1/sqrt(n), with the t quantile of the level the final
+    analysis would have, and is optimistic by one standard error: the effect is taken one standard
+    error further from zero for a better/worse verdict, one nearer for equivalence, so that a noisy
+    estimate does not close a comparison that could still be decided (non-binding: stopping never
+    adds false positives, it only gives up power, which docs/statistics.md measures)."""
     if n < 2 or reachable <= n or not all(math.isfinite(v) and v > 0 for v in (ratio, ci_low, ci_high)):
         return None
     est = abs(math.log(ratio))
     half = (math.log(ci_high) - math.log(ci_low)) / 2
-    target = max(est, math.log1p(margin) - est if margin > 0 else 0.0)
-    if target <= 0:
-        return None
     q_now = float(_special.stdtrit(df, 0.5 + confidence / 2)) if df > 0 else math.inf
+    se = half / q_now
     q_end = float(_special.stdtrit(max(df, 1.0) * reachable / n, 0.5 + final_confidence / 2))
-    unit = half / q_now * math.sqrt(n) * q_end          # half-width at one block, at the final level
-    need = math.ceil((unit / target) ** 2)
-    return need - n if need - n > FUTILITY_FACTOR * (reachable - n) else None
+    lm = math.log1p(margin) if margin > 0 else 0.0
+
+    def need(target: float) -> float:
+        return math.ceil((se * math.sqrt(n) * q_end / target) ** 2) - n if target > 0 else math.inf
+    if need(max(est + se, lm - max(0.0, est - se))) <= FUTILITY_FACTOR * (reachable - n):
+        return None
+    # Said with the estimate as it is, as more_runs says it.
+    return int(min(need(max(est, lm - est)), 10 ** 6))
 
 
 # --- the engine -----------------------------------------------------------------------------------
@@ -197,7 +202,8 @@ def judge(base: list[float], cand: list[float], higher_is_better: bool, *, margi
     need, is_futile = None, False
     if verdict == "undecided":
         need = more_runs(e.n, e.ratio, e.ci_low, e.ci_high, margin)
-        if reachable is not None and reachable > blocks:
+        # Not at the first look: its few blocks say too little about the spread to give up on.
+        if reachable is not None and reachable > blocks and blocks > design.looks[0]:
             final = 1 - (design.alpha - design.spent(blocks)) / max(1, family)
             far = futile(e.n, e.ratio, e.ci_low, e.ci_high, margin, confidence=confidence,
                          final_confidence=final, df=e.df, reachable=reachable)
