@@ -25,30 +25,48 @@ def test_sequential_looks_grow_geometrically_and_end_at_max_runs():
     assert decide.Design.fixed(7).looks == (7,)
 
 
-@given(st.integers(2, 50), st.integers(2, 1000))
-def test_alpha_spent_over_the_looks_never_exceeds_alpha(first, max_runs):
-    """The union bound: whatever looks happened before a stop, their alphas sum to at most alpha."""
-    d = decide.Design.sequential(first, max_runs, alpha=0.05)
-    for stop in range(1, max_runs + 2):
-        looks_before = [n for n in d.looks if n < stop]
-        total = len(looks_before) * d.per_look + d.alpha_at(stop)
-        if stop in d.looks:
-            assert d.alpha_at(stop) == pytest.approx(d.per_look)
-        assert total <= 0.05 + 1e-12 or d.alpha_at(stop) == pytest.approx(d.per_look)
+@given(st.integers(2, 50), st.integers(2, 1000), st.sampled_from([None, -4.0, -2.0, 0.0, 1.0]))
+def test_alpha_spent_over_the_looks_never_exceeds_alpha(first, max_runs, gamma):
+    """The union bound: whatever looks happened before a stop (a planned look, or the budget between
+    looks), their alphas and the stop's sum to at most alpha."""
+    d = decide.Design.sequential(first, max_runs, alpha=0.05, spending=gamma)
+    assert sum(d.look_alphas) == pytest.approx(0.05) and min(d.look_alphas) > 0
+    for stop in range(1, max_runs + 1):
+        looks_before = [a for n, a in zip(d.looks, d.look_alphas) if n < stop]
+        assert sum(looks_before) + d.alpha_at(stop) <= 0.05 + 1e-12
+
+
+def test_spending_keeps_alpha_for_the_last_looks():
+    """The first look keeps alpha/K (large effects are decided there); then Hwang-Shih-DeCani,
+    gamma -2: little at the middle looks, most where small effects are decided."""
+    d = decide.Design.sequential(10, 300)
+    k = len(d.looks)
+    assert d.look_alphas[0] == pytest.approx(0.05 / k)
+    assert max(d.look_alphas[1:5]) < 0.05 / k / 3 and d.look_alphas[-2] > 0.05 / k
+    assert sum(d.look_alphas[-3:]) > 0.05 * 0.6     # from 175 runs on: where small effects are decided
+    legacy = decide.Design(0.05, d.looks, None)
+    assert legacy.look_alphas == pytest.approx((0.05 / k,) * k)
 
 
 def test_alpha_between_looks_spends_what_is_left():
-    d = decide.Design(0.05, (10, 16, 26))
+    d = decide.Design(0.05, (10, 16, 26), None)     # the rule before: alpha/K a look
     assert d.alpha_at(16) == pytest.approx(0.05 / 3)
     assert d.alpha_at(20) == pytest.approx(0.05 - 2 * 0.05 / 3)   # stopped by the budget after two looks
     assert d.alpha_at(5) == pytest.approx(0.05)                   # interrupted before any look
     assert decide.Design.fixed(10).alpha_at(10) == pytest.approx(0.05)
+    assert decide.Design.fixed(10).alpha_at(14) == pytest.approx(0.05)   # --until-precise added blocks
+    s = decide.Design(0.05, (10, 16, 26))
+    assert s.alpha_at(20) == pytest.approx(0.05 - sum(s.look_alphas[:2]))   # a budget stop gets the rest
+    assert s.alpha_at(20) > 0.05 / 3
 
 
 def test_design_round_trips_through_the_config():
     d = decide.Design.sequential(8, 80)
     assert decide.Design.from_config({"design": d.to_config()}, 0) == d
     assert decide.Design.from_config({"runs": 6}, 0) == decide.Design.fixed(6)
+    # Stored before alpha spending: judged by the rule it ran under.
+    old = {"rule": "sequential", "alpha": 0.05, "looks": [4, 7, 12], "alpha_per_look": 0.0167}
+    assert decide.Design.from_config({"design": old}, 0).look_alphas == pytest.approx((0.05 / 3,) * 3)
 
 
 # --- Yuen's paired trimmed mean ------------------------------------------------------------------

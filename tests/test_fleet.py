@@ -107,5 +107,5 @@ def test_host_effects_and_agreement_from_real_statistics():
     faster = _two_host_experiment(1.3)
     analyses = {h: analyze(H.for_host(faster, h)) for h in ("h1", "h2")}
     effects = H.host_effects(analyses)
-    assert len(effects) == 2 and effects[0].startswith("w, glibc (ops): h2 against h1: +30.0%")
+    assert len(effects) == 2 and effects[0].startswith("w, glibc (ops): h2 against h1 (unpaired: two hosts): +30.0%")
     assert H.for_host(faster, "h2").config["runs"] == 8

@@ -227,22 +227,18 @@ def test_holm_properties(pvalues):
     assert adj_in_p_order == sorted(adj_in_p_order)
 
 
-def test_adjust_recomputes_verdicts_on_adjusted_p():
+def test_the_unpaired_engine_is_bonferroni_over_its_family():
+    """Two experiments or two hosts: decide.judge without blocks compares unpaired, at alpha/m."""
+    from alloclab.stats import decide
     rng = np.random.default_rng(9)
-    base = rng.normal(100, 2, 5)
-    shifted = S.compare(base, rng.normal(106, 2, 5), higher_is_better=True)
-    assert shifted.verdict == "better" and shifted.p_value < 0.05
-    nulls = [S.compare(base, rng.normal(100, 2, 5), True) for _ in range(9)]
-    adjusted = S.adjust([shifted, *nulls])
-    assert adjusted[0].p_adjusted == pytest.approx(min(1.0, 10 * shifted.p_value))
-    assert adjusted[0].verdict == "undecided"     # one of ten at n=5 can't survive Holm
-    assert adjusted[0].p_value == shifted.p_value  # raw p kept
-    assert shifted.p_adjusted == shifted.p_value   # originals untouched (frozen copies)
+    base, cand = rng.normal(100, 2, 5), rng.normal(106, 2, 5)
+    one = decide.judge(base, cand, True, margin=0.0, design=decide.Design.fixed(1), blocks=1)
+    assert one.method == "unpaired" and one.verdict == "better" and one.p_value < 0.05
+    ten = decide.judge(base, cand, True, margin=0.0, design=decide.Design.fixed(1), blocks=1, family=10)
+    assert ten.p_adjusted == pytest.approx(min(1.0, 10 * one.p_value))
+    assert ten.verdict == "undecided"     # one of ten at n=5 can't reach 0.005
+    assert ten.confidence == pytest.approx(0.995) and ten.ci_high - ten.ci_low >= one.ci_high - one.ci_low
 
-
-# --------------------------------------------------------------------------
-# format_comparison
-# --------------------------------------------------------------------------
 
 def _comparison(**kw):
     base = dict(ratio=1.04, ci_low=1.021, ci_high=1.059, p_value=0.003, p_adjusted=0.003,

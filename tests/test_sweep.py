@@ -271,8 +271,14 @@ def test_lower_is_better_curve_and_too_few_runs_note():
     [curve] = sweep_stats.sweep_results(a, [{"tunable": "X", "points": [{"variant": "b", "value": 2},
                                                                   {"variant": "a", "value": 1}]}])
     assert [p.text for p in curve.points] == ["1", "2"]   # sorted by value
-    assert curve.best.label == "b" and curve.cheap.label == "a"   # 3 runs: nothing can be significant
-    assert "no difference can be significant below 4" in curve.notes[0]
+    # Paired in blocks (the one engine), 3 blocks of a x5 difference decide: a is worse than the best.
+    assert curve.best.label == "b" and curve.cheap.label == "b"
+    assert curve.points[0].vs_best.method == "paired" and curve.points[0].vs_best.verdict == "worse"
+    data = {(0, 0): [5.0], (0, 1): [1.0]}
+    a = analyze(fake_experiment(labels, [("w", {})], data, metric="ms", higher=False))
+    [curve] = sweep_stats.sweep_results(a, [{"tunable": "X", "points": [{"variant": "b", "value": 2},
+                                                                  {"variant": "a", "value": 1}]}])
+    assert "too few for an interval" in curve.notes[0]
 
 
 def scaling_for(throughputs: list[float], threads=(1, 2, 4), cores=2, n=10):

@@ -107,12 +107,14 @@ def agreement(analyses: dict[str, object]) -> list[str]:
 
 def host_effects(analyses: dict[str, object], alpha: float = 0.05) -> list[str]:
     """Split mode's check that the hosts are interchangeable: per workload and variant, the primary
-    metric on each host against the first host (Mann-Whitney, bootstrap interval of the ratio of
-    medians, Holm across every such check). A line per significant difference; [] when none."""
+    metric on each host against the first host. Runs on two hosts are not paired, so the one engine
+    (decide.judge) compares them unpaired (ratio of medians, bootstrap interval, Mann-Whitney),
+    Bonferroni across every such check. A line per significant difference; [] when none."""
+    from alloclab.stats import decide
     from alloclab.stats import estimates as stats
     hosts = list(analyses)
     first = analyses[hosts[0]]
-    checks, where = [], []
+    pairs, where = [], []
     for wi, w in enumerate(first.workloads):
         primary = w.primary()
         if primary is None:
@@ -123,10 +125,12 @@ def host_effects(analyses: dict[str, object], alpha: float = 0.05) -> list[str]:
                 row = next((r for r in analyses[host].workloads[wi].rows if r.name == primary.name), None)
                 if row is None or len(base) < 2 or len(row.cells[vi].values) < 2:
                     continue
-                checks.append(stats.compare(base, row.cells[vi].values, primary.higher_is_better, alpha=alpha))
+                pairs.append((base, row.cells[vi].values, primary.higher_is_better))
                 where.append(f"{w.name}, {label} ({primary.name}): {host} against {hosts[0]}")
+    design = decide.Design.fixed(1, alpha)
+    checks = [decide.judge(b, c, hib, margin=0.0, design=design, blocks=1, family=len(pairs)) for b, c, hib in pairs]
     out = []
-    for text, c in zip(where, stats.adjust(checks, alpha=alpha) if checks else []):
-        if c.p_adjusted < alpha and not (c.ci_low <= 1.0 <= c.ci_high):
-            out.append(f"{text}: {stats.format_comparison(c)}")
+    for text, c in zip(where, checks):
+        if c.verdict in ("better", "worse"):
+            out.append(f"{text} (unpaired: two hosts): {stats.format_comparison(c)}")
     return out

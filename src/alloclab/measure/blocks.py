@@ -8,7 +8,6 @@ A mixin of measure.runner.Experiment, kept apart because when to stop is its own
 
 from __future__ import annotations
 
-import time
 
 from alloclab.plan.schedule import Job, Planner
 
@@ -43,7 +42,7 @@ class MoreBlocks:
         """Blocks until every primary comparison has a verdict, the budget is spent, or --max-runs.
 
         Looks happen only at the design's planned block counts (see stats/decide.py: each look is tested
-        at alpha/K, so looking cannot inflate the false-positive rate). A decided comparison stops
+        at its share of alpha, so looking cannot inflate the false-positive rate). A decided comparison stops
         running; a workload whose comparisons are all decided stops, so the budget goes to what is
         still open. Blocks keep their random order and hold the baseline with every open variant."""
         s, design = self.settings, self.design
@@ -53,14 +52,21 @@ class MoreBlocks:
         self._stopped = "max-runs"
         while True:
             if measured in design.looks:
+                # The blocks the budget still allows, at the last block's pace: a comparison that
+                # cannot be decided within them is futile and closed (stats.looks.Judge).
+                left_s = s.max_seconds - (self.clock() - started)
+                reachable = (min(design.looks[-1], measured + int(max(0.0, left_s) / block_s)) if block_s > 0
+                             else design.looks[-1])
                 still = self.judge.open_comparisons(self.recorder.experiment,
-                                                    {wi for wi, vs in open_.items() if vs}, s.margin)
+                                                    {wi for wi, vs in open_.items() if vs}, s.margin,
+                                                    reachable=reachable)
                 for wi, vs in still.items():
                     open_[wi] &= vs
                 left = sum(len(vs) for vs in open_.values())
                 if not left:
                     self._stopped = "decided"
-                    self.progress.note(f"every primary comparison decided after {measured} runs per variant")
+                    self.progress.note(f"every primary comparison decided, or bounded where more runs could not "
+                                       f"decide it, after {measured} runs per variant")
                     return
                 self.progress.note(f"look at {measured} runs: {left} comparison(s) undecided")
             if measured >= design.looks[-1]:

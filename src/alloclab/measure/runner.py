@@ -70,7 +70,8 @@ class Progress:
 class Judge(Protocol):
     """What the runner asks the statistics at a look (implemented by alloclab.stats.looks)."""
 
-    def open_comparisons(self, experiment, workload_idxs: set[int], margin: float) -> dict[int, set[int]]: ...
+    def open_comparisons(self, experiment, workload_idxs: set[int], margin: float,
+                         reachable: int | None = None) -> dict[int, set[int]]: ...
 
     def precise_enough(self, values: list[float], target: float) -> bool: ...
 

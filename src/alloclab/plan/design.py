@@ -1,14 +1,36 @@
-"""The sequential design: when the data is looked at, and at which alpha (see stats/decide.py for
-why the looks are Bonferroni-spent).
+"""The sequential design: when the data is looked at, and at which alpha.
 
 In: the first look, --max-runs and alpha. Out: a Design, fixed before any data, stored with the
 experiment, that the runner follows and the statistics judge by.
+
+How alpha is spent over the looks (docs/statistics.md has the measurement that chose it): the
+first look keeps alpha/K, as before (large effects, most verdicts, are decided there); the rest is
+spent by a Hwang-Shih-DeCani function of the information after it, u = (t - t1) / (1 - t1) with
+t = blocks / max-runs: (alpha - alpha/K) (1 - e^(-gamma u)) / (1 - e^(-gamma)), gamma = -2 (little at
+the middle looks, most at the last ones, where small effects and equivalence are decided). Look k
+tests at the increment of that cumulative spending, and
+the looks are added up by the union bound (Bonferroni across looks), not by the joint normal law of
+group-sequential boundaries: our statistic is a trimmed-mean t on a few heavy-tailed blocks, for
+which the exact boundaries measured above 5% false positives. A final analysis that is not a planned
+look (the budget ran out, Ctrl-C) spends everything the looks before it left, which is what lets
+a budget-bound experiment decide more than alpha/K per look did.
+Experiments stored before this rule carry no `spending` and are judged as they ran: alpha/K a look.
 """
 
 from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+
+SPENDING_GAMMA = -2.0
+
+
+def hsd(t: float, alpha: float, gamma: float) -> float:
+    """Hwang-Shih-DeCani cumulative alpha at information fraction t (clipped to [0, 1])."""
+    t = min(1.0, max(0.0, t))
+    if gamma == 0:
+        return alpha * t
+    return alpha * (1 - math.exp(-gamma * t)) / (1 - math.exp(-gamma))
 
 
 @dataclass(frozen=True)
@@ -17,38 +39,66 @@ class Design:
 
     alpha: float
     looks: tuple[int, ...]      # measured blocks per variant at which a look happens
+    spending: float | None = SPENDING_GAMMA   # HSD gamma; None: alpha/K a look (the rule before)
 
     @classmethod
     def fixed(cls, runs: int, alpha: float = 0.05) -> "Design":
         return cls(alpha, (max(1, runs),))
 
     @classmethod
-    def sequential(cls, first: int, max_runs: int, alpha: float = 0.05, growth: float = 1.6) -> "Design":
+    def sequential(cls, first: int, max_runs: int, alpha: float = 0.05, growth: float = 1.6,
+                   spending: float | None = SPENDING_GAMMA) -> "Design":
         first = max(2, min(first, max_runs))
         looks = [first]
         while looks[-1] < max_runs:
             looks.append(min(max_runs, max(looks[-1] + 1, math.ceil(looks[-1] * growth))))
-        return cls(alpha, tuple(looks))
+        return cls(alpha, tuple(looks), spending)
 
     @classmethod
     def from_config(cls, config: dict, runs_hint: int) -> "Design":
         d = config.get("design")
         if d:
-            return cls(float(d["alpha"]), tuple(int(n) for n in d["looks"]))
+            # No "spending" key: stored before alpha spending, judged by the rule it ran under.
+            return cls(float(d["alpha"]), tuple(int(n) for n in d["looks"]), d.get("spending"))
         return cls.fixed(int(config.get("runs") or runs_hint or 1))
 
     def to_config(self) -> dict:
         return {"rule": "sequential" if len(self.looks) > 1 else "fixed", "alpha": self.alpha,
-                "looks": list(self.looks), "alpha_per_look": self.alpha / len(self.looks)}
+                "looks": list(self.looks), "spending": self.spending,
+                "alpha_per_look": list(self.look_alphas)}
+
+    def spent(self, blocks: int) -> float:
+        """Cumulative alpha of the planned looks made at or before `blocks`."""
+        return sum(a for n, a in zip(self.looks, self.look_alphas) if n <= blocks)
 
     @property
-    def per_look(self) -> float:
-        return self.alpha / len(self.looks)
+    def look_alphas(self) -> tuple[float, ...]:
+        """The alpha each planned look tests at; they sum to alpha."""
+        k = len(self.looks)
+        if self.spending is None or k == 1:
+            return (self.alpha / k,) * k
+        # The first look keeps alpha/K: large effects (most verdicts) are decided there, on few blocks
+        # whose t quantiles explode at a smaller alpha. The rest is spent over the information after it.
+        first = self.alpha / k
+        t1 = self.looks[0] / self.looks[-1]
+        cum = [first] + [first + hsd((n / self.looks[-1] - t1) / (1 - t1), self.alpha - first, self.spending)
+                         for n in self.looks[1:]]
+        cum[-1] = self.alpha
+        return tuple(b - a for a, b in zip([0.0] + cum[:-1], cum))
 
     def alpha_at(self, blocks: int) -> float:
-        """The alpha a comparison measured in `blocks` blocks is judged at: alpha/K at a planned look;
-        between looks (stopped by the budget or Ctrl-C), what the looks already made left over."""
+        """The alpha a comparison measured in `blocks` blocks is judged at: its look's share at a
+        planned look; between looks (stopped by the budget or Ctrl-C), all the looks before left."""
         if blocks in self.looks:
-            return self.per_look
-        spent = sum(1 for n in self.looks if n < blocks) * self.per_look
-        return max(self.per_look, self.alpha - spent)
+            return self.look_alphas[self.looks.index(blocks)]
+        if blocks > self.looks[-1]:   # more than planned (--until-precise adds blocks): the last look
+            return self.look_alphas[-1]
+        return self.alpha - self.spent(blocks)
+
+    def describe(self) -> str:
+        if len(self.looks) == 1:
+            return f"fixed runs, alpha {self.alpha:g}"
+        rule = ("alpha/K a look" if self.spending is None
+                else f"Hwang-Shih-DeCani spending, gamma {self.spending:g}")
+        return (f"sequential: looks at {', '.join(map(str, self.looks))} runs, alpha {self.alpha:g} spent "
+                f"{', '.join(f'{a:.2g}' for a in self.look_alphas)} ({rule})")

@@ -170,8 +170,7 @@ def findings_for(w, metrics=None) -> list[tuple[int, str, stats.Finding]]:
 
 def statistics_line(a: Analysis) -> str:
     d = a.design
-    looks = (f"sequential: looks at {', '.join(map(str, d.looks))} runs, alpha {d.alpha:g} spent {d.per_look:.4g} a look"
-             if d is not None and len(d.looks) > 1 else f"fixed runs, alpha {a.alpha:g}")
+    looks = d.describe() if d is not None and len(d.looks) > 1 else f"fixed runs, alpha {a.alpha:g}"
     return (f"median per variant; change against {a.labels[a.baseline_idx]}: 20% trimmed mean of the within-block "
             f"ratios with Yuen's interval, simultaneous over the comparisons of each workload and metric "
             f"(Bonferroni) and over the looks ({looks}); verdicts better / worse (interval excludes no change), "

@@ -1,6 +1,7 @@
 """Two experiments of the same workload side by side (another day, machine or allocator version),
 with the statistics of a comparison: for each variant both have and each metric, B against A as
-a ratio of medians with its bootstrap interval and a Holm-adjusted Mann-Whitney p."""
+a ratio of medians with its bootstrap interval and a Mann-Whitney p (unpaired: two experiments share no
+blocks), Bonferroni over the variants of a workload and metric (stats.decide.judge, the one engine)."""
 
 from __future__ import annotations
 
@@ -12,6 +13,7 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
+from alloclab.stats import decide
 from alloclab.stats import estimates as stats
 from alloclab.report.jsonout import json_safe
 from alloclab.stats.analysis import DEFAULT_STANDARD
@@ -138,12 +140,14 @@ def diff_experiments(a: Experiment, b: Experiment, alpha: float = 0.05, min_effe
                 vb = _values(b, wb["idx"], labels_b.index(label), d["name"])
                 if not va and not vb:
                     continue
-                cells.append(DiffCell(label, stats.summarize(va), stats.summarize(vb),
-                                      stats.compare(va, vb, hib, alpha=alpha, min_effect=min_effect)))
+                cells.append(DiffCell(label, stats.summarize(va), stats.summarize(vb), (va, vb)))
             if cells:
-                # The same family as a comparison: the variants on one workload and metric.
-                for c, adj in zip(cells, stats.adjust([c.comparison for c in cells], alpha, min_effect)):
-                    c.comparison = adj
+                # The one engine, unpaired (two experiments share no blocks), Bonferroni over the same
+                # family as a comparison: the variants on one workload and metric.
+                for c in cells:
+                    va, vb = c.comparison
+                    c.comparison = decide.judge(va, vb, hib, margin=min_effect, design=decide.Design.fixed(1, alpha),
+                                                blocks=1, family=len(cells))
                 rows.append(DiffRow(d["name"], d["unit"], hib, cells))
         workloads.append(DiffWorkload(wa["name"], wb["name"], rows))
     missing = [x for x in labels_a + labels_b if x not in labels]
@@ -187,8 +191,8 @@ def render_terminal(d: Diff, console: Console) -> None:
         console.print(t)
     for note in d.notes:
         console.print(Text(note, style="yellow"))
-    console.print(Text("Each cell: median in A -> median in B; under it B against A with its bootstrap 95% interval and "
-                       "the Holm-adjusted Mann-Whitney p, or ~ when not significant (adjusted p >= 0.05, or the interval includes no change).", style="dim"))
+    console.print(Text("Each cell: median in A -> median in B; under it B against A with its bootstrap interval (simultaneous 95%) and "
+                       "the Mann-Whitney p, Bonferroni-adjusted, or ~ when not significant (adjusted p >= 0.05, or the interval includes no change); unpaired: two experiments share no blocks.", style="dim"))
 
 
 def render_markdown(d: Diff) -> str:
@@ -212,8 +216,8 @@ def render_markdown(d: Diff) -> str:
             rows.append(line)
         out += table(["metric"] + [f"{label}: A -> B" for label in d.labels], rows) + [""]
     out += [f"- {n}" for n in d.notes]
-    out += ["", "Each cell: median in A -> median in B, then B against A with its bootstrap 95% interval, the "
-                "Holm-adjusted Mann-Whitney p and the verdict (better, worse, equivalent within the margin, undecided)."]
+    out += ["", "Each cell: median in A -> median in B, then B against A with its bootstrap interval (simultaneous 95%), the "
+                "Bonferroni-adjusted Mann-Whitney p (unpaired) and the verdict (better, worse, equivalent within the margin, undecided)."]
     return "\n".join(out).rstrip() + "\n"
 
 

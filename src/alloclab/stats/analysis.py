@@ -34,6 +34,7 @@ class Cell:
     blocks: list          # (host, block) of each value: the pairing key
     summary: stats.CellSummary
     comparison: stats.Comparison | None = None
+    n_blocks: int = 0     # blocks the variant took part in (failed runs too): the look it is at
     # The quality checks, run when first asked for: a report that shows one metric's warnings
     # (the terminal's default) need not run them on every metric of every cell.
     check: Callable[[bool], list[stats.Finding]] | None = field(default=None, repr=False, compare=False)
@@ -123,25 +124,20 @@ def measured_blocks(runs: list[dict]) -> int:
 
 
 def comparison(base: Cell, cand: Cell, higher_is_better: bool, *, design: decide.Design, blocks: int,
-               family_size: int, margin: float) -> stats.Comparison:
-    """The candidate's effect against the baseline, judged at the alpha its look has (Bonferroni over
-    the `family_size` comparisons of its family): paired within blocks where every value is positive,
-    else the unpaired ratio of medians."""
-    a_look = design.alpha_at(blocks)
-    level = a_look / max(1, family_size)
-    confidence = 1 - level
-    e = decide.paired_effect(dict(zip(base.blocks, base.values)), dict(zip(cand.blocks, cand.values)),
-                             confidence)
-    if e is None:
-        c = stats.compare(base.values, cand.values, higher_is_better, alpha=level, min_effect=margin,
-                          n_boot=bootstrap_size(len(base.values), len(cand.values)), confidence=confidence)
-        return dataclasses.replace(c, p_adjusted=_adjusted(c.p_value, design.alpha / level))
-    verdict = decide.verdict_for(e.ratio, e.ci_low, e.ci_high, higher_is_better, margin)
-    return stats.Comparison(
-        ratio=e.ratio, ci_low=e.ci_low, ci_high=e.ci_high, p_value=e.p_value, p_adjusted=_adjusted(e.p_value, design.alpha / level),
-        higher_is_better=higher_is_better, verdict=verdict, n_baseline=len(base.values),
-        n_candidate=len(cand.values), margin=margin, confidence=confidence, method="paired",
-        more_runs=decide.more_runs(e.n, e.ratio, e.ci_low, e.ci_high, margin) if verdict == "undecided" else None)
+               family_size: int, margin: float, reachable: int | None = None) -> stats.Comparison:
+    """The candidate's effect against the baseline (decide.judge, paired within blocks), judged at the
+    alpha its look has, Bonferroni over the `family_size` comparisons of its family."""
+    return decide.judge(base.values, cand.values, higher_is_better, margin=margin, design=design, blocks=blocks,
+                        family=family_size, base_blocks=base.blocks, cand_blocks=cand.blocks, reachable=reachable,
+                        n_boot=bootstrap_size(len(base.values), len(cand.values)))
+
+
+def judge_cells(a: "Analysis", base: Cell, cand: Cell, higher_is_better: bool, family: int) -> stats.Comparison:
+    """A verdict between two cells of this experiment beyond the answer's own (sweeps, ablations):
+    the same engine, paired in the blocks both ran in, at the alpha the design's looks left where
+    the later of the two stopped, Bonferroni over the `family` comparisons the caller makes."""
+    return comparison(base, cand, higher_is_better, design=a.design or decide.Design.fixed(1, a.alpha),
+                      blocks=max(base.n_blocks, cand.n_blocks), family_size=family, margin=a.min_effect)
 
 
 def _run_facts(runs: list[dict]) -> dict:
@@ -161,15 +157,13 @@ def _checks(vals, blocks, facts: dict, per_variant_only: bool, *, alpha: float, 
                          n_cores=n_cores, floor=floor, per_variant_only=per_variant_only, **facts)
 
 
-def _adjusted(p: float, factor: float) -> float:
-    """p scaled so that "adjusted p < alpha" means the comparison's own level was met (nan stays nan)."""
-    return min(1.0, p * factor) if p == p else p
-
-
 def analyze(exp: Experiment, baseline: str | int | None = None, alpha: float = 0.05,
             min_effect: float | None = None, family: str = "metric",
-            only_primary: bool = False, workload_idxs: set[int] | None = None) -> Analysis:
-    """`only_primary` and `workload_idxs` give the cheap analysis a sequential look needs."""
+            only_primary: bool = False, workload_idxs: set[int] | None = None,
+            reachable: int | None = None) -> Analysis:
+    """`only_primary` and `workload_idxs` give the cheap analysis a sequential look needs.
+    `reachable`: the blocks a comparison could still reach (the runner's budget); by default a
+    sequential design's --max-runs, so that what cannot be decided within it is said to be futile."""
     labels = [v["label"] for v in exp.variants]
     base = _baseline_index(labels, baseline)
     if min_effect is None:
@@ -178,7 +172,7 @@ def analyze(exp: Experiment, baseline: str | int | None = None, alpha: float = 0
     if exp.config.get("design"):
         alpha = design.alpha
     else:
-        design = decide.Design(alpha, design.looks)
+        design = decide.Design(alpha, design.looks, design.spending)
     cores = exp.machine.get("usable_cores") or exp.machine.get("cores")
     n_cmp = max(1, len(labels) - 1)
     workloads: list[WorkloadResult] = []
@@ -205,7 +199,7 @@ def analyze(exp: Experiment, baseline: str | int | None = None, alpha: float = 0
                 check = None if only_primary else functools.partial(
                     _checks, vals, blocks, facts[vi], alpha=alpha, n_comparisons=n_cmp, n_cores=cores,
                     floor=min_effect)
-                cells.append(Cell(vi, vals, blocks, summary, check=check))
+                cells.append(Cell(vi, vals, blocks, summary, n_blocks=blocks_of[vi], check=check))
             if not any(c.values for c in cells):
                 continue  # e.g. hardware counters on a machine without them
             row = MetricRow(d["name"], d["unit"], bool(d["higher_is_better"]), d["source"],
@@ -227,7 +221,9 @@ def analyze(exp: Experiment, baseline: str | int | None = None, alpha: float = 0
         sizes[key] = sizes.get(key, 0) + 1
     for key, row, c, blocks in pending:
         c.comparison = comparison(row.cells[base], c, row.higher_is_better, design=design, blocks=blocks,
-                                  family_size=sizes[key], margin=min_effect)
+                                  family_size=sizes[key], margin=min_effect,
+                                  reachable=reachable if reachable is not None
+                                  else (design.looks[-1] if len(design.looks) > 1 else None))
     return Analysis(exp, base, labels, workloads, alpha, min_effect, design)
 
 

@@ -18,25 +18,31 @@ inflates a plain t interval and makes a rank test need many blocks before it can
 alpha at all. The trimmed mean ignores the tails on both sides, and its interval is defined from
 two blocks on, so deterministic counts (page faults, peak RSS) decide in two or three runs.
 
-Why the looks are Bonferroni-spent (Pocock-like): measuring until decided (the default without
---runs) looks at the data after n0, n0*g, n0*g^2, ... blocks up to --max-runs, K looks in all,
-and each look tests at alpha/K; the
-m comparisons of one family (every candidate against the baseline on one workload and metric)
-share that by Bonferroni. By the union bound, the chance that any look of any comparison states
-a false "better", "worse" or "equivalent" is at most alpha, however the looks turn out: the
-printed intervals are simultaneous 1-alpha intervals. A run stopped between looks (the time
+How the looks spend alpha (plan/design.py): measuring until decided (the default without --runs) looks at the data after n0, n0*g,
+n0*g^2, ... blocks up to --max-runs; look k tests at the increment of an alpha-spending function,
+and the m comparisons of one family (every candidate against the baseline on one workload and
+metric) share that by Bonferroni. By the union bound, the chance that any look of any comparison
+states a false "better", "worse" or "equivalent" is at most alpha, however the looks turn out:
+the printed intervals are simultaneous 1-alpha intervals. A run stopped between looks (the time
 budget, Ctrl-C) spends what alpha is left on its last analysis.
+
+One engine: `judge` is where every verdict of alloclab comes from (the answer and tables, the
+CI gate, sweeps, ablations, fleet agreement, diff): paired within blocks where the runs were
+measured side by side, the unpaired ratio of medians only where they cannot be (two experiments,
+two hosts), always at the alpha the design's looks left and shared over its family.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from dataclasses import dataclass
 
 import numpy as np
 from scipy import special as _special   # not scipy.stats: a second less at every start
 
-from alloclab.plan.design import Design  # noqa: F401  (the verdicts are judged at its looks)
+from alloclab.plan.design import Design
+from alloclab.stats import estimates
 
 VERDICTS = ("better", "worse", "equivalent", "undecided")
 DECIDED = ("better", "worse", "equivalent")
@@ -135,3 +141,75 @@ def more_runs(n: int, ratio: float, ci_low: float, ci_high: float, margin: float
         return None
     need = math.ceil(n * (half / target) ** 2)
     return max(1, need - n)
+
+
+# --- futility ---------------------------------------------------------------------------------
+
+FUTILITY_FACTOR = 2.0   # stop only when the projection needs twice the runs left (the estimate is noisy)
+
+
+def futile(n: int, ratio: float, ci_low: float, ci_high: float, margin: float, *, confidence: float,
+           final_confidence: float, df: float, reachable: int) -> int | None:
+    """Runs per variant an undecided comparison would need, where even `reachable` blocks (what
+    --max-runs or the budget leave) would not decide it; None where they might.
+
+    The projection narrows the interval as 1/sqrt(n), with the t quantile of the level the final
+    analysis would have, and is optimistic by one standard error: the effect is taken one standard
+    error further from zero for a better/worse verdict, one nearer for equivalence, so that a noisy
+    estimate does not close a comparison that could still be decided (non-binding: stopping never
+    adds false positives, it only gives up power, which docs/statistics.md measures)."""
+    if n < 2 or reachable <= n or not all(math.isfinite(v) and v > 0 for v in (ratio, ci_low, ci_high)):
+        return None
+    est = abs(math.log(ratio))
+    half = (math.log(ci_high) - math.log(ci_low)) / 2
+    q_now = float(_special.stdtrit(df, 0.5 + confidence / 2)) if df > 0 else math.inf
+    se = half / q_now
+    q_end = float(_special.stdtrit(max(df, 1.0) * reachable / n, 0.5 + final_confidence / 2))
+    lm = math.log1p(margin) if margin > 0 else 0.0
+
+    def need(target: float) -> float:
+        return math.ceil((se * math.sqrt(n) * q_end / target) ** 2) - n if target > 0 else math.inf
+    if need(max(est + se, lm - max(0.0, est - se))) <= FUTILITY_FACTOR * (reachable - n):
+        return None
+    # Said with the estimate as it is, as more_runs says it.
+    return int(min(need(max(est, lm - est)), 10 ** 6))
+
+
+# --- the engine -----------------------------------------------------------------------------------
+
+def judge(base: list[float], cand: list[float], higher_is_better: bool, *, margin: float, design: Design,
+          blocks: int, family: int = 1, base_blocks: list | None = None, cand_blocks: list | None = None,
+          reachable: int | None = None, n_boot: int = 2000) -> "estimates.Comparison":
+    """The one verdict of alloclab: candidate against baseline, judged at the alpha the design's
+    looks left at `blocks` blocks, Bonferroni over a family of `family` comparisons.
+
+    Paired (Yuen's trimmed mean of within-block log-ratios) where both sides carry the blocks they
+    ran in and every value can be logged; else the unpaired ratio of medians with a bootstrap
+    interval and Mann-Whitney p, said so by `method`. `reachable`: the blocks this comparison could
+    still reach (--max-runs, or what the budget leaves); an undecided comparison that cannot be
+    decided within them comes back `futile`, with the runs it would need."""
+    level = design.alpha_at(blocks) / max(1, family)
+    confidence = 1 - level
+    adjust = design.alpha / level
+    e = None
+    if base_blocks is not None and cand_blocks is not None:
+        e = paired_effect(dict(zip(base_blocks, base)), dict(zip(cand_blocks, cand)), confidence)
+    if e is None:
+        c = estimates.compare(base, cand, higher_is_better, alpha=level, min_effect=margin, n_boot=n_boot,
+                              confidence=confidence)
+        return dataclasses.replace(c, p_adjusted=min(1.0, c.p_value * adjust) if c.p_value == c.p_value else c.p_value)
+    verdict = verdict_for(e.ratio, e.ci_low, e.ci_high, higher_is_better, margin)
+    need, is_futile = None, False
+    if verdict == "undecided":
+        need = more_runs(e.n, e.ratio, e.ci_low, e.ci_high, margin)
+        # Not at the first look: its few blocks say too little about the spread to give up on.
+        if reachable is not None and reachable > blocks and blocks > design.looks[0]:
+            final = 1 - (design.alpha - design.spent(blocks)) / max(1, family)
+            far = futile(e.n, e.ratio, e.ci_low, e.ci_high, margin, confidence=confidence,
+                         final_confidence=final, df=e.df, reachable=reachable)
+            if far is not None:
+                need, is_futile = far, True
+    return estimates.Comparison(
+        ratio=e.ratio, ci_low=e.ci_low, ci_high=e.ci_high, p_value=e.p_value, p_adjusted=min(1.0, e.p_value * adjust),
+        higher_is_better=higher_is_better, verdict=verdict, n_baseline=len(base), n_candidate=len(cand),
+        margin=margin, confidence=confidence, method="paired", more_runs=need, futile=is_futile)

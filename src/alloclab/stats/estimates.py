@@ -32,7 +32,7 @@ from dataclasses import dataclass
 import numpy as np
 from scipy import special as _special
 
-from alloclab.stats.ranktests import _mannwhitney_p, holm
+from alloclab.stats.ranktests import _mannwhitney_p
 
 
 __all__ = [
@@ -40,7 +40,6 @@ __all__ = [
     "Comparison",
     "Finding",
     "GeoMean",
-    "adjust",
     "compare",
     "format_comparison",
     "format_p",
@@ -48,7 +47,6 @@ __all__ = [
     "median_ci",
     "precise_enough",
     "summarize",
-    "verdict_for",
 ]
 
 
@@ -85,7 +83,7 @@ class Comparison:
     ci_low: float           # bootstrap CI of the ratio of medians
     ci_high: float
     p_value: float          # two-sided Mann-Whitney U
-    p_adjusted: float       # Holm-adjusted by adjust(); equals p_value until then
+    p_adjusted: float       # scaled so that p_adjusted < alpha means the level the verdict used was met
     higher_is_better: bool
     verdict: str            # "better" | "worse" | "equivalent" | "undecided" (decide.VERDICTS)
     n_baseline: int
@@ -94,6 +92,8 @@ class Comparison:
     confidence: float = 0.95  # of the interval: simultaneous over looks and comparisons when paired
     method: str = "unpaired"  # "paired" (within-block trimmed mean) | "unpaired" (ratio of medians)
     more_runs: int | None = None  # undecided: runs per variant likely to decide it
+    futile: bool = False    # undecided, and more_runs is beyond what --max-runs or the budget leave:
+                            # stopped early, reported as the bound its interval is
 
 
 @dataclass(frozen=True)
@@ -229,15 +229,6 @@ def precise_enough(values: Iterable[float], target_halfwidth: float) -> bool:
 # Comparisons
 # --------------------------------------------------------------------------
 
-def verdict_for(ratio: float, ci_low: float, ci_high: float, p: float,
-                higher_is_better: bool, alpha: float = 0.05, min_effect: float = 0.0) -> str:
-    """The unpaired path's verdict: better/worse needs p < alpha as well as an interval that
-    excludes no change; equivalent and undecided as in decide.verdict_for."""
-    from alloclab.stats.decide import verdict_for as _verdict
-    significant = math.isfinite(p) and p < alpha
-    return _verdict(ratio, ci_low, ci_high, higher_is_better, min_effect, significant=significant)
-
-
 def _ratio_of_medians(baseline: np.ndarray, candidate: np.ndarray) -> float:
     mb, mc = _median_sorted(baseline), _median_sorted(candidate)
     if not (math.isfinite(mb) and math.isfinite(mc)) or mb == 0:
@@ -266,10 +257,11 @@ def compare(baseline: Iterable[float], candidate: Iterable[float], higher_is_bet
         with np.errstate(all="ignore"):
             lo, hi = _percentile_ci(mc / mb, confidence)
     p = _mannwhitney_p(c, b)
+    from alloclab.stats.decide import verdict_for   # decide builds on this module: imported late
     return Comparison(
         ratio=ratio, ci_low=lo, ci_high=hi, p_value=p, p_adjusted=p,
         higher_is_better=higher_is_better,
-        verdict=verdict_for(ratio, lo, hi, p, higher_is_better, alpha, min_effect),
+        verdict=verdict_for(ratio, lo, hi, higher_is_better, min_effect, significant=math.isfinite(p) and p < alpha),
         n_baseline=int(b.size), n_candidate=int(c.size), margin=min_effect, confidence=confidence,
         more_runs=_more_runs(int(min(b.size, c.size)), ratio, lo, hi, min_effect),
     )
@@ -279,20 +271,6 @@ def _more_runs(n: int, ratio: float, lo: float, hi: float, margin: float) -> int
     from alloclab.stats.decide import more_runs
     return more_runs(n, ratio, lo, hi, margin)
 
-
-
-def adjust(comparisons: Sequence[Comparison], alpha: float = 0.05,
-           min_effect: float = 0.0) -> list[Comparison]:
-    """Copies with Holm-adjusted p-values over the family, verdicts recomputed."""
-    adjusted = holm([c.p_value for c in comparisons])
-    return [
-        dataclasses.replace(
-            c, p_adjusted=pa,
-            verdict=verdict_for(c.ratio, c.ci_low, c.ci_high, pa, c.higher_is_better,
-                                alpha, min_effect),
-        )
-        for c, pa in zip(comparisons, adjusted)
-    ]
 
 
 def format_p(p: float, allow_less_than: bool = True) -> str:
@@ -310,6 +288,7 @@ def format_comparison(c: Comparison) -> str:
         better/worse   "+4.0% [+2.1, +5.9]"
         equivalent     "≈ within ±2% [-0.8, +1.1]"
         undecided      "? +3.1% [-8.0, +15.2] ~40 more runs"
+        futile         "? no difference beyond [-8.6, +13.4]; ±2% would need ~440 more runs"
 
     The sign is the raw change of the metric, not its goodness; the verdict carries goodness."""
     with np.errstate(all="ignore"):
@@ -324,6 +303,12 @@ def format_comparison(c: Comparison) -> str:
         return f"{delta:+.1f}% {interval}"
     if c.verdict == "equivalent":
         return f"≈ within ±{c.margin * 100:g}% {interval}"
+    if c.futile and c.more_runs:
+        # The nearer decision: equivalence where the effect is closer to zero than to the margin.
+        est = abs(math.log(c.ratio)) if c.ratio > 0 else math.inf
+        what = (f"equivalence within ±{c.margin * 100:g}%" if c.margin > 0 and math.log1p(c.margin) - est > est
+                else "a verdict")
+        return f"? no difference beyond {interval}; {what} would need ~{c.more_runs} more runs"
     more = f" ~{c.more_runs} more run{'s' if c.more_runs != 1 else ''}" if c.more_runs else ""
     return f"? {delta:+.1f}% {interval}{more}"
 

@@ -13,20 +13,23 @@ from alloclab.stats.estimates import precise_enough
 
 
 class Judge:
-    def open_comparisons(self, experiment, workload_idxs: set[int], margin: float) -> dict[int, set[int]]:
+    def open_comparisons(self, experiment, workload_idxs: set[int], margin: float,
+                         reachable: int | None = None) -> dict[int, set[int]]:
         """Per workload asked about, the variants with a primary comparison not yet decided.
 
         A variant with no comparison at all (every run failed) counts as decided: more runs will
-        not help it."""
-        a = analyze(experiment, only_primary=True, min_effect=margin, workload_idxs=workload_idxs)
+        not help it; nor will they help a futile one (undecided, and not decidable within the
+        `reachable` blocks the budget or --max-runs leave), which is closed and reported as a bound."""
+        a = analyze(experiment, only_primary=True, min_effect=margin, workload_idxs=workload_idxs,
+                    reachable=reachable)
         out: dict[int, set[int]] = {}
         for w in a.workloads:
             out[w.idx] = set()
             for vi in range(len(a.labels)):
                 if vi == a.baseline_idx:
                     continue
-                verdicts = [r.cells[vi].comparison.verdict for r in w.rows if r.cells[vi].comparison]
-                if not all(v in decide.DECIDED for v in verdicts):
+                comps = [r.cells[vi].comparison for r in w.rows if r.cells[vi].comparison]
+                if not all(c.verdict in decide.DECIDED or c.futile for c in comps):
                     out[w.idx].add(vi)
         return out
 

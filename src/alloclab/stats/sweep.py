@@ -13,9 +13,9 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from alloclab.stats import decide
 from alloclab.stats import estimates as stats
-from alloclab.stats import ranktests
-from alloclab.stats.analysis import Analysis, MetricRow
+from alloclab.stats.analysis import Analysis, Cell, MetricRow, judge_cells
 
 SCALING_GAIN = 1.10      # adding threads must give at least +10% to count as scaling
 SCALING_PARAMS = ("threads",)
@@ -34,6 +34,7 @@ class CurvePoint:
     metrics: dict[str, stats.CellSummary] = field(default_factory=dict)   # every headline metric
     vs_best: stats.Comparison | None = None
     within_noise: bool = False          # not significantly worse than the best
+    cell: Cell | None = field(default=None, repr=False, compare=False)   # its runs, for paired verdicts
 
 
 @dataclass
@@ -87,27 +88,29 @@ def _point(text, value, label, row: MetricRow, vi: int, rows: dict[str, MetricRo
     rss = rows.get("peak_rss_mb")
     return CurvePoint(str(text), value, label, c.summary, list(c.values),
                       rss.cells[vi].summary if rss else None,
-                      {name: r.cells[vi].summary for name, r in rows.items()})
+                      {name: r.cells[vi].summary for name, r in rows.items()}, cell=c)
 
 
-def _decide(curve: SweepCurve, alpha: float, min_effect: float) -> SweepCurve:
-    """The best median, and the smallest setting not significantly worse than it."""
+def _decide(curve: SweepCurve, a: Analysis) -> SweepCurve:
+    """The best median, and the smallest setting not significantly worse than it: each point against
+    the best by the one engine (paired in blocks, at the alpha the looks left, Bonferroni over the
+    points compared)."""
     measured = [p for p in curve.points if p.summary.n > 0]
     if not measured:
         curve.notes.append("no point has a successful run")
         return curve
     hib = curve.higher_is_better
     best = max(measured, key=lambda p: p.summary.median if hib else -p.summary.median)
+    family = max(1, len(measured) - 1)
     for p in measured:
-        p.vs_best = stats.compare(best.values, p.values, hib, alpha=alpha, min_effect=min_effect)
+        p.vs_best = judge_cells(a, best.cell, p.cell, hib, family)
         p.within_noise = p is best or p.vs_best.verdict != "worse"
     curve.best = best
     curve.cheap = next(p for p in curve.points if p.within_noise)
     n = min(p.summary.n for p in measured)
-    need = ranktests.min_runs_for_significance(alpha)
-    if n < need:
-        curve.notes.append(f"{n} run(s) per point: no difference can be significant below {need}, so every "
-                           f"point counts as within the noise of the best; use --runs 10 or more")
+    if n < 2:
+        curve.notes.append(f"{n} run(s) per point: too few for an interval, so every point counts as within "
+                           f"the noise of the best; use --runs 10 or more")
     failed = [p.label for p in curve.points if p.summary.n == 0]
     if failed:
         curve.notes.append("no successful run at: " + ", ".join(failed))
@@ -142,7 +145,7 @@ def _variant_curves(a: Analysis, s: dict, source: int) -> list[SweepCurve]:
                            row.higher_is_better,
                            _order([_point(p.get("text", p["value"]), p["value"], p["variant"], row,
                                           idx[p["variant"]], rows) for p in points]), None, None)
-        out.append(_decide(curve, a.alpha, a.min_effect))
+        out.append(_decide(curve, a))
     return out
 
 
@@ -167,16 +170,16 @@ def _param_curves(a: Analysis, s: dict, source: int) -> list[SweepCurve]:
         curve = SweepCurve("param", s["param"], source, s.get("base", ""), label, fixed, first.name, first.unit,
                            first.higher_is_better,
                            _order(made), None, None)
-        curve = _decide(curve, a.alpha, a.min_effect)
+        curve = _decide(curve, a)
         if s["param"] in SCALING_PARAMS:
-            curve.scaling = scaling_result(curve, cores)
+            curve.scaling = scaling_result(curve, cores, a)
         out.append(curve)
     return out
 
 
 # --- thread scaling -----------------------------------------------------------------------------
 
-def scaling_result(curve: SweepCurve, usable_cores: int | None) -> Scaling | None:
+def scaling_result(curve: SweepCurve, usable_cores: int | None, a: Analysis) -> Scaling | None:
     """Throughput against threads: speedup, per-thread efficiency, and where adding threads stops paying."""
     pts = [p for p in curve.points if p.summary.n > 0 and isinstance(p.value, (int, float)) and p.value > 0]
     if len(pts) < 2:
@@ -193,7 +196,7 @@ def scaling_result(curve: SweepCurve, usable_cores: int | None) -> Scaling | Non
     steps = [ScalingStep(int(n0), t0, 1.0, 1.0, math.nan, math.nan, math.nan, False)]
     stops_at, reason = None, ""
     for prev, cur in zip(pts, pts[1:]):
-        c = stats.compare(prev.values, cur.values, hib)
+        c = judge_cells(a, prev.cell, cur.cell, hib, len(pts) - 1)
         gain, lo, hi = (c.ratio, c.ci_low, c.ci_high) if hib else (1 / c.ratio, 1 / c.ci_high, 1 / c.ci_low)
         t = tput(cur)
         speedup = t / t0
@@ -223,7 +226,8 @@ class Effect:
     name: str                       # the setting, or "all together"
     label: str
     summary: stats.CellSummary
-    comparison: stats.Comparison    # against the baseline, Holm-adjusted over the ablation's variants
+    comparison: stats.Comparison    # against the baseline: the answer's own verdict where the baseline is the
+                                    # experiment's, else the same engine over the ablation's variants
     rss: stats.Comparison | None    # peak RSS against the baseline
 
 
@@ -245,19 +249,23 @@ class AblationResult:
     text: str
 
 
-def _interaction_ci(base, singles, combined, n_boot: int = 2000, confidence: float = 0.95) -> tuple[float, float]:
-    """Percentile bootstrap of combined/base / prod(single_i/base), every group resampled on its own."""
-    groups = [np.sort(stats._finite(g)) for g in (base, *singles, combined)]
-    if any(g.size == 0 for g in groups):
-        return math.nan, math.nan
-    rng = np.random.default_rng(stats._seed(*groups, tag="interaction"))
-    meds = [stats._bootstrap_medians(g, n_boot, rng) for g in groups]
-    with np.errstate(all="ignore"):
-        mb = meds[0]
-        ratio = meds[-1] / mb
-        for ms in meds[1:-1]:
-            ratio = ratio / (ms / mb)
-        return stats._percentile_ci(ratio, confidence)
+def _interaction_ci(base: Cell, singles: list[Cell], combined: Cell, a: Analysis) -> tuple[float, float, float]:
+    """Interval of combined/base / prod(single_i/base), paired: per block, the log of that quotient
+    of the runs measured side by side, Yuen's interval at the alpha the looks left (decide.yuen)."""
+    cells = [base, *singles, combined]
+    maps = [dict(zip(c.blocks, c.values)) for c in cells]
+    common = set(maps[0]).intersection(*maps[1:])
+    logs = []
+    for blk in common:
+        v = [m[blk] for m in maps]
+        if all(x > 0 for x in v):
+            logs.append(math.log(v[-1] / v[0]) - sum(math.log(x / v[0]) for x in v[1:-1]))
+    if len(logs) < 2:
+        return math.nan, math.nan, math.nan
+    design = a.design or decide.Design.fixed(1, a.alpha)
+    level = design.alpha_at(max(c.n_blocks for c in cells))
+    est, lo, hi, *_ = decide.yuen(np.array(logs), 1 - level)
+    return math.exp(est), math.exp(lo), math.exp(hi)
 
 
 def ablation_result(a: Analysis, structure: dict) -> list[AblationResult]:
@@ -276,18 +284,22 @@ def ablation_result(a: Analysis, structure: dict) -> list[AblationResult]:
         hib = row.higher_is_better
         base = row.cells[idx[abl["baseline"]]]
         others = [row.cells[idx[lab]] for lab in labels[1:]]
-        comps = stats.adjust([stats.compare(base.values, c.values, hib, alpha=a.alpha, min_effect=a.min_effect)
-                              for c in others], alpha=a.alpha, min_effect=a.min_effect)
+        # One engine: the answer's verdict where it exists, so the ablation table can never disagree with
+        # the answer; judged the same way (paired, the alpha the looks left) where the baseline differs.
+        own = idx[abl["baseline"]] == a.baseline_idx
+        comps = [c.comparison if own and c.comparison else judge_cells(a, base, c, hib, len(others)) for c in others]
         effects = []
         for name, lab, cell, comp in zip([s["setting"] for s in abl["settings"]] + ["all together"],
                                          labels[1:], others, comps):
-            mem = stats.compare(rss.cells[idx[abl["baseline"]]].values, rss.cells[idx[lab]].values, False) \
-                if rss else None
+            mem = None
+            if rss:
+                rb, rc = rss.cells[idx[abl["baseline"]]], rss.cells[idx[lab]]
+                mem = rc.comparison if own and rc.comparison else judge_cells(a, rb, rc, False, len(others))
             effects.append(Effect(name, lab, cell.summary, comp, mem))
         singles, combined = effects[:-1], effects[-1]
         expected = math.prod(e.comparison.ratio for e in singles)
-        inter = combined.comparison.ratio / expected if expected else math.nan
-        lo, hi = _interaction_ci(base.values, [c.values for c in others[:-1]], others[-1].values)
+        est, lo, hi = _interaction_ci(base, others[:-1], others[-1], a)
+        inter = est if math.isfinite(est) else (combined.comparison.ratio / expected if expected else math.nan)
         verdict, text = _interaction_words(inter, lo, hi, hib, row.name)
         out.append(AblationResult(w.name, row.name, row.unit, hib, abl["baseline"], base.summary, singles,
                                   combined, expected, inter, lo, hi, verdict, text))

@@ -1,0 +1,223 @@
+#!/usr/bin/env python3
+"""Old rule (alpha/K a look) against the new (Hwang-Shih-DeCani alpha spending, gamma -2, with
+non-binding futility) on the same real runs: stored experiments re-analysed, and resampled
+sequential experiments built from their real within-block log-ratios.
+
+  * re-analysis: every primary comparison of each store walked through its design's looks with
+    the blocks it had, judged by decide.judge under each rule; decided count, median final width,
+    and every comparison's final verdict;
+  * resampling: the real log-ratios of the comparisons that ran at least `--min-blocks` blocks,
+    centred on their trimmed mean, cut into segments of 8 consecutive blocks (the drift within a
+    segment kept) and rebuilt into sequences of the design's length, each block's sign flipped at
+    random (swapping the two labels of a block: an exact A/A null with the real noise). Injected
+    effects add log(1.05) or log(1.10) to every block (one arm multiplied by 1.05 / 1.10).
+    A family of 7 is 7 such comparisons judged at alpha/7 each.
+Pure computation on stored data (no process is run); about a minute on one core.
+Usage: python bench/rules.py STORE.db [STORE.db ...] [--draws 4000] [--json out.json]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import sys
+
+import numpy as np
+from scipy import special
+
+from alloclab.plan.design import SPENDING_GAMMA, Design
+from alloclab.stats import decide
+from alloclab.stats.analysis import analyze
+from alloclab.store.db import Store
+
+RULES = {"old: alpha/K a look": None, f"new: alpha/K, then HSD {SPENDING_GAMMA:g}; futility": SPENDING_GAMMA}
+SEGMENT = 8
+MARGIN = 0.02
+
+
+# --- re-analysis of stored experiments ----------------------------------------------------------
+
+def comparisons(path: str):
+    """(workload, variant, higher_is_better, [(block, base, cand)], family, design) per primary comparison."""
+    a = analyze(Store(path).load(1), only_primary=True)
+    for w in a.workloads:
+        row = w.primary()
+        base = row.cells[a.baseline_idx]
+        bmap = dict(zip(base.blocks, base.values))
+        cands = [c for c in row.cells if c.variant_idx != a.baseline_idx and c.values]
+        for c in cands:
+            pairs = sorted((k[1], bmap[k], v) for k, v in zip(c.blocks, c.values) if k in bmap)
+            yield w.name, a.labels[c.variant_idx], row.higher_is_better, pairs, len(cands), a.design
+
+
+def walk(pairs, hib, family, design: Design, futility: bool):
+    """The sequential rule on one comparison's blocks in order: the first look that decides, else
+    the last analysis (a planned look, or the budget's stop between looks)."""
+    n_all = len(pairs)
+    stops = [n for n in design.looks if n < n_all] + [n_all]
+    for n in stops:
+        b = [x for _, x, _ in pairs[:n]]
+        c = [y for _, _, y in pairs[:n]]
+        blocks = list(range(n))
+        c = decide.judge(b, c, hib, margin=MARGIN, design=design, blocks=n, family=family, base_blocks=blocks,
+                         cand_blocks=blocks, reachable=design.looks[-1] if futility else None)
+        if c.verdict in decide.DECIDED or c.futile or n == n_all:
+            return c, n
+
+
+def reanalyse(paths: list[str]) -> dict:
+    out = {}
+    for path in paths:
+        rows = []
+        for wname, label, hib, pairs, family, design in comparisons(path):
+            r = {"workload": wname, "variant": label, "blocks": len(pairs)}
+            for name, gamma in RULES.items():
+                d = Design(design.alpha, design.looks, gamma)
+                c, n = walk(pairs, hib, family, d, futility=gamma is not None)
+                r[name] = {"verdict": "futile" if c.futile else c.verdict, "n": n, "ratio": c.ratio,
+                           "lo": c.ci_low, "hi": c.ci_high, "level": 1 - c.confidence, "more_runs": c.more_runs,
+                           "text": decide.estimates.format_comparison(c)}
+            rows.append(r)
+        out[path] = rows
+    return out
+
+
+# --- resampling -------------------------------------------------------------------------------------
+
+def sources(path: str, min_blocks: int) -> list[np.ndarray]:
+    out = []
+    for *_, pairs, _, _ in comparisons(path):
+        d = np.array([math.log(y / x) for _, x, y in pairs if x > 0 and y > 0])
+        if d.size >= min_blocks:
+            out.append(d - decide.yuen(d, 0.95)[0])
+    return out
+
+
+def resample(srcs, draws: int, length: int, rng) -> np.ndarray:
+    out = np.empty((draws, length))
+    for i in range(draws):
+        s = srcs[rng.integers(len(srcs))]
+        parts, total = [], 0
+        while total < length:
+            start = rng.integers(0, max(1, s.size - SEGMENT + 1))
+            parts.append(s[start:start + SEGMENT])
+            total += parts[-1].size
+        out[i] = np.concatenate(parts)[:length] * rng.choice([-1.0, 1.0], size=length)
+    return out
+
+
+def yuen_rows(d: np.ndarray, trim: float = decide.TRIM):
+    n = d.shape[1]
+    s = np.sort(d, axis=1)
+    g = int(math.floor(trim * n))
+    w = np.clip(s, s[:, [g]], s[:, [n - g - 1]])
+    return s[:, g:n - g].mean(axis=1), w.std(axis=1, ddof=1) / ((1 - 2 * trim) * math.sqrt(n)), n - 2 * g - 1
+
+
+def simulate(D: np.ndarray, design: Design, family: int, futility: bool):
+    """Vectorized decide.judge walk: verdict (0 undecided, 1 lower, 2 higher, 3 equivalent, 4 futile),
+    blocks used, final interval width (log)."""
+    draws = D.shape[0]
+    verdict, used, width = np.zeros(draws, int), np.full(draws, design.looks[-1]), np.full(draws, np.nan)
+    open_ = np.ones(draws, bool)
+    lm = math.log1p(MARGIN)
+    for n, a in zip(design.looks, design.look_alphas):
+        tm, se, df = yuen_rows(D[:, :n])
+        level = a / family
+        q = special.stdtrit(df, 1 - level / 2)
+        lo, hi = tm - q * se, tm + q * se
+        v = np.where((lo > -lm) & (hi < lm), 3, np.where(lo > 0, 2, np.where(hi < 0, 1, 0)))
+        if futility and design.looks[0] < n < design.looks[-1]:      # as decide.futile
+            N = design.looks[-1]
+            q_end = special.stdtrit(df * N / n, 1 - (design.alpha - design.spent(n)) / family / 2)
+            est = np.abs(tm)
+            target = np.maximum(est + se, lm - np.maximum(0.0, est - se))
+            need = np.ceil((se * math.sqrt(n) * q_end / target) ** 2) - n
+            v = np.where((v == 0) & (need > decide.FUTILITY_FACTOR * (N - n)), 4, v)
+        new = open_ & (v > 0)
+        verdict[new], used[new], width[new] = v[new], n, (hi - lo)[new]
+        if n == design.looks[-1]:
+            width[open_ & ~new] = (hi - lo)[open_ & ~new]
+        open_ &= ~new
+    return verdict, used, width
+
+
+def resampled(path: str, looks, draws: int, min_blocks: int, seed: int) -> dict:
+    srcs = sources(path, min_blocks)
+    rng = np.random.default_rng(seed)
+    D = resample(srcs, draws, looks[-1], rng)
+    out = {"sources": len(srcs), "looks": list(looks), "rules": {}}
+    for name, gamma in RULES.items():
+        d = Design(0.05, tuple(looks), gamma)
+        r = {}
+        for fam in (1, 7):
+            v, n, w = simulate(D, d, fam, gamma is not None)
+            fp = float(np.mean((v == 1) | (v == 2)))
+            r[f"fp_m{fam}"] = fp if fam == 1 else min(1.0, fam * fp)   # union over 7 (at most)
+            if fam == 1:
+                r["aa_equivalent"] = float(np.mean(v == 3))
+                r["aa_futile"] = float(np.mean(v == 4))
+            for eff in (0.05, 0.10):
+                v2, n2, w2 = simulate(D + math.log1p(eff), d, fam, gamma is not None)
+                hit = v2 == 2
+                r[f"power{int(eff * 100)}_m{fam}"] = float(np.mean(hit))
+                if fam == 1:
+                    r[f"runs{int(eff * 100)}"] = float(np.median(n2[hit])) if hit.any() else math.nan
+                    r[f"width{int(eff * 100)}"] = float(np.median(np.expm1(w2[hit]))) if hit.any() else math.nan
+                    r[f"runs{int(eff * 100)}_all"] = float(np.mean(n2))
+        out["rules"][name] = r
+    return out
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("stores", nargs="+")
+    p.add_argument("--draws", type=int, default=4000)
+    p.add_argument("--min-blocks", type=int, default=12)
+    p.add_argument("--json")
+    args = p.parse_args(argv)
+    report = {"reanalysis": reanalyse(args.stores), "resampled": {}}
+    for path in args.stores:
+        design = next(comparisons(path))[5]
+        contexts = {"own looks": design.looks}
+        if "demo" in path:
+            contexts["compare's looks (10..300)"] = Design.sequential(10, 300).looks
+        for ctx, looks in contexts.items():
+            report["resampled"][f"{path} | {ctx}"] = resampled(path, looks, args.draws, args.min_blocks, 1)
+    print_report(report)
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump(report, f, indent=1, default=str)
+    return 0
+
+
+def print_report(r: dict) -> None:
+    names = list(RULES)
+    for path, rows in r["reanalysis"].items():
+        print(f"## {path}: primary comparisons re-analysed")
+        for name in names:
+            decided = [x for x in rows if x[name]["verdict"] in decide.DECIDED]
+            widths = [100 * (x[name]["hi"] - x[name]["lo"]) / x[name]["ratio"] for x in rows
+                      if math.isfinite(x[name]["hi"] - x[name]["lo"])]
+            dec_w = [100 * (x[name]["hi"] - x[name]["lo"]) / x[name]["ratio"] for x in decided]
+            print(f"  {name}: decided {len(decided)} of {len(rows)}, futile {sum(x[name]['verdict'] == 'futile' for x in rows)}; "
+                  f"median final width {np.median(widths):.1f} points (decided ones {np.median(dec_w) if dec_w else math.nan:.1f}); "
+                  f"median runs {np.median([x[name]['n'] for x in rows]):.0f}")
+        for x in rows:
+            a, b = (x[n] for n in names)
+            if a["text"] != b["text"]:
+                print(f"    {x['workload'][:32]:32s} {x['variant'][:26]:26s} {a['text']} ({a['n']})  ->  {b['text']} ({b['n']})")
+    print()
+    print("## resampled real log-ratios (A/A: label swaps of centred blocks; +5%/+10%: one arm scaled)")
+    for ctx, x in r["resampled"].items():
+        print(f"  {ctx}: {x['sources']} real comparisons, looks {x['looks']}")
+        for name, v in x["rules"].items():
+            print(f"    {name:32s} FP m=1 {v['fp_m1']:.2%}, m=7 <= {v['fp_m7']:.2%} | +5%: {v['power5_m1']:.1%} "
+                  f"(m=7 {v['power5_m7']:.1%}) runs {v['runs5']:.0f}, width {v['width5']:.1%} | +10%: {v['power10_m1']:.1%} "
+                  f"(m=7 {v['power10_m7']:.1%}) runs {v['runs10']:.0f}, width {v['width10']:.1%} | "
+                  f"A/A equivalent {v['aa_equivalent']:.1%}, futile {v['aa_futile']:.1%}; mean runs A/A-like +5% {v['runs5_all']:.0f}")
+
+
+if __name__ == "__main__":
+    sys.exit(main())
