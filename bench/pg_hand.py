@@ -56,6 +56,48 @@ def faults(pid: int) -> tuple[int, int]:
     return int(fields[7]), int(fields[8])
 
 
+class Sampler:
+    """What alloclab's sampler reads while a client runs: /proc/PID/stat of the server's processes
+    every 50 ms, /proc/PID/smaps_rollup every 0.5 s (to test whether reading them changes anything)."""
+
+    def __init__(self, root: int):
+        import threading
+        self.root, self.stop = root, threading.Event()
+        self.thread = threading.Thread(target=self.loop, daemon=True)
+
+    def tree(self) -> list[int]:
+        pids = [self.root]
+        for d in os.listdir("/proc"):
+            if d.isdigit():
+                try:
+                    st = Path(f"/proc/{d}/stat").read_text()
+                    if int(st[st.rindex(")") + 2:].split()[1]) == self.root:
+                        pids.append(int(d))
+                except (OSError, ValueError):
+                    pass
+        return pids
+
+    def loop(self) -> None:
+        n = 0
+        while not self.stop.wait(0.05):
+            for pid in self.tree():
+                try:
+                    Path(f"/proc/{pid}/stat").read_text()
+                    if n % 10 == 0:
+                        Path(f"/proc/{pid}/smaps_rollup").read_text()
+                except OSError:
+                    pass
+            n += 1
+
+    def __enter__(self):
+        self.thread.start()
+        return self
+
+    def __exit__(self, *exc):
+        self.stop.set()
+        self.thread.join()
+
+
 def pgbench(port: int, clients: int, seconds: int, script: Path) -> dict:
     argv = as_postgres() + ["pgbench", "-n", "-h", "127.0.0.1", "-p", str(port), "-U", "postgres",
                             "-c", str(clients), "-j", str(clients), "-T", str(seconds), "-s", "10",
@@ -90,7 +132,11 @@ def one_repetition(data: Path, port: int, env: dict, args, script: Path, clients
         rows = []
         for clients in clients_list:
             before = faults(postmaster)
-            r = pgbench(port, clients, args.duration, script)
+            if args.sample:
+                with Sampler(postmaster):
+                    r = pgbench(port, clients, args.duration, script)
+            else:
+                r = pgbench(port, clients, args.duration, script)
             time.sleep(0.2)  # the backends exit and are reaped after pgbench returns
             after = faults(postmaster)
             r["faults"] = (after[0] + after[1]) - (before[0] + before[1])
@@ -117,6 +163,9 @@ def main() -> None:
     p.add_argument("--checkpoint", action="store_true", help="a CHECKPOINT after the warm-up")
     p.add_argument("--per-client-server", action="store_true",
                    help="a fresh server (and warm-up at that client count) per client count, as the recipe does")
+    p.add_argument("--sample", action="store_true", help="read the server's /proc files as alloclab's sampler does")
+    p.add_argument("--pad", default="", help="comma-separated sizes of an extra environment variable (bytes), "
+                   "cycled over the servers: alloclab pads every run's environment")
     p.add_argument("--port", type=int, default=55450)
     p.add_argument("-o", "--out", default="pg_hand.csv")
     args = p.parse_args()
@@ -127,8 +176,9 @@ def main() -> None:
     script.write_text(JOIN_SQL)
     script.chmod(0o644)
     rows = []
+    n_servers = 0
     with open(args.out, "w", newline="") as fh:
-        w = csv.DictWriter(fh, ["rep", "data", "variant", "clients", "tps", "transactions", "faults", "started"])
+        w = csv.DictWriter(fh, ["rep", "data", "variant", "clients", "tps", "transactions", "faults", "started", "pad"])
         w.writeheader()
         for rep in range(args.reps):
             order = variants[rep % len(variants):] + variants[:rep % len(variants)]
@@ -137,8 +187,12 @@ def main() -> None:
                     groups = [[c] for c in args.clients] if args.per_client_server else [args.clients]
                     for clients_list in groups:
                         started = time.strftime("%H:%M:%S")
-                        for r in one_repetition(Path(data), args.port, VARIANTS[v], args, script, clients_list):
-                            row = {"rep": rep, "data": name, "variant": v, "started": started, **r}
+                        pads = [int(x) for x in args.pad.split(",") if x] or [0]
+                        pad = pads[n_servers % len(pads)]
+                        n_servers += 1
+                        env = VARIANTS[v] | ({"ALLOCLAB_PAD": "x" * pad} if pad else {})
+                        for r in one_repetition(Path(data), args.port, env, args, script, clients_list):
+                            row = {"rep": rep, "data": name, "variant": v, "started": started, "pad": pad, **r}
                             w.writerow(row)
                             fh.flush()
                             rows.append(row)

@@ -12,7 +12,7 @@ from hypothesis import given, settings, strategies as st
 from scipy import stats as sp
 
 from alloclab.stats import decide
-from alloclab.measure.runner import PAD_VAR, env_size, pad_env
+from alloclab.measure.padding import PAD_VAR, env_size, pad_env
 
 
 # --- design ----------------------------------------------------------------------------------

@@ -16,7 +16,8 @@ from alloclab.workloads.command import Workload
 
 
 def seesaw(env: dict, n: int) -> float:
-    return 0.1 * (1 + (0.1 if n % 2 else -0.1)) if env else 0.1
+    # 5% faster on average, 6% either way: undecided at every look, never closed as futile
+    return 0.1 * (1 - 0.05 + (0.06 if n % 2 else -0.06)) if env else 0.1
 
 
 @pytest.fixture

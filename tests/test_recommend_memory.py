@@ -12,7 +12,8 @@ from types import SimpleNamespace
 from alloclab.measure.run import RunResult
 from alloclab.report import Options, export
 from alloclab.stats.analysis import analyze
-from alloclab.stats.recommend import command_text, recommend
+from alloclab.stats.apply import command_text
+from alloclab.stats.recommend import recommend
 from alloclab.store.db import Store
 from alloclab.workloads.metrics import STANDARD, MetricDef
 

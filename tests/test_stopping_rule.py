@@ -63,13 +63,26 @@ def test_a_clear_difference_stops_at_the_first_look_as_decided(tmp_path):
     assert measured(e) == {0: 4, 1: 4} and e.config["runs_done"] == 4
 
 
-def test_an_undecidable_difference_runs_to_max_runs(tmp_path):
-    # The candidate alternates 10% faster and 10% slower: no difference on average, and in 12 runs
-    # no interval narrow enough to call it equivalent within ±2%.
-    e, error = run(tmp_path, FakeExecutor(SEESAW), max_runs=12)
+def NEAR(env: dict, n: int) -> float:
+    """4% faster on average, 10% either way run by run: not decided in 12 runs, yet not hopeless
+    at the look before (futility keeps it open)."""
+    return 0.1 * (1 - 0.04 + (0.1 if n % 2 else -0.1)) if env else 0.1
+
+
+def test_an_undecided_difference_runs_to_max_runs(tmp_path):
+    e, error = run(tmp_path, FakeExecutor(NEAR), max_runs=12)
     assert error is None
     assert e.row["status"] == "complete" and e.config["stopped"] == "max-runs"
     assert measured(e) == {0: 12, 1: 12}
+
+
+def test_a_comparison_more_runs_cannot_decide_is_bounded_before_max_runs(tmp_path):
+    # The candidate alternates 10% faster and 10% slower: no difference on average, and no
+    # interval within reach narrow enough to call it equivalent within ±2%: closed as futile.
+    e, error = run(tmp_path, FakeExecutor(SEESAW), max_runs=12)
+    assert error is None
+    assert e.row["status"] == "complete" and e.config["stopped"] == "bounded"
+    assert measured(e)[1] < 12
 
 
 def test_the_budget_stops_adding_blocks(tmp_path):

@@ -49,6 +49,7 @@ class MoreBlocks:
         base = 0
         open_: dict[int, set[int]] = {wi: set(range(1, len(self.variants))) for wi in range(len(self.workloads))}
         measured, block_s, t_block = design.looks[0], 0.0, self.clock()
+        bounded: set[tuple[int, int]] = set()   # closed as futile: no answer beyond their interval
         self._stopped = "max-runs"
         while True:
             if measured in design.looks:
@@ -61,10 +62,11 @@ class MoreBlocks:
                                                     {wi for wi, vs in open_.items() if vs}, s.margin,
                                                     reachable=reachable)
                 for wi, vs in still.items():
+                    bounded |= {(wi, vi) for vi in self.judge.futile.get(wi, ()) if vi in open_[wi]}
                     open_[wi] &= vs
                 left = sum(len(vs) for vs in open_.values())
                 if not left:
-                    self._stopped = "decided"
+                    self._stopped = "bounded" if bounded else "decided"
                     self.progress.note(f"every primary comparison decided, or bounded where more runs could not "
                                        f"decide it, after {measured} runs per variant")
                     return

@@ -3,11 +3,14 @@
 from __future__ import annotations
 
 import functools
+import math
 import os
 import platform
 import re
+import resource
 import socket
 import subprocess
+import time
 from datetime import datetime, timezone
 from pathlib import Path
 
@@ -97,3 +100,35 @@ def snapshot(variants=()) -> dict:
         "alloclab": __version__,
         "date": datetime.now(timezone.utc).isoformat(timespec="seconds"),
     }
+
+
+# --- other work on the machine during a run ------------------------------------------------------
+
+def load_average() -> float:
+    """The 1-minute load average, read at most once a second: the kernel updates it every five,
+    and a run of a short command is far shorter than reading /proc/loadavg is worth."""
+    t = time.monotonic()
+    if t - _loadavg[0] >= 1.0:
+        _loadavg[:] = [t, os.getloadavg()[0]]
+    return _loadavg[1]
+
+
+_loadavg: list[float] = [-math.inf, 0.0]
+
+
+OTHER_CPU_MIN_WALL_S = 0.25   # /proc/stat counts in 10 ms ticks per CPU: shorter runs are all error
+
+
+def our_cpu_s() -> float:
+    """CPU of alloclab and of the children it has reaped (load clients, set-up commands)."""
+    me, kids = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
+    return me.ru_utime + me.ru_stime + kids.ru_utime + kids.ru_stime
+
+
+def other_cpu(result, busy0: float | None, busy1: float | None, ours: float = 0.0) -> float | None:
+    """Cores' worth of CPU that other work used during the run: the machine's busy time less the
+    run's own. The load average cannot tell them apart: a run's own threads raise it too.
+    None where the run is too short to tell."""
+    if busy0 is None or busy1 is None or result.wall_s < OTHER_CPU_MIN_WALL_S:
+        return None
+    return round(max(0.0, (busy1 - busy0) - (result.user_s + result.sys_s) - ours) / result.wall_s, 3)

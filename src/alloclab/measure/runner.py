@@ -5,7 +5,6 @@ from __future__ import annotations
 import math
 import os
 import random
-import resource
 import shutil
 import tempfile
 import time
@@ -17,6 +16,7 @@ from alloclab.measure import machine
 from alloclab.plan.schedule import Job, Planner
 from alloclab.measure import forward, readback
 from alloclab.measure import verify
+from alloclab.measure.padding import PAD_VAR, env_size, pad_env
 from alloclab.errors import AlloclabError, Interrupted
 from alloclab.measure.run import RunInterrupted, RunResult
 from alloclab.workloads.metrics import HW_COUNTERS, STANDARD, extract, output_tail, standard_values
@@ -69,6 +69,8 @@ class Progress:
 
 class Judge(Protocol):
     """What the runner asks the statistics at a look (implemented by alloclab.stats.looks)."""
+
+    futile: dict[int, set[int]]   # set by open_comparisons: what it closed as undecidable in time
 
     def open_comparisons(self, experiment, workload_idxs: set[int], margin: float,
                          reachable: int | None = None) -> dict[int, set[int]]: ...
@@ -212,7 +214,7 @@ class Experiment(MoreBlocks):
     def _check_run(self, cell: Cell, job: Job, result: RunResult, tmp: Path) -> dict:
         v = self._variant(cell.workload_idx, cell.variant_idx)
         ev = self.evidence[(cell.workload_idx, cell.variant_idx)]
-        extra: dict = {"load": _load_average(), "samples": result.samples, "env_pad": self._last_pad}
+        extra: dict = {"load": machine.load_average(), "samples": result.samples, "env_pad": self._last_pad}
         for refusal in verify.preload_refusals(result.stderr):
             ev.fail(refusal)
             extra.setdefault("verification", []).append(refusal)
@@ -291,11 +293,11 @@ class Experiment(MoreBlocks):
                 self.progress.advance(self._label(job))
                 accounts_all_cpu = getattr(w.executor, "accounts_all_cpu", False)
                 # /proc/stat takes a tenth of a millisecond to read, and runs shorter than
-                # OTHER_CPU_MIN_WALL_S cannot tell other work apart anyway: skipped while the
+                # machine.OTHER_CPU_MIN_WALL_S cannot tell other work apart anyway: skipped while the
                 # workload's runs are that short.
-                short = self._last_wall.get(cell.workload_idx, math.inf) < OTHER_CPU_MIN_WALL_S / 2
+                short = self._last_wall.get(cell.workload_idx, math.inf) < machine.OTHER_CPU_MIN_WALL_S / 2
                 busy0 = None if short else machine.busy_cpu_s()
-                ours0 = None if short or accounts_all_cpu else _our_cpu_s()
+                ours0 = None if short or accounts_all_cpu else machine.our_cpu_s()
                 try:
                     result = w.executor.execute(env, v.env, tmp, timeout_s=s.timeout_s, perf_file=perf_file,
                                                 mapped_marker=verify.mapped_marker(v))
@@ -308,9 +310,9 @@ class Experiment(MoreBlocks):
                 # A service's load clients (and alloclab itself) are not in the run's own time: take
                 # them out too, so that only work outside the measured tree counts as competition.
                 self._last_wall[cell.workload_idx] = result.wall_s
-                busy1 = machine.busy_cpu_s() if busy0 is not None and result.wall_s >= OTHER_CPU_MIN_WALL_S else None
-                extra["other_cpu"] = _other_cpu(result, busy0, busy1,
-                                                0.0 if ours0 is None else _our_cpu_s() - ours0)
+                busy1 = machine.busy_cpu_s() if busy0 is not None and result.wall_s >= machine.OTHER_CPU_MIN_WALL_S else None
+                extra["other_cpu"] = machine.other_cpu(result, busy0, busy1,
+                                                0.0 if ours0 is None else machine.our_cpu_s() - ours0)
                 values = self._metrics(cell, job, result, perf_file)
                 self._store(cell, job, result, values, extra)
                 if result.status != "ok":
@@ -367,48 +369,3 @@ class Experiment(MoreBlocks):
     def _save_verification(self) -> None:
         for (wi, vi), ev in self.evidence.items():
             self.recorder.set_verification(wi, vi, ev.status, ev.reasons, ev.notes)
-
-
-PAD_VAR = "ALLOCLAB_PAD"
-
-
-def env_size(env: dict[str, str]) -> int:
-    """Bytes the environment takes on the new program's stack ("KEY=VALUE\0" each)."""
-    return sum(len(k.encode()) + len(v.encode()) + 2 for k, v in env.items())
-
-
-def pad_env(env: dict[str, str], target: int, size: int | None = None) -> dict[str, str]:
-    """The environment with ALLOCLAB_PAD sized so the whole takes `target` bytes (or as near as the
-    variable's own name allows); `size` is env_size(env) where the caller knows it."""
-    need = target - (env_size(env) if size is None else size) - len(PAD_VAR) - 2
-    return env | {PAD_VAR: "x" * max(0, need)}
-
-
-def _load_average() -> float:
-    """The 1-minute load average, read at most once a second: the kernel updates it every five,
-    and a run of a short command is far shorter than reading /proc/loadavg is worth."""
-    t = time.monotonic()
-    if t - _loadavg[0] >= 1.0:
-        _loadavg[:] = [t, os.getloadavg()[0]]
-    return _loadavg[1]
-
-
-_loadavg: list[float] = [-math.inf, 0.0]
-
-
-OTHER_CPU_MIN_WALL_S = 0.25   # /proc/stat counts in 10 ms ticks per CPU: shorter runs are all error
-
-
-def _our_cpu_s() -> float:
-    """CPU of alloclab and of the children it has reaped (load clients, set-up commands)."""
-    me, kids = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
-    return me.ru_utime + me.ru_stime + kids.ru_utime + kids.ru_stime
-
-
-def _other_cpu(result: RunResult, busy0: float | None, busy1: float | None, ours: float = 0.0) -> float | None:
-    """Cores' worth of CPU that other work used during the run: the machine's busy time less the
-    run's own. The load average cannot tell them apart: a run's own threads raise it too.
-    None where the run is too short to tell."""
-    if busy0 is None or busy1 is None or result.wall_s < OTHER_CPU_MIN_WALL_S:
-        return None
-    return round(max(0.0, (busy1 - busy0) - (result.user_s + result.sys_s) - ours) / result.wall_s, 3)

@@ -13,6 +13,11 @@ from alloclab.stats.estimates import precise_enough
 
 
 class Judge:
+    def __init__(self) -> None:
+        # Per workload, the variants the last look closed as futile: the runner says "bounded",
+        # not "decided", when they are what ended the experiment.
+        self.futile: dict[int, set[int]] = {}
+
     def open_comparisons(self, experiment, workload_idxs: set[int], margin: float,
                          reachable: int | None = None) -> dict[int, set[int]]:
         """Per workload asked about, the variants with a primary comparison not yet decided.
@@ -23,14 +28,18 @@ class Judge:
         a = analyze(experiment, only_primary=True, min_effect=margin, workload_idxs=workload_idxs,
                     reachable=reachable)
         out: dict[int, set[int]] = {}
+        self.futile = {}
         for w in a.workloads:
             out[w.idx] = set()
+            self.futile[w.idx] = set()
             for vi in range(len(a.labels)):
                 if vi == a.baseline_idx:
                     continue
                 comps = [r.cells[vi].comparison for r in w.rows if r.cells[vi].comparison]
                 if not all(c.verdict in decide.DECIDED or c.futile for c in comps):
                     out[w.idx].add(vi)
+                elif any(c.futile and c.verdict not in decide.DECIDED for c in comps):
+                    self.futile[w.idx].add(vi)
         return out
 
     def precise_enough(self, values: list[float], target: float) -> bool:

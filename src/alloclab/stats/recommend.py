@@ -13,14 +13,11 @@ says what, by how much it might differ, and how many runs would decide it.
 from __future__ import annotations
 
 import math
-import re
-import shlex
 from dataclasses import dataclass, field
-from pathlib import Path
 
-from alloclab.catalog import allocators as cat
 from alloclab.stats import estimates as stats
 from alloclab.stats import memory
+from alloclab.stats.apply import HowToApply, how_to_apply
 from alloclab.stats.analysis import Analysis, WorkloadResult
 
 RSS_METRIC = "peak_rss_mb"
@@ -45,14 +42,6 @@ class Point:
     keeps_more: memory.Held | None = None   # the decisive held-memory comparison decided higher
     holds_less: memory.Held | None = None   # ... decided lower
     held_ratio: float = math.nan            # the largest held-memory ratio, decided or not
-
-
-@dataclass(frozen=True)
-class HowToApply:
-    env_line: str           # one shell line that runs the program this way
-    systemd: str            # a drop-in for a service
-    build: str | None       # the build-time equivalent, where the catalog knows one
-    unset: tuple[str, ...]  # baseline settings the recommended variant does not have
 
 
 @dataclass
@@ -91,69 +80,6 @@ def pareto_front(points: list[tuple[float, float]]) -> list[int]:
         if not dominated:
             front.append(i)
     return front
-
-
-# --- how to apply -----------------------------------------------------------------------------
-
-def _systemd_value(key: str, value: str) -> str:
-    # systemd expands %-specifiers and C escapes inside Environment=; quote the whole assignment.
-    text = f"{key}={value}".replace("\\", "\\\\").replace('"', '\\"').replace("%", "%%")
-    return f'Environment="{text}"'
-
-
-# A recipe's stored command keeps the placeholders only a run can fill ({port}, {workdir}, ...):
-# shown as <port>, unquoted, so that the line reads as "put yours here", not as a literal '{port}'.
-_PLACEHOLDER = re.compile(r"\{([A-Za-z_][A-Za-z0-9_]*)\}")
-_MARK = "@@alloclab-placeholder-{}@@"
-
-
-def command_text(argv: list[str] | None, info: dict | None = None) -> str:
-    """The workload's command as one shell line; an experiment file's placeholders written <name>,
-    {recipe_dir} filled from the file's place."""
-    if not argv:
-        return "CMD"
-    info = info or {}
-    if info.get("mode") != "service" and not info.get("experiment_file"):
-        return shlex.join(argv)   # a plain command's braces are the user's own text
-    fixed = {"recipe_dir": str(Path(info["experiment_file"]).parent)} if info.get("experiment_file") else {}
-    names: list[str] = []
-
-    def mark(m: re.Match) -> str:
-        if m[1] in fixed:
-            return fixed[m[1]]
-        names.append(m[1])
-        return _MARK.format(len(names) - 1)
-
-    text = shlex.join(_PLACEHOLDER.sub(mark, arg) for arg in argv)
-    for i, name in enumerate(names):
-        text = text.replace(_MARK.format(i), f"<{name}>")
-    return text
-
-
-def how_to_apply(a: Analysis, variant_idx: int, argv: list[str] | None, info: dict | None = None) -> HowToApply:
-    e = a.experiment
-    v = e.variants[variant_idx]
-    env: dict[str, str] = dict(v["env"])
-    base_env = e.variants[a.baseline_idx]["env"]
-    unset = tuple(k for k in base_env if k not in env)
-    command = command_text(argv, info)
-    parts = (["env"] + [f"-u {k}" for k in unset] if unset else []) + \
-        [f"{k}={shlex.quote(val)}" for k, val in env.items()] + [command]
-    env_line = " ".join(parts)
-    drop_in = ["# systemctl edit YOUR.service  (a drop-in in /etc/systemd/system/YOUR.service.d/)",
-               "[Service]"]
-    drop_in += [_systemd_value(k, val) for k, val in env.items()]
-    drop_in += [f"UnsetEnvironment={k}" for k in unset]
-    if not env and not unset:
-        drop_in.append("# nothing to set: this is the default")
-    allocator = cat.load_catalog().allocators.get(v.get("allocator") or "")
-    build = None
-    if allocator and allocator.build_option and allocator.build_option != "(default)":
-        build = allocator.build_option
-        tunables = {k: val for k, val in env.items() if k != "LD_PRELOAD"}
-        if tunables:
-            build += "; the tunables stay in the environment: " + " ".join(f"{k}={val}" for k, val in tunables.items())
-    return HowToApply(env_line, "\n".join(drop_in), build, unset)
 
 
 # --- per workload -----------------------------------------------------------------------------
