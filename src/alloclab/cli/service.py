@@ -147,7 +147,7 @@ def recipes() -> None:
     from alloclab.workloads import experiment_file
 
     t = Table(title="Recipes", show_lines=True)
-    for col in ("recipe", "what it measures", "needs", "parameters (default)"):
+    for col in ("recipe", "what it measures", "needs", "parameters (default)", "time (default run)"):
         t.add_column(col)
     missing_all: set[str] = set()
     for name in experiment_file.recipe_names():
@@ -157,7 +157,9 @@ def recipes() -> None:
         needs = "\n".join(f"{r.program} ({r.package}): " + ("[green]found[/]" if r.present() else "[red]missing[/]")
                           for r in ef.requires)
         params = ", ".join(f"{k}={v}" for k, v in ef.params.items())
-        t.add_row(f"recipe:{name}", ef.description, needs, params)
+        limits = f"until decided, budget {ef.budget or '25m'}" + (f", at most {ef.max_runs} runs" if ef.max_runs else "")
+        t.add_row(f"recipe:{name}", ef.description, needs, params,
+                  limits + "\n" + (f"measured: {ef.measured}" if ef.measured else "not measured with defaults yet"))
     console.print(t)
     if missing_all:
         console.print(f"To install what is missing: apt-get install -y {' '.join(sorted(missing_all))}")
