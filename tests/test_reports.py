@@ -401,3 +401,28 @@ def test_an_ineffective_baseline_without_a_known_stand_in_still_comes_first(tmp_
 def test_a_verified_baseline_adds_no_first_line(three):
     assert export(three, "terminal").startswith("experiment ")
     assert json.loads(export(three, "json"))["baseline_warning"] is None
+
+
+def test_an_undecided_answer_is_bounded_by_the_allocators_share_of_a_profile(tmp_path):
+    # The stored PostgreSQL experiment leaves comparisons undecided; a profile of its cells (here
+    # written as `--profile` stores it) bounds what any allocator could change.
+    import shutil
+    from pathlib import Path
+
+    from alloclab.report import Options, export
+    from alloclab.report.common import bound_answers
+    from alloclab.stats.analysis import analyze
+    from alloclab.store.db import Store
+
+    db = tmp_path / "pg.db"
+    shutil.copyfile(Path(__file__).parent / "fixtures" / "postgres-recipe-trimmed.db", db)
+    store = Store(db)
+    assert bound_answers(analyze(store.load(None))) == []   # no profile, no bound
+    run = lambda share: {"status": "ok", "samples": 400, "shares": {"allocator": share}}  # noqa: E731
+    store.save_profiles(1, [(0, 0, {"runs": [run(0.012), run(0.016), run(0.014)]}),
+                            (0, 2, {"runs": [run(0.009), {"status": "failed", "samples": 0, "shares": {}}]})])
+    a = analyze(store.load(None))
+    lines = bound_answers(a)
+    assert len(lines) == 1 and lines[0].startswith("postgres-partitions: 1 client: tps")
+    assert "at most 1.4% of the CPU" in lines[0] and "glibc 1.4%, tcmalloc 0.9%" in lines[0]
+    assert lines[0] in export(a, "md", Options()) and lines[0] in export(a, "json", Options())

@@ -296,6 +296,12 @@ def profile_after(store: Store, exp_id: int, workloads, variant_specs: list[str]
         summaries = record.profile_experiment(store, exp_id, workloads, variants, runs=runs, frequency=frequency,
                                               call_graph=call_graph, timeout_s=timeout_s, advance=advance)
     render_profiles(console, summaries)
+    # What the profile means for the answer: an undecided comparison bounded by the allocator's share.
+    from alloclab.report.common import bound_answers
+    from alloclab.stats.analysis import analyze
+
+    for line in bound_answers(analyze(store.load(exp_id), only_primary=True)):
+        console.print(line, highlight=False)
 
 
 def check_profiling(frequency: int = DEFAULT_FREQUENCY) -> None:

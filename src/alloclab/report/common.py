@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import statistics
 from dataclasses import dataclass, field
 
 from alloclab.catalog import in_use
@@ -128,6 +129,33 @@ def wrapper_answers(a: Analysis) -> list[str]:
         line = processes.answer_line(x, w.argv, len(a.workloads) > 1) if x else None
         if line:
             out.append(line)
+    return out
+
+
+def _allocator_share(profile: dict) -> float | None:
+    """The median share of the profiled runs' CPU samples that fell in the allocator's functions."""
+    shares = [r["shares"].get("allocator", 0.0) for r in profile.get("runs", [])
+              if r.get("status") == "ok" and r.get("samples")]
+    return statistics.median(shares) if shares else None
+
+
+def bound_answers(a: Analysis) -> list[str]:
+    """Beside a primary comparison that stayed undecided (or was closed as a bound), what a profile
+    of the same cells says: the allocator's share of the CPU bounds what any allocator could gain."""
+    out = []
+    for w in a.workloads:
+        open_ = [(row, vi) for row in primary_rows(w) for vi in variant_order(a)[1:]
+                 if (c := row.cells[vi].comparison) is not None and c.verdict == "undecided"]
+        shares = {vi: _allocator_share(p) for (wi, vi), p in a.experiment.profiles.items() if wi == w.idx}
+        shares = {vi: x for vi, x in shares.items() if x is not None}
+        if not open_ or not shares:
+            continue
+        top = max(shares.values())
+        per = ", ".join(f"{a.labels[vi]} {shares[vi] * 100:.1f}%" for vi in variant_order(a) if vi in shares)
+        metrics = ", ".join(sorted({metric_title(row)[0] for row, _ in open_}))
+        where = f"{w.name}: " if len(a.workloads) > 1 else ""
+        out.append(f"{where}{metrics} undecided, and the allocator's functions took at most {top * 100:.1f}% of "
+                   f"the CPU in the profiled runs ({per}): no allocator can change it by much more than that")
     return out
 
 

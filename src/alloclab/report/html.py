@@ -17,7 +17,7 @@ from alloclab.stats.recommend import RSS_METRIC, Recommendation, recommend
 from alloclab.report import charts
 from alloclab.report.common import (allocator_lines, baseline_warning, failed_run_lines, fmt_value, full_delta, metadata,
     shown_rows, variant_order, verdict_word, answers, statistics_line, verification_rows,
-    verification_summary, warning_groups, process_lines, wrapper_answers)
+    verification_summary, warning_groups, process_lines, wrapper_answers, bound_answers)
 
 SUFFIX = ".html"
 
@@ -261,7 +261,7 @@ def context(a: Analysis, options) -> dict:
         "overall_figure": overall_figure, "workloads": workloads, "sweep": sweep, "sweep_note": sweep_note,
         "baseline": a.labels[a.baseline_idx], "colours": {a.labels[vi]: charts.colour(vi) for vi in order},
         "answers": answers(a), "statistics": statistics_line(a), "baseline_warning": baseline_warning(a),
-        "wrappers": wrapper_answers(a),
+        "wrappers": wrapper_answers(a) + bound_answers(a),
     }
 
 

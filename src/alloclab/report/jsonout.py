@@ -14,7 +14,7 @@ from alloclab.stats.analysis import Analysis
 from alloclab.stats.recommend import recommend
 from alloclab.store.db import Experiment
 from alloclab.report.common import answers, baseline_warning, full_delta, process_lines, statistics_line, \
-    verification_summary, wrapper_answers
+    verification_summary, wrapper_answers, bound_answers
 
 SUFFIX = ".json"
 
@@ -77,6 +77,7 @@ def analysis_dict(a: Analysis, max_rss_increase: float | None = None, runs: bool
                        "verification": {"level": level, "summary": sentence}}
     out["answers"] = [dataclasses.asdict(x) for x in answers(a)]
     out["wrappers"] = wrapper_answers(a)   # added under schema 2: the named program is not what ran
+    out["cpu_bounds"] = bound_answers(a)   # undecided, bounded by the allocator's share of a profile
     out["results"] = [{
         "workload": w.name,
         "workload_idx": w.idx,

@@ -10,7 +10,7 @@ from alloclab.report import fingerprint
 from alloclab.stats.recommend import Choice, recommend
 from alloclab.report.common import (allocator_lines, answers, baseline_ran, baseline_warning, failed_run_lines,
     fmt_value, full_delta, metadata, process_lines, shown_rows, variant_order, verdict_word, verification_rows,
-    verification_summary, warning_groups, wrapper_answers)
+    verification_summary, warning_groups, wrapper_answers, bound_answers)
 
 SUFFIX = ".md"
 
@@ -126,6 +126,7 @@ def export(a: Analysis, options) -> str:
                        else x.verdict, x.text, ", ".join(x.mechanism)] for x in rows])
         out.append("")
     out += [f"**{line}.**\n" for line in wrapper_answers(a)]
+    out += [f"{line}.\n" for line in bound_answers(a)]
     out.append("Each cell: median, then the change against the baseline with its interval, the adjusted p and "
                "the verdict: better/worse (the interval excludes no change), equivalent (the whole interval "
                "within the margin), undecided (with the runs per variant likely to decide it). * marks the "

@@ -12,7 +12,7 @@ from alloclab.stats.analysis import DEFAULT_STANDARD, Analysis
 from alloclab.stats.recommend import Recommendation, recommend
 from alloclab.report import fingerprint
 from alloclab.report.common import (answers, baseline_ran, baseline_warning, runs_line, delta_text, failed_run_lines,
-    fmt_value, metric_title, process_lines, statistics_line, warning_groups, wrapper_answers)
+    fmt_value, metric_title, process_lines, statistics_line, warning_groups, wrapper_answers, bound_answers)
 
 STATUS_STYLE = {"verified": "green", "ineffective": "bold red", "unknown": "yellow"}
 VERDICT_STYLE = {"better": "green", "worse": "red", "equivalent": "cyan", "undecided": "yellow"}
@@ -120,6 +120,8 @@ def answer_table(a: Analysis, console: Console) -> None:
     # The named program is not what ran: said with the answer, since it changes what the answer means.
     for line in wrapper_answers(a):
         console.print(Text(line, style="bold yellow"))
+    for line in bound_answers(a):
+        console.print(Text(line))
     if rows:
         console.print()
 

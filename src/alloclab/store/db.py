@@ -297,6 +297,8 @@ class Store:
                   for r in runs],
             fingerprints={(r["workload_idx"], r["variant_idx"]): json.loads(r["data"])
                           for r in q("SELECT * FROM fingerprints WHERE experiment_id=?")},
+            profiles={(r["workload_idx"], r["variant_idx"]): json.loads(r["summary"])
+                      for r in q("SELECT * FROM profiles WHERE experiment_id=?")},
         )
 
 
@@ -314,6 +316,7 @@ class Experiment:
     verifications: dict
     runs: list[dict]
     fingerprints: dict = field(default_factory=dict)   # (workload_idx, variant_idx) -> measure/fingerprint.py's dict
+    profiles: dict = field(default_factory=dict)       # (workload_idx, variant_idx) -> ProfileSummary.to_dict()
 
     def cell_runs(self, workload_idx: int, variant_idx: int, include_warmup: bool = False) -> list[dict]:
         return [r for r in self.runs if r["workload_idx"] == workload_idx and r["variant_idx"] == variant_idx
