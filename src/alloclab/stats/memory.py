@@ -85,6 +85,14 @@ def headline(found: list[Held], verdict: str) -> Held | None:
     return next(h for h in sel if abs(math.log(h.ratio / best.ratio)) < 0.02)
 
 
+def outweighs(saving: float, cost: float) -> bool:
+    """Whether holding `saving` (a ratio below 1) somewhere outweighs holding `cost` (above 1)
+    elsewhere: by more than twice as much, in log terms (x0.19 after a flush against x1.02 under
+    load does; x0.95 against x1.04 does not)."""
+    return (math.isfinite(saving) and math.isfinite(cost) and saving > 0 and cost > 0
+            and abs(math.log(saving)) > 2 * abs(math.log(cost)))
+
+
 def amount(low: float, high: float, kind: str, base: str) -> str:
     """How much memory against the baseline, for one ratio or a range of them: "x5.3 to x5.6 the
     RSS of glibc" (factors from x2 on), "24% more RSS than glibc", "95% less PSS than glibc"."""
@@ -123,7 +131,8 @@ def keeps_more_text(a: Analysis, ws: list[WorkloadResult], keepers: dict[int, He
         phase = keepers[vis[0]].phase
         others = [vi for vi in range(len(a.labels)) if vi not in keepers]
         shares = {vi: returned(ws, vi, phase) for vi in others}
-        shares = {vi: s for vi, s in shares.items() if s is not None}
+        # only those that give a real part back: "returns -8% of its growth" says nothing
+        shares = {vi: s for vi, s in shares.items() if s is not None and s >= 0.1}
         if shares and len({round(s, 2) for s in shares.values()}) == 1:
             s = next(iter(shares.values()))
             who = _and([a.labels[vi] for vi in shares])
