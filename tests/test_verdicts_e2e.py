@@ -54,9 +54,10 @@ def test_four_verdicts_on_real_runs(cli, store_of, simple):
     require_allocator("tcmalloc")
     # tcmalloc as the baseline makes glibc worse; the same allocator under two labels is equivalent
     # on its (deterministic) peak RSS and, at one run (no interval), undecided on time.
-    # Measured until decided (within 26 runs), so a noisy machine takes longer, not a wrong turn.
-    p = cli("compare", "-a", "tcmalloc", "-a", "glibc", "-a", "tcmalloc@tc-again", "--max-runs", "26",
-            "--budget", "90s", "-m", NS, "--", *simple)
+    # One look at 12 runs: a sequential experiment that stops at an early look judges the secondary
+    # metrics at that look's small share of alpha (docs/statistics.md), where ±2% may not be shown.
+    p = cli("compare", "-a", "tcmalloc", "-a", "glibc", "-a", "tcmalloc@tc-again", "--runs", "12",
+            "-m", NS, "--", *simple)
     assert p.returncode == 0, p.stderr
     v = _verdicts(store_of, cli.db)
     assert v[("ns", "glibc")] == "worse"
