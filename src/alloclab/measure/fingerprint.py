@@ -47,9 +47,18 @@ def interposer() -> Path:
                         flags=["-shared", "-fPIC", "-fexceptions"], libs=["-ldl"])
 
 
-def preload_env(variant_env: dict[str, str], fp_dir: Path) -> dict[str, str]:
-    """The variant's settings with the interposer first in LD_PRELOAD and the output directory."""
-    preload = " ".join([str(interposer()), *variant_env.get("LD_PRELOAD", "").split()])
+def preload_env(variant_env: dict[str, str], fp_dir: Path, readable_in: Path | None = None) -> dict[str, str]:
+    """The variant's settings with the interposer first in LD_PRELOAD and the output directory.
+    `readable_in`: a directory the program's user can read, where a copy of the interposer goes
+    (a recipe's run_as user cannot reach alloclab's cache under a private home such as /root)."""
+    lib = interposer()
+    if readable_in is not None:
+        copy = readable_in / lib.name
+        if not copy.exists():
+            shutil.copyfile(lib, copy)
+            copy.chmod(0o755)
+        lib = copy
+    preload = " ".join([str(lib), *variant_env.get("LD_PRELOAD", "").split()])
     return variant_env | {"LD_PRELOAD": preload, FP_DIR_VAR: str(fp_dir)}
 
 
@@ -76,9 +85,13 @@ def syscall_counter() -> tuple[str | None, str]:
                   f"and strace is not installed (apt-get install -y strace)")
 
 
-def syscall_wrapper(out: Path) -> list[str] | None:
-    """The argv prefix that counts the memory system calls of what it runs (and its children)."""
+def syscall_wrapper(out: Path, unprivileged: bool = False) -> list[str] | None:
+    """The argv prefix that counts the memory system calls of what it runs (and its children).
+    `unprivileged`: it runs as another user (a recipe's run_as), for whom perf's tracepoints are
+    closed (perf_event_paranoid) while strace may still trace its own children."""
     tool, _ = syscall_counter()
+    if tool == "perf" and unprivileged and shutil.which("strace"):
+        tool = "strace"
     if tool == "perf":
         events = ",".join(f"syscalls:sys_enter_{s}" for s in SYSCALLS)
         return ["perf", "stat", "-x,", "-o", str(out), "-e", events, "--"]
@@ -267,10 +280,14 @@ def run_cell(executor, env: dict[str, str], variant_env: dict[str, str], workdir
     fp_dir = workdir / "fp"
     fp_dir.mkdir(parents=True, exist_ok=True)
     (workdir / "run").mkdir(exist_ok=True)   # executors write their files there, as in a timed run
-    fp_env = preload_env(variant_env, fp_dir)
     sys_file = workdir / "syscalls.txt"
-    wrapper = syscall_wrapper(sys_file)
+    session = getattr(executor, "session", None)
+    unprivileged = bool(session is not None and getattr(session.identity, "wrapper", None))
+    fp_env = preload_env(variant_env, fp_dir, session.workdir if unprivileged else None)
+    wrapper = syscall_wrapper(sys_file, unprivileged)
     tool, how = syscall_counter()
+    if unprivileged and wrapper and wrapper[0] == "strace" and tool == "perf":
+        tool, how = "strace", "strace -f -c (the server runs as another user, for whom perf's tracepoints are closed)"
     timeout = max(timeout_s or 0, TIMEOUT_FLOOR_S) if timeout_s else None
     try:
         if isinstance(executor, CommandExecutor):
