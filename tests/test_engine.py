@@ -73,7 +73,7 @@ def test_futile_comparison_is_closed_and_reported_as_a_bound():
     c = a.workloads[0].primary().cells[1].comparison
     assert c.verdict == "undecided" and c.futile and c.more_runs > 2 * (30 - 16)
     text = estimates.format_comparison(c)
-    assert text.startswith("? no difference beyond [") and "equivalence within ±2% would need ~" in text
+    assert text.startswith("? ") and ", no difference beyond [" in text and "equivalence within ±2% would need ~" in text
     # The runner's Judge counts it as closed, so the experiment can stop.
     assert Judge().open_comparisons(exp, {0}, 0.02, reachable=30) == {0: set()}
     # With hundreds of blocks still reachable it stays open.
@@ -87,3 +87,20 @@ def test_futility_projection_uses_the_final_level():
     need = decide.futile(10, 1.0, lo, hi, 0.02, confidence=0.99, final_confidence=0.99, df=5, reachable=40)
     assert need is not None and 100 < need < 130
     assert decide.futile(10, 1.0, lo, hi, 0.02, confidence=0.99, final_confidence=0.99, df=5, reachable=5000) is None
+
+
+def test_what_a_stopped_sequential_run_left_undecided_reads_as_its_bound():
+    # Not decidable at its look, and more runs were possible: while running it is open ...
+    d = Design.sequential(4, 30)
+    exp = experiment([100.0, 103.0], n=8, spread=0.05, design=d, seed=5)
+    exp.row["status"] = "running"
+    c = analyze(exp).workloads[0].primary().cells[1].comparison
+    assert c.verdict == "undecided" and not c.futile
+    assert ", no difference beyond" not in estimates.format_comparison(c)
+    # ... once the run stopped (budget, --max-runs) no run will come: said as the bound, with the runs it needed.
+    exp.row["status"] = "complete"
+    exp.config["until_decided"] = True
+    c = analyze(exp).workloads[0].primary().cells[1].comparison
+    assert c.verdict == "undecided" and c.futile and c.more_runs
+    text = estimates.format_comparison(c)
+    assert text.startswith(f"? {(c.ratio - 1) * 100:+.1f}%, no difference beyond [") and "would need ~" in text

@@ -201,15 +201,18 @@ def seconds(text: str) -> float:
 
 
 def decision_settings(runs: int | None, max_runs: int | None, budget: str, min_effect: float,
-                      first_look: int, default_max_runs: int, until_precise: str | None = None) -> dict:
+                      first_look: int, default_max_runs: int, until_precise: str | None = None,
+                      profile: bool = False) -> dict:
     """Settings of how long to measure, shared by compare, suite and run: `--runs N` means exactly N;
     without it (and without --until-precise) blocks are added until every primary comparison is
-    decided, within --budget and --max-runs."""
+    decided, within --budget and --max-runs, and what stays open gets a one-run profile per variant
+    (unless --profile profiles everything afterwards)."""
     if runs is not None and runs < 1:
         raise AlloclabError(f"--runs must be at least 1 (got {runs}).")
     limit = max_runs if max_runs is not None else default_max_runs
     sequential = runs is None and not until_precise
     return dict(runs=runs if runs is not None else first_look, until_decided=sequential,
+                auto_profile=sequential and not profile,
                 first_look=min(first_look, limit), max_runs=limit, max_seconds=seconds(budget), margin=min_effect,
                 until_precise=percent(until_precise) if until_precise else None)
 

@@ -132,7 +132,8 @@ def compare(
     settings = Settings(warmup=warmup, timeout_s=timeout, seed=seed, verify=not no_verify, fingerprint=fingerprint,
                         kind="compare", title=" ".join(command), extra_config=sweep.sweep_config(sweeps),
                         **decision_settings(runs, max_runs, budget, min_effect, first_look=10,
-                                            default_max_runs=300, until_precise=until_precise))
+                                            default_max_runs=300, until_precise=until_precise,
+                                            profile=profile))
     if profile:
         from alloclab.cli.profile import check_profiling
         check_profiling()

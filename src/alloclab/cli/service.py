@@ -114,7 +114,8 @@ def run_file(
                         extra_config=sweep.sweep_config(sweeps),
                         **decision_settings(runs, max_runs if max_runs is not None else ef.max_runs,
                                             budget or ef.budget or "25m", min_effect,
-                                            first_look=ef.runs or DEFAULT_RUNS, default_max_runs=30))
+                                            first_look=ef.runs or DEFAULT_RUNS, default_max_runs=30,
+                                            profile=profile))
     try:
         if fleet:
             exp_id = fleet_cli.run(store, fleet, fleet_mode, fleet_require_all, "run",

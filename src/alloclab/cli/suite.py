@@ -133,7 +133,8 @@ def suite(
     settings = Settings(warmup=warmup, timeout_s=timeout, seed=seed, verify=not no_verify, fingerprint=fingerprint, kind="suite",
                         title="suite: " + ", ".join(names) + (" (quick)" if quick else ""),
                         extra_config=sweep.sweep_config(sweeps),
-                        **decision_settings(runs, max_runs, budget, min_effect, first_look=8, default_max_runs=80))
+                        **decision_settings(runs, max_runs, budget, min_effect, first_look=8, default_max_runs=80,
+                                            profile=profile))
     if profile:
         from alloclab.cli.profile import check_profiling
         check_profiling()

@@ -43,6 +43,8 @@ def run(store, fleet: str, mode: str, require_all: bool, kind: str, inputs: dict
                             "host decides on its own runs.")
     # Default variants are resolved here, so that every host runs the same list.
     specs = [v.spec for v in parse_variants(variant_specs)]
+    # A worker's store holds runs, not profiles: the fleet's answer is the runs'.
+    settings = dataclasses.replace(settings, auto_profile=False)
     spec = SessionSpec(kind, portable(kind, inputs), specs, dataclasses.asdict(settings))
     return FleetRun(store, parse(fleet), mode, require_all, spec, settings.title, note=note).run()
 

@@ -52,10 +52,12 @@ class MoreBlocks:
         bounded: set[tuple[int, int]] = set()   # closed as futile: no answer beyond their interval
         self._stopped = "max-runs"
         while True:
+            # A block's time is kept for the profile of what stays open (measure/auto_profile.py).
+            reserve_s = block_s if s.auto_profile else 0.0
             if measured in design.looks:
                 # The blocks the budget still allows, at the last block's pace: a comparison that
                 # cannot be decided within them is futile and closed (stats.looks.Judge).
-                left_s = s.max_seconds - (self.clock() - started)
+                left_s = s.max_seconds - reserve_s - (self.clock() - started)
                 reachable = (min(design.looks[-1], measured + int(max(0.0, left_s) / block_s)) if block_s > 0
                              else design.looks[-1])
                 still = self.judge.open_comparisons(self.recorder.experiment,
@@ -65,6 +67,7 @@ class MoreBlocks:
                     bounded |= {(wi, vi) for vi in self.judge.futile.get(wi, ()) if vi in open_[wi]}
                     open_[wi] &= vs
                 left = sum(len(vs) for vs in open_.values())
+                self._open_at_end = {wi for wi, vs in open_.items() if vs} | {wi for wi, _ in bounded}
                 if not left:
                     self._stopped = "bounded" if bounded else "decided"
                     self.progress.note(f"every primary comparison decided, or bounded where more runs could not "
@@ -75,7 +78,7 @@ class MoreBlocks:
                 self.progress.note(f"stopped at --max-runs {measured} with comparisons still undecided")
                 return
             elapsed = self.clock() - started
-            if elapsed + block_s > s.max_seconds:
+            if elapsed + block_s + reserve_s > s.max_seconds:
                 self._stopped = "budget"
                 self.progress.note(f"stopped by the {s.max_seconds:g} s budget after {measured} runs per variant, "
                                    f"with comparisons still undecided")

@@ -49,6 +49,9 @@ class Settings:
     alpha: float = 0.05
     max_runs: int = 50
     max_seconds: float = 1800.0          # the budget of the adaptive modes
+    # Until decided: where a primary comparison stays open, one profiled run per variant of its
+    # workload before the set-up is torn down (measure/auto_profile.py), within the budget.
+    auto_profile: bool = False
     extra_config: dict = field(default_factory=dict)   # e.g. the sweep structure, for reports
 
 
@@ -123,6 +126,7 @@ class Experiment(MoreBlocks):
         self._labels: dict[tuple[int, bool], str] = {}
         self._stopped: str | None = None   # why a sequential experiment stopped adding blocks
         self._measured = self.design.looks[0]
+        self._open_at_end: set[int] = set()   # workloads with a primary comparison still open at the stop
 
     # --- set-up ----------------------------------------------------------------------------
 
@@ -334,6 +338,9 @@ class Experiment(MoreBlocks):
                 if fresh:
                     shutil.rmtree(tmp, ignore_errors=True)
             status = "complete"
+            if s.until_decided and s.auto_profile and self._open_at_end:
+                from alloclab.measure import auto_profile
+                auto_profile.profile_open(self, self._open_at_end)
         except KeyboardInterrupt:
             status = "interrupted"
             if self.exp_id is None:

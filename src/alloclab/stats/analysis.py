@@ -219,11 +219,16 @@ def analyze(exp: Experiment, baseline: str | int | None = None, alpha: float = 0
     sizes: dict[tuple, int] = {}
     for key, *_ in pending:
         sizes[key] = sizes.get(key, 0) + 1
+    # A sequential experiment that has stopped adds no more runs: what it left undecided is said as
+    # the bound it is, with the runs a verdict would have needed.
+    stopped = exp.row.get("status") == "complete" and bool(exp.config.get("until_decided"))
     for key, row, c, blocks in pending:
         c.comparison = comparison(row.cells[base], c, row.higher_is_better, design=design, blocks=blocks,
                                   family_size=sizes[key], margin=min_effect,
                                   reachable=reachable if reachable is not None
                                   else (design.looks[-1] if len(design.looks) > 1 else None))
+        if stopped and c.comparison.verdict == "undecided" and c.comparison.more_runs:
+            c.comparison = dataclasses.replace(c.comparison, futile=True)
     return Analysis(exp, base, labels, workloads, alpha, min_effect, design)
 
 

@@ -288,7 +288,8 @@ def format_comparison(c: Comparison) -> str:
         better/worse   "+4.0% [+2.1, +5.9]"
         equivalent     "≈ within ±2% [-0.8, +1.1]"
         undecided      "? +3.1% [-8.0, +15.2] ~40 more runs"
-        futile         "? no difference beyond [-8.6, +13.4]; ±2% would need ~440 more runs"
+        closed         "? +2.1%, no difference beyond [-8.6, +13.4]; equivalence within ±2% would need
+                        ~440 more runs" (futile, or left undecided when a sequential run stopped)
 
     The sign is the raw change of the metric, not its goodness; the verdict carries goodness."""
     with np.errstate(all="ignore"):
@@ -308,7 +309,7 @@ def format_comparison(c: Comparison) -> str:
         est = abs(math.log(c.ratio)) if c.ratio > 0 else math.inf
         what = (f"equivalence within ±{c.margin * 100:g}%" if c.margin > 0 and math.log1p(c.margin) - est > est
                 else "a verdict")
-        return f"? no difference beyond {interval}; {what} would need ~{c.more_runs} more runs"
+        return f"? {delta:+.1f}%, no difference beyond {interval}; {what} would need ~{c.more_runs} more runs"
     more = f" ~{c.more_runs} more run{'s' if c.more_runs != 1 else ''}" if c.more_runs else ""
     return f"? {delta:+.1f}% {interval}{more}"
 

@@ -86,13 +86,14 @@ def profile_workload(workload: Workload, variants: list[Variant], runs: int = 3,
                      baseline: dict[str, list[dict]] | None = None, timeout_s: float | None = None,
                      workload_idx: int = 0, seed: int = 1, base_env: dict[str, str] | None = None,
                      advance: Callable[[str], None] = lambda text: None,
-                     access: PerfAccess | None = None) -> list[ProfileSummary]:
+                     access: PerfAccess | None = None, keep_session: bool = False) -> list[ProfileSummary]:
     """Profile `runs` runs of the workload under each variant, in shuffled interleaved blocks.
 
     baseline (label -> metrics of unprofiled runs, e.g. an experiment's measured runs, each with
     wall_s and the workload's metrics) is what the sampling overhead is measured against;
     without it an unprofiled run follows each profiled one. Raises Interrupted (with
-    .summaries, the runs so far) on Ctrl-C.
+    .summaries, the runs so far) on Ctrl-C. keep_session: an experiment file's set-up stays up
+    afterwards (the runner's own profile, made before it tears the set-up down).
     """
     executor_of(workload)
     if runs < 1:
@@ -167,7 +168,7 @@ def profile_workload(workload: Workload, variants: list[Variant], runs: int = 3,
         stop.summaries = [_finish(c.summary) for c in cells]
         raise stop from None
     finally:
-        if service or command_file:
+        if (service or command_file) and not keep_session:
             workload.executor.cleanup()
         shutil.rmtree(root, ignore_errors=True)
     return [_finish(c.summary) for c in cells]

@@ -1,0 +1,36 @@
+"""Until decided, a comparison still open when the experiment stops gets one profiled run per
+variant of its workload, made before the recipe's set-up is torn down, and the answer is set
+beside the allocator's share of the CPU (measure/auto_profile.py)."""
+
+from __future__ import annotations
+
+import pytest
+
+from alloclab.workloads import experiment_file as xf
+from test_service_e2e import require_programs, scratch  # noqa: F401 (fixture)
+
+pytestmark = [pytest.mark.e2e, pytest.mark.slow]
+
+
+def test_an_open_comparison_is_profiled_inside_the_recipes_setup(cli, scratch, store_of):
+    require_programs(xf.resolve("recipe:qemu-img"))
+    # Two blocks cannot decide anything: every comparison is open at --max-runs 2.
+    p = cli("run", "recipe:qemu-img", "-a", "glibc", "-a", "tcmalloc", "--max-runs", "2", "--warmup", "0",
+            "--no-verify", "-p", "size=64M", "-p", "count=20000", timeout=300)
+    assert p.returncode == 0, p.stdout + p.stderr
+    assert "one profiled run per variant of qemu-img: qcow2, qemu-img: raw" in " ".join(p.stderr.split())
+    out = " ".join(p.stdout.split())
+    assert "undecided, and the allocator's functions and the kernel's memory management took at most" in out
+    exp = store_of(cli.db).load(None)
+    # One run per variant of each open workload, profiled in the set-up the timed runs used.
+    assert sorted(exp.profiles) == [(0, 0), (0, 1), (1, 0), (1, 1)]
+    assert all(len(p["runs"]) == 1 and p["runs"][0]["status"] == "ok" for p in exp.profiles.values())
+    assert list(scratch.iterdir()) == []   # and the set-up's images were removed after it
+
+
+def test_fixed_runs_make_no_profile(cli, store_of):
+    p = cli("compare", "-a", "glibc", "-a", "glibc@again", "--runs", "2", "--warmup", "0", "--no-verify",
+            "--", "/bin/true")
+    assert p.returncode == 0, p.stdout + p.stderr
+    assert "profiled run" not in p.stderr
+    assert store_of(cli.db).load(None).profiles == {}
