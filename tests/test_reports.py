@@ -410,7 +410,7 @@ def test_an_undecided_answer_is_bounded_by_the_allocators_share_of_a_profile(tmp
     from pathlib import Path
 
     from alloclab.report import Options, export
-    from alloclab.report.common import bound_answers
+    from alloclab.report.bounds import bound_answers
     from alloclab.stats.analysis import analyze
     from alloclab.store.db import Store
 

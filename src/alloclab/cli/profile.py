@@ -297,7 +297,7 @@ def profile_after(store: Store, exp_id: int, workloads, variant_specs: list[str]
                                               call_graph=call_graph, timeout_s=timeout_s, advance=advance)
     render_profiles(console, summaries)
     # What the profile means for the answer: an undecided comparison bounded by the allocator's share.
-    from alloclab.report.common import bound_answers
+    from alloclab.report.bounds import bound_answers
     from alloclab.stats.analysis import analyze
 
     for line in bound_answers(analyze(store.load(exp_id), only_primary=True)):

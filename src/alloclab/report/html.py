@@ -17,7 +17,8 @@ from alloclab.stats.recommend import RSS_METRIC, Recommendation, recommend
 from alloclab.report import charts
 from alloclab.report.common import (allocator_lines, baseline_warning, failed_run_lines, fmt_value, full_delta, metadata,
     shown_rows, variant_order, verdict_word, answers, statistics_line, verification_rows,
-    verification_summary, warning_groups, process_lines, wrapper_answers, bound_answers)
+    verification_summary, warning_groups, process_lines, wrapper_answers)
+from alloclab.report.bounds import bound_answers
 
 SUFFIX = ".html"
 

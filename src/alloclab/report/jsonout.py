@@ -14,7 +14,8 @@ from alloclab.stats.analysis import Analysis
 from alloclab.stats.recommend import recommend
 from alloclab.store.db import Experiment
 from alloclab.report.common import answers, baseline_warning, full_delta, process_lines, statistics_line, \
-    verification_summary, wrapper_answers, bound_answers
+    verification_summary, wrapper_answers
+from alloclab.report.bounds import bound_answers
 
 SUFFIX = ".json"
 

@@ -10,7 +10,8 @@ from alloclab.report import fingerprint
 from alloclab.stats.recommend import Choice, recommend
 from alloclab.report.common import (allocator_lines, answers, baseline_ran, baseline_warning, failed_run_lines,
     fmt_value, full_delta, metadata, process_lines, shown_rows, variant_order, verdict_word, verification_rows,
-    verification_summary, warning_groups, wrapper_answers, bound_answers)
+    verification_summary, warning_groups, wrapper_answers)
+from alloclab.report.bounds import bound_answers
 
 SUFFIX = ".md"
 

@@ -12,7 +12,8 @@ from alloclab.stats.analysis import DEFAULT_STANDARD, Analysis
 from alloclab.stats.recommend import Recommendation, recommend
 from alloclab.report import fingerprint
 from alloclab.report.common import (answers, baseline_ran, baseline_warning, runs_line, delta_text, failed_run_lines,
-    fmt_value, metric_title, process_lines, statistics_line, warning_groups, wrapper_answers, bound_answers)
+    fmt_value, metric_title, process_lines, statistics_line, warning_groups, wrapper_answers)
+from alloclab.report.bounds import bound_answers
 
 STATUS_STYLE = {"verified": "green", "ineffective": "bold red", "unknown": "yellow"}
 VERDICT_STYLE = {"better": "green", "worse": "red", "equivalent": "cyan", "undecided": "yellow"}
