@@ -133,3 +133,27 @@ def test_an_error_or_ctrl_c_while_reading_settings_back_never_leaves_it_running(
     with pytest.raises((AlloclabError, OSError)):
         exp.run()
     assert store.load(exp.exp_id).row["status"] == status
+
+
+def test_what_stays_open_is_profiled_within_the_budget(tmp_path, monkeypatch):
+    # The one-run profile of an open workload takes about a block: the budget keeps that much.
+    from alloclab.measure import auto_profile
+    clock = FakeClock()
+    calls = []
+
+    def fake_profile(exp, workload_idxs):
+        calls.append(set(workload_idxs))
+        clock.now += 0.2   # one block's worth
+    monkeypatch.setattr(auto_profile, "profile_open", fake_profile)
+    e, error = run(tmp_path, FakeExecutor(NEAR, clock=clock), clock=clock, max_seconds=1.5, max_runs=40,
+                   auto_profile=True)
+    assert error is None and e.config["stopped"] == "budget"
+    assert calls == [{0}] and clock.now <= 1.5, clock.now
+
+
+def test_a_decided_experiment_makes_no_profile(tmp_path, monkeypatch):
+    from alloclab.measure import auto_profile
+    calls = []
+    monkeypatch.setattr(auto_profile, "profile_open", lambda exp, idxs: calls.append(idxs))
+    e, error = run(tmp_path, FakeExecutor(lambda env, n: 0.08 if env else 0.1, noise=0.01), auto_profile=True)
+    assert error is None and e.config["stopped"] == "decided" and calls == []
