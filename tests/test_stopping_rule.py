@@ -76,13 +76,25 @@ def test_an_undecided_difference_runs_to_max_runs(tmp_path):
     assert measured(e) == {0: 12, 1: 12}
 
 
+def SEESAW5(env: dict, n: int) -> float:
+    return 0.1 * (1 + (0.05 if n % 2 else -0.05)) if env else 0.1
+
+
 def test_a_comparison_more_runs_cannot_decide_is_bounded_before_max_runs(tmp_path):
-    # The candidate alternates 10% faster and 10% slower: no difference on average, and no
-    # interval within reach narrow enough to call it equivalent within ±2%: closed as futile.
-    e, error = run(tmp_path, FakeExecutor(SEESAW), max_runs=12)
+    # The candidate alternates 5% faster and 5% slower: no difference on average, and no
+    # interval within reach narrow enough to call it equivalent within ±2%: closed as futile
+    # once its interval is a bound worth stating (within ±10%).
+    e, error = run(tmp_path, FakeExecutor(SEESAW5), max_runs=60)
     assert error is None
     assert e.row["status"] == "complete" and e.config["stopped"] == "bounded"
-    assert measured(e)[1] < 12
+    assert measured(e)[1] < 60
+
+
+def test_a_wide_interval_is_not_closed_as_futile(tmp_path):
+    # 10% either way: at 12 runs its interval is still wider than ±10%, so it runs on.
+    e, error = run(tmp_path, FakeExecutor(SEESAW), max_runs=12)
+    assert error is None
+    assert e.config["stopped"] == "max-runs" and measured(e)[1] == 12
 
 
 def test_the_budget_stops_adding_blocks(tmp_path):

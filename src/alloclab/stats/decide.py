@@ -146,6 +146,17 @@ def more_runs(n: int, ratio: float, ci_low: float, ci_high: float, margin: float
 # --- futility ---------------------------------------------------------------------------------
 
 FUTILITY_FACTOR = 2.0   # stop only when the projection needs twice the runs left (the estimate is noisy)
+# ... and only once the interval says something: within ±10% (or 5 margins) both ways. A wide
+# interval at an early look (little alpha spent, an outlier block) keeps running while the
+# experiment does, since every further block narrows the bound it will be reported with.
+NARROW_FACTOR = 5.0
+NARROW_MIN = 0.10
+
+
+def narrow(ci_low: float, ci_high: float, margin: float) -> bool:
+    """Is the interval already an informative bound (within ±max(10%, 5 margins))?"""
+    r = math.log1p(max(NARROW_MIN, NARROW_FACTOR * margin))
+    return ci_low > 0 and math.isfinite(ci_high) and -r <= math.log(ci_low) and math.log(ci_high) <= r
 
 
 def futile(n: int, ratio: float, ci_low: float, ci_high: float, margin: float, *, confidence: float,
@@ -207,7 +218,7 @@ def judge(base: list[float], cand: list[float], higher_is_better: bool, *, margi
             final = 1 - (design.alpha - design.spent(blocks)) / max(1, family)
             far = futile(e.n, e.ratio, e.ci_low, e.ci_high, margin, confidence=confidence,
                          final_confidence=final, df=e.df, reachable=reachable)
-            if far is not None:
+            if far is not None and narrow(e.ci_low, e.ci_high, margin):
                 need, is_futile = far, True
     return estimates.Comparison(
         ratio=e.ratio, ci_low=e.ci_low, ci_high=e.ci_high, p_value=e.p_value, p_adjusted=min(1.0, e.p_value * adjust),
