@@ -416,25 +416,3 @@ def test_recipe_qemu_img_is_a_command_recipe(cli, store_of, scratch):
         assert r["status"] == "ok"
         assert m["ops_per_s"] == pytest.approx(20000 / m["run_s"], rel=1e-3)
     assert list(scratch.iterdir()) == []
-
-
-def test_recipe_postgres_fingerprint_of_a_forked_server_run_as_postgres(cli, store_of, scratch):
-    # The seed's mechanism, counted: PostgreSQL's backends (forked by the postmaster, run as the
-    # postgres user) allocate and free large chunks per query; glibc gives the heap top back and
-    # grows it again with brk, MALLOC_TOP_PAD_ does not. strace counts the calls (perf's
-    # tracepoints are closed to the postgres user).
-    ef = xf.resolve("recipe:postgres-partitions")
-    require_programs(ef)
-    p = cli("run", "recipe:postgres-partitions", "-a", "glibc", "-a", "glibc:MALLOC_TOP_PAD_=64M", "--runs", "1",
-            "--idle", "0", "--fingerprint", "-p", "scale=1", "-p", "partitions=100", "-p", "duration=4",
-            "-p", "warmup_s=1", timeout=300)
-    assert p.returncode == 0, p.stdout + p.stderr
-    e = store_of(cli.db).load()
-    fps = {(wi, e.variants[vi]["label"]): f for (wi, vi), f in e.fingerprints.items()}
-    assert len(fps) == 4 and not [f for f in fps.values() if "error" in f], fps
-    for (wi, label), f in fps.items():
-        assert f["processes"] >= 4 and f["allocs"] > 10_000, (wi, label, f["processes"], f["allocs"])
-        assert f["syscalls"] and f["syscalls"].get("brk", 0) >= 1, f.get("syscalls_how")
-    # glibc trims and regrows the top of its heap; with a 64 MB pad the brk calls all but vanish
-    assert fps[(0, "glibc")]["syscalls"]["brk"] > 5 * fps[(0, "glibc TOP_PAD=64M")]["syscalls"]["brk"]
-    assert "Allocation fingerprint" in p.stdout

@@ -1,0 +1,34 @@
+"""The allocation fingerprint of a real forked server run as another user: PostgreSQL's recipe,
+small. A file of its own so that the test runner can put it beside the other slow end-to-end
+files rather than behind them."""
+
+from __future__ import annotations
+
+import pytest
+
+from alloclab.workloads import experiment_file as xf
+from test_service_e2e import require_programs, scratch  # noqa: F401 (fixture)
+
+pytestmark = [pytest.mark.e2e, pytest.mark.slow]
+
+
+def test_recipe_postgres_fingerprint_of_a_forked_server_run_as_postgres(cli, store_of, scratch):
+    # The seed's mechanism, counted: PostgreSQL's backends (forked by the postmaster, run as the
+    # postgres user) allocate and free large chunks per query; glibc gives the heap top back and
+    # grows it again with brk, MALLOC_TOP_PAD_ does not. strace counts the calls (perf's
+    # tracepoints are closed to the postgres user).
+    ef = xf.resolve("recipe:postgres-partitions")
+    require_programs(ef)
+    p = cli("run", "recipe:postgres-partitions", "-a", "glibc", "-a", "glibc:MALLOC_TOP_PAD_=64M", "--runs", "1",
+            "--warmup", "0", "--no-verify", "--idle", "0", "--fingerprint", "-p", "scale=1", "-p", "partitions=100",
+            "-p", "duration=4", "-p", "warmup_s=1", timeout=300)
+    assert p.returncode == 0, p.stdout + p.stderr
+    e = store_of(cli.db).load()
+    fps = {(wi, e.variants[vi]["label"]): f for (wi, vi), f in e.fingerprints.items()}
+    assert len(fps) == 4 and not [f for f in fps.values() if "error" in f], fps
+    for (wi, label), f in fps.items():
+        assert f["processes"] >= 4 and f["allocs"] > 10_000, (wi, label, f["processes"], f["allocs"])
+        assert f["syscalls"] and f["syscalls"].get("brk", 0) >= 1, f.get("syscalls_how")
+    # glibc trims and regrows the top of its heap; with a 64 MB pad the brk calls all but vanish
+    assert fps[(0, "glibc")]["syscalls"]["brk"] > 5 * fps[(0, "glibc TOP_PAD=64M")]["syscalls"]["brk"]
+    assert "Allocation fingerprint" in p.stdout
