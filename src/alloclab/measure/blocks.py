@@ -12,6 +12,9 @@ from __future__ import annotations
 from alloclab.plan.schedule import Job, Planner
 
 
+PROFILE_COST = 1.5   # a profiled run against a timed one: perf record, then perf script over its samples
+
+
 class MoreBlocks:
     def _jobs(self, planner: Planner, jobs: list[Job], started: float):
         """The planned jobs, then, until decided or with --until-precise, more interleaved blocks
@@ -49,11 +52,14 @@ class MoreBlocks:
         base = 0
         open_: dict[int, set[int]] = {wi: set(range(1, len(self.variants))) for wi in range(len(self.workloads))}
         measured, block_s, t_block = design.looks[0], 0.0, self.clock()
+        run_s = 0.0   # a run's share of the last block's time
         bounded: set[tuple[int, int]] = set()   # closed as futile: no answer beyond their interval
         self._stopped = "max-runs"
         while True:
-            # A block's time is kept for the profile of what stays open (measure/auto_profile.py).
-            reserve_s = block_s if s.auto_profile else 0.0
+            # Time is kept for the profile of what stays open (measure/auto_profile.py): a run per
+            # variant of each open workload, half as long again for perf's start, stop and script.
+            profiled = len(self._open_at_end or self.workloads) * len(self.variants)
+            reserve_s = PROFILE_COST * run_s * profiled if s.auto_profile else 0.0
             if measured in design.looks:
                 # The blocks the budget still allows, at the last block's pace: a comparison that
                 # cannot be decided within them is futile and closed (stats.looks.Judge).
@@ -91,6 +97,7 @@ class MoreBlocks:
             t_block = self.clock()
             yield from block
             block_s = self.clock() - t_block
+            run_s = block_s / max(1, len(block))
             measured += 1
             self._measured = measured
 

@@ -256,6 +256,32 @@ def summarize(procs: list[dict], wall_s: float | None, syscalls: dict[str, int] 
     return out
 
 
+def phase_memory(series: list[tuple[float, int, int, int]], stdout: str) -> list[dict]:
+    """Live bytes beside anonymous RSS at the end of the load and of each memory phase of a service
+    run (the phases' times, in seconds since the server started, are in the run's summary line;
+    the series counts from the server's first process): what the program still holds against
+    what its allocator keeps, e.g. after FLUSHALL."""
+    phases = []
+    for line in reversed(stdout.splitlines()):
+        if line.startswith('{"alloclab"'):
+            try:
+                values = json.loads(line)["alloclab"]
+            except (ValueError, KeyError):
+                continue
+            phases = [(p["name"], float(p["t_end"]), values.get(f"rss_after_{p['name']}_mb"))
+                      for p in values.get("phases") or []]
+            break
+    out = []
+    for name, t_end, rss_mb in phases:
+        at = [pt for pt in series if pt[0] <= t_end]
+        if not at:
+            continue
+        _, live, _, anon = at[-1]
+        out.append({"name": name, "t_end": t_end, "live_kb": live, "anon_kb": anon, "overhead_kb": anon - live,
+                    "rss_kb": round(rss_mb * 1024) if rss_mb is not None else None})
+    return out
+
+
 # --- the untimed runs --------------------------------------------------------------------------------
 
 def run_all(exp, root: Path) -> None:
@@ -324,6 +350,9 @@ def run_cell(executor, env: dict[str, str], variant_env: dict[str, str], workdir
         if syscalls is None:
             how = f"{how}: it wrote no counts"
     out = summarize(procs, result.wall_s, syscalls, how)
+    phases = phase_memory(out["series"], result.stdout)
+    if phases:
+        out["phases"] = phases
     out["status"] = result.status
     if result.error:
         out["run_error"] = result.error

@@ -71,7 +71,27 @@ def rows(fp_of: dict[int, dict], order: list[int]) -> list[list[str]]:
         row("overhead at end", lambda fp: _mib(fp.get("memory", {}).get("overhead_at_end_kb"))),
         row("brk/mmap/munmap/madvise/mprotect", syscalls),
     ]
+    # A server's memory phases: what the program still holds against what the allocator keeps.
+    names = list(dict.fromkeys(ph["name"] for fp in fp_of.values() for ph in fp.get("phases", [])))
+    for name in names:
+        def after(fp, name=name):
+            ph = next((x for x in fp.get("phases", []) if x["name"] == name), None)
+            return "n/a" if ph is None else (f"{_mib(ph['live_kb'])}, {_mib(ph['anon_kb'])}: "
+                                             f"{_mib(ph['overhead_kb'])} beyond live")
+        out.append(row(f"after {name}: live, anon RSS", after))
     return out
+
+
+def phase_lines(fp_of: dict[int, dict], labels: list[str]) -> list[str]:
+    """'after flush: tcmalloc holds 133.0 MiB beyond the program's 2.0 MiB live; jemalloc 3.1 MiB
+    beyond 2.0 MiB' for the last phase the fingerprint runs read (what a server keeps at rest)."""
+    last = {vi: fp["phases"][-1] for vi, fp in fp_of.items() if fp.get("phases")}
+    if not last:
+        return []
+    name = next(iter(last.values()))["name"]
+    parts = [f"{labels[vi]} holds {_mib(ph['overhead_kb'])} beyond the program's {_mib(ph['live_kb'])} live"
+             for vi, ph in sorted(last.items()) if ph["name"] == name]
+    return [f"after {name} (fingerprint run): " + "; ".join(parts)]
 
 
 def explanation(fp_of: dict[int, dict]) -> str:
