@@ -289,7 +289,9 @@ def run_all(exp, root: Path) -> None:
     from alloclab.measure import verify
 
     for c in exp.cells:
-        w, v = exp.workloads[c.workload_idx], exp.variants[c.variant_idx]
+        # The variant as the timed runs run it: the "glibc" of a program linked against another
+        # allocator keeps its forwarding preload behind the interposer (measure/forward.py).
+        w, v = exp.workloads[c.workload_idx], exp._variant(c.workload_idx, c.variant_idx)
         exp.progress.note(f"allocation fingerprint (untimed run): {w.name[:40]} | {v.label}")
         env, _ = exp._cell_env(c.workload_idx, c.variant_idx)
         data = run_cell(w.executor, env, v.env, root / f"fingerprint-{c.workload_idx}-{c.variant_idx}",
