@@ -119,3 +119,18 @@ def test_debian_redis_server_runs_glibcs_malloc_under_glibc(tmp_path, scratch): 
     assert runs["glibc"]["used_memory"] > 15e6
     assert runs["glibc"]["allocator_allocated"] < 1e6
     assert list(scratch.iterdir()) == []
+
+
+def test_the_fingerprint_of_the_forwarded_glibc_counts_glibcs_malloc(build, cli, store_of):
+    # The untimed fingerprint run keeps the forwarding preload behind its interposer: its "glibc"
+    # grows glibc's heap by brk (2,000 blocks of 1000 B), where the linked jemalloc maps its own.
+    require_allocator("jemalloc")
+    prog = build("linked_glibc", str(parse_variant("jemalloc").library))
+    p = cli("compare", "--runs", "1", "--warmup", "0", "--no-verify", "--fingerprint", "-a", "glibc-linked",
+            "-a", "glibc", "--", str(prog))
+    assert p.returncode == 0, p.stdout + p.stderr
+    e = store_of(cli.db).load()
+    fp = {e.variants[vi]["label"]: f for (_, vi), f in e.fingerprints.items()}
+    assert all(f["allocs"] >= 2000 for f in fp.values()), fp
+    assert fp["glibc"]["syscalls"]["brk"] >= fp["glibc-linked"]["syscalls"]["brk"] + 5, \
+        (fp["glibc"]["syscalls"], fp["glibc-linked"]["syscalls"])
