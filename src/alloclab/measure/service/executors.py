@@ -89,6 +89,16 @@ SERVICE_METRICS = (
 )
 
 
+def _server_processes(tree, identity) -> list:
+    """The processes the server ran, without alloclab's own run_as launch chain (setpriv, env): a
+    sample can catch the server's pid before it exec'd the server, and that image is ours, not
+    a wrapper of the user's."""
+    if not identity.wrapper:
+        return tree.processes()
+    ours = {identity.wrapper[0], shutil.which("env") or "/usr/bin/env"}
+    return [p for p in tree.replaced if p.exe not in ours] + list(tree.seen.values())
+
+
 def _loader_lines(server: Server) -> str:
     text = file_tail(server.err) + "\n" + file_tail(server.out)
     return "\n".join(ln for ln in text.splitlines() if "ld.so" in ln)
@@ -145,7 +155,7 @@ class ServiceExecutor(_FileLoad):
                     with deferred_interrupts():
                         s.retire(failed, hurry=True)
                     failed.copy_ld_debug(env.get("LD_DEBUG_OUTPUT"))
-                    result.processes = failed.tree.processes() if failed.tree else []
+                    result.processes = _server_processes(failed.tree, s.identity) if failed.tree else []
                 result.status, result.error, result.stderr = "failed", str(exc), exc.log_tail
                 return result
             return self._measure(server, shared, env, workdir, timeout_s, result)
@@ -257,7 +267,7 @@ class ServiceExecutor(_FileLoad):
     def _account(self, server: Server, shared: bool, result: RunResult, final_kb: int,
                  excluded: tuple[float, float, int, int] = (0.0, 0.0, 0, 0)) -> None:
         tree = server.tree
-        result.processes = tree.processes()
+        result.processes = _server_processes(tree, self.session.identity)
         result.samples = tree.win_samples if shared else tree.samples
         result.final_rss_kb = final_kb
         if shared:
