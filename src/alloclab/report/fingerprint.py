@@ -70,6 +70,9 @@ def rows(fp_of: dict[int, dict], order: list[int]) -> list[list[str]]:
                                                  f"{_mib(fp.get('memory', {}).get('end_anon_kb'))}"),
         row("overhead at end", lambda fp: _mib(fp.get("memory", {}).get("overhead_at_end_kb"))),
         row("brk/mmap/munmap/madvise/mprotect", syscalls),
+        row("allocator's own figures", lambda fp: fp.get("allocator", {}).get("source", "n/a")),
+        row("  at peak live: allocated, held", lambda fp: _own(fp.get("allocator", {}).get("at_peak_live"))),
+        row("  at end: allocated, held", lambda fp: _own(fp.get("allocator", {}).get("at_end"))),
     ]
     # A server's memory phases: what the program still holds against what the allocator keeps.
     names = list(dict.fromkeys(ph["name"] for fp in fp_of.values() for ph in fp.get("phases", [])))
@@ -79,6 +82,53 @@ def rows(fp_of: dict[int, dict], order: list[int]) -> list[list[str]]:
             return "n/a" if ph is None else (f"{_mib(ph['live_kb'])}, {_mib(ph['anon_kb'])}: "
                                              f"{_mib(ph['overhead_kb'])} beyond live")
         out.append(row(f"after {name}: live, anon RSS", after))
+        if any("held_kb" in ph for fp in fp_of.values() for ph in fp.get("phases", [])):
+            def own(fp, name=name):
+                ph = next((x for x in fp.get("phases", []) if x["name"] == name), None)
+                return _own(ph) if ph and "held_kb" in ph else "n/a"
+            out.append(row(f"  allocator's allocated, held", own))
+    return out
+
+
+def _own(at: dict | None) -> str:
+    if not at:
+        return "n/a"
+    return f"{_mib(at.get('allocated_kb'))}, {_mib(at.get('held_kb'))}"
+
+
+AGREE = 0.10   # the allocator's allocated bytes within 10% (or 1 MiB) of our live bytes: they agree
+
+
+def agreement(live_kb: float | None, allocated_kb: float | None) -> str | None:
+    """'agrees (+2.1%)' / 'differs (+35.0%)' for the allocator's allocated bytes against our live
+    bytes; None where either is unknown. Within 1 MiB counts as agreeing: a small program's live
+    bytes are dominated by what was allocated before the interposer or by the loader."""
+    if live_kb is None or allocated_kb is None:
+        return None
+    diff = allocated_kb - live_kb
+    rel = diff / live_kb if live_kb > 0 else float("inf")
+    pct = f"{rel * 100:+.1f}%" if live_kb > 0 else f"{diff / 1024:+.1f} MiB"
+    return f"agrees ({pct})" if abs(diff) <= 1024 or abs(rel) <= AGREE else f"differs ({pct})"
+
+
+def agreement_lines(fp_of: dict[int, dict], labels: list[str]) -> list[str]:
+    """Where the allocator's own count of allocated bytes agrees with the interposer's live bytes,
+    at the peak of live bytes and after each phase: 'glibc (glibc mallinfo2): allocated agrees with
+    live at the peak (+0.8%), after flush (+3.0%)'."""
+    out = []
+    for vi, fp in sorted(fp_of.items()):
+        own = fp.get("allocator")
+        if not own or "error" in fp:
+            continue
+        points = [("at the peak", own.get("at_peak_live", {})), ("at the end", own.get("at_end", {}))]
+        points += [(f"after {ph['name']}", ph) for ph in fp.get("phases", []) if "allocated_kb" in ph]
+        said = [f"{where} {a}" for where, at in points
+                if (a := agreement(at.get("live_kb"), at.get("allocated_kb"))) is not None]
+        if said:
+            out.append(f"{labels[vi]} ({own['source']}): allocated against live " + ", ".join(said))
+        elif own.get("held_is"):
+            out.append(f"{labels[vi]} ({own['source']}): reports no allocated bytes, only what it holds "
+                       f"({own['held_is']})")
     return out
 
 
@@ -92,6 +142,12 @@ def phase_lines(fp_of: dict[int, dict], labels: list[str]) -> list[str]:
     parts = [f"{labels[vi]} holds {_mib(ph['overhead_kb'])} beyond the program's {_mib(ph['live_kb'])} live"
              for vi, ph in sorted(last.items()) if ph["name"] == name]
     return [f"after {name} (fingerprint run): " + "; ".join(parts)]
+
+
+def summary_lines(fp_of: dict[int, dict], labels: list[str]) -> list[str]:
+    """The lines under the fingerprint table: what each allocator keeps after a server's last phase,
+    and where the allocators' own figures agree with ours."""
+    return phase_lines(fp_of, labels) + agreement_lines(fp_of, labels)
 
 
 def explanation(fp_of: dict[int, dict]) -> str:
