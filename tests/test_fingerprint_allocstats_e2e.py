@@ -62,3 +62,17 @@ def test_linked_jemalloc_is_not_read_under_a_preloaded_tcmalloc(tmp_path, build)
     assert under_tc["allocator"]["source"] == "gperftools MallocExtension"
     alone = _run(tmp_path / "je", [prog])
     assert alone["allocator"]["source"] == "jemalloc mallctl"
+
+
+def test_glibc_fingerprint_of_a_program_linked_against_jemalloc_runs_glibc(build, cli):
+    """The fingerprint run takes the variant as its cell runs it: "glibc" of a program linked
+    against jemalloc gets the forwarding preload, so glibc serves malloc there too (the first
+    slice ran the linked jemalloc under "glibc": redis' glibc column was jemalloc's)."""
+    import json
+    require_allocator("jemalloc")
+    prog = build("linked", str(builtin_lib("jemalloc")))
+    cli("compare", "--runs", "1", "--warmup", "0", "--no-verify", "--fingerprint", "-a", "glibc", "-a", "jemalloc",
+        "--", str(prog), check=True)
+    fps = {f["variant_idx"]: f for f in json.loads(cli("report", "-f", "json", check=True).stdout)["fingerprints"]}
+    assert fps[0]["allocator"]["source"] == "glibc mallinfo2", fps[0].get("allocator")
+    assert fps[1]["allocator"]["source"] == "jemalloc mallctl", fps[1].get("allocator")

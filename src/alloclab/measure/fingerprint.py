@@ -244,7 +244,11 @@ def run_all(exp, root: Path) -> None:
     from alloclab.measure import verify
 
     for c in exp.cells:
-        w, v = exp.workloads[c.workload_idx], exp.variants[c.variant_idx]
+        w = exp.workloads[c.workload_idx]
+        # The variant as the cell runs it: a program linked against another allocator gets the
+        # forwarding preload under "glibc" (measure/forward.py); without it, redis-server's
+        # "glibc" fingerprint ran its linked jemalloc.
+        v = exp._variant(c.workload_idx, c.variant_idx)
         exp.progress.note(f"allocation fingerprint (untimed run): {w.name[:40]} | {v.label}")
         env, _ = exp._cell_env(c.workload_idx, c.variant_idx)
         data = run_cell(w.executor, env, v.env, root / f"fingerprint-{c.workload_idx}-{c.variant_idx}",

@@ -18,7 +18,7 @@ def size_histogram_chart(labels: list[str], fp_of: dict[int, dict], order: list[
     classes = sorted({h[0] for _, fp in fps for h in fp["hist"]})
     names = {h[0]: h[1] for _, fp in fps for h in fp["hist"]}
     fig = Figure(figsize=(11.5, 3.4))
-    _margins(fig, [], bottom=0.75)
+    _margins(fig, [], right=0.7, bottom=0.75)
     ax = fig.add_subplot()
     x = np.arange(len(classes))
     width = 0.8 / max(len(fps), 1)
@@ -32,7 +32,7 @@ def size_histogram_chart(labels: list[str], fp_of: dict[int, dict], order: list[
         pos = x - 0.4 + width * (k + 0.5)
         ax.bar(pos, calls, width=width, color=colour(vi), label=f"{labels[vi]}: calls")
         share_ax.plot(pos, shares, linestyle="none", marker="o", markersize=3.5, markerfacecolor="white",
-                      markeredgecolor=colour(vi))
+                      markeredgecolor="#222222", zorder=3)
     ax.set_xticks(x, [names[c] for c in classes], rotation=45, ha="right", fontsize=7)
     ax.set_yscale("symlog", linthresh=1)
     ax.set_ylabel("allocation calls (log)")
