@@ -62,3 +62,20 @@ def test_agreement_within_ten_percent_or_a_mebibyte():
                      "at the end agrees (+3.3%), after flush differs (+200.0%)",
                      "mimalloc (mimalloc mi_process_info): reports no allocated bytes, only what it holds "
                      "(current commit)"]
+
+
+def test_mechanism_cites_syscalls_and_overhead_that_differ():
+    from types import SimpleNamespace
+
+    from alloclab.report.fingerprint import mechanism
+
+    def fp(brk, madvise, overhead_kb):
+        return {"syscalls": {"brk": brk, "mmap": 120, "munmap": 4, "madvise": madvise, "mprotect": 27},
+                "memory": {"overhead_at_end_kb": overhead_kb}}
+    e = SimpleNamespace(fingerprints={(0, 0): fp(1393, 5, 5 * 1024), (0, 1): fp(6, 4, 5 * 1024),
+                                      (0, 2): fp(1200, 160, 31 * 1024), (0, 3): {"error": "x"}})
+    labels = ["glibc", "glibc:TOP_PAD", "tcmalloc", "mimalloc"]
+    assert mechanism(e, 0, 1, 0, labels) == ["brk 6 vs glibc 1,393 (fingerprint)"]
+    assert mechanism(e, 0, 2, 0, labels) == ["madvise 160 vs glibc 5 (fingerprint)",
+                                             "31.0 MiB beyond live at end vs glibc 5.0 MiB (fingerprint)"]
+    assert mechanism(e, 0, 3, 0, labels) == [] and mechanism(e, 0, 0, 0, labels) == []

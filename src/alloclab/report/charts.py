@@ -74,7 +74,15 @@ def draw_all(jobs: list[Callable[[], str]], first_id: int = 1) -> list[str]:
     else:
         _jobs = jobs
         try:
-            with mp.get_context("fork").Pool(workers, initializer=_worker_start) as pool:
+            # The CLI turns SIGTERM into KeyboardInterrupt (cli/core.py); forked workers would
+            # inherit that, and the pool ends them with SIGTERM: a traceback each. They are forked
+            # with the default action (the only thread is this one: signal.signal may be called).
+            previous = signal.signal(signal.SIGTERM, signal.SIG_DFL)
+            try:
+                pool = mp.get_context("fork").Pool(workers)
+            finally:
+                signal.signal(signal.SIGTERM, previous)
+            with pool:
                 out = pool.starmap(_draw_forked, [(k, first_id) for k in range(len(jobs))], chunksize=1)
         finally:
             _jobs = None
@@ -85,12 +93,6 @@ def draw_all(jobs: list[Callable[[], str]], first_id: int = 1) -> list[str]:
 def _draw(k: int, jobs: list[Callable[[], str]], first_id: int) -> str:
     reset_ids(first_id + k)
     return jobs[k]()
-
-
-def _worker_start() -> None:
-    # The CLI turns SIGTERM into KeyboardInterrupt (cli/core.py); a forked worker inherits that,
-    # and the pool ends its workers with SIGTERM: each would print a traceback. Die quietly.
-    signal.signal(signal.SIGTERM, signal.SIG_DFL)
 
 
 def _draw_forked(k: int, first_id: int) -> str:
