@@ -111,3 +111,9 @@ def test_cli_fingerprint_in_reports(cli, build):
     data = json.loads(cli("report", "-f", "json", check=True).stdout)
     fps = data["fingerprints"]
     assert len(fps) == 1 and fps[0]["processes"] == 3 and fps[0]["big_calls"] == 200
+    # The HTML report: the same table, the size histogram and live bytes against RSS over time.
+    html = cli("report", "-f", "html", "-o", str(cli.db.parent / "r.html"), check=True)
+    page = (cli.db.parent / "r.html").read_text()
+    assert "Allocation fingerprint" in page and "cross-thread frees" in page, html.stdout
+    assert "What the program asks for: calls per size class" in page
+    assert "Live bytes against RSS in the fingerprint run" in page and "glibc: live" in page

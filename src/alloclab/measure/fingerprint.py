@@ -27,6 +27,8 @@ import shutil
 import subprocess
 from pathlib import Path
 
+from alloclab.measure.fingerprint_memory import (  # noqa: F401 (phase_memory: imported from here)
+    _merged_series, allocator_figures, phase_memory)
 from alloclab.workloads import build as cbuild
 
 FP_DIR_VAR = "ALLOCLAB_FP_DIR"
@@ -144,35 +146,6 @@ def _size(n: int) -> str:
     return f"{n}"
 
 
-def _merged_series(procs: list[dict], points: int = 400) -> list[tuple[float, int, int, int]]:
-    """(seconds since the first process started, live KiB, RSS KiB, anonymous RSS KiB) of the whole
-    tree: each process's last reading held until its last write, summed over the processes."""
-    tracks = []
-    for p in procs:
-        pts = [(p["start_ns"] + t * 1_000_000, live, rss, anon) for t, live, rss, anon in p.get("series", [])]
-        if pts:
-            tracks.append((pts, max(p["t_ns"], pts[-1][0])))
-    if not tracks:
-        return []
-    t0 = min(pts[0][0] for pts, _ in tracks)
-    t1 = max(end for _, end in tracks)
-    step = max((t1 - t0) // points, 1)
-    out = []
-    for t in range(t0, t1 + step, step):
-        live = rss = anon = 0
-        for pts, end in tracks:
-            if t < pts[0][0] or t > end + step:
-                continue
-            last = pts[0]
-            for pt in pts:          # few points per process: a scan is simpler than bisect here
-                if pt[0] > t:
-                    break
-                last = pt
-            live, rss, anon = live + last[1], rss + last[2], anon + last[3]
-        out.append((round((t - t0) / 1e9, 3), live, rss, anon))
-    return out
-
-
 def summarize(procs: list[dict], wall_s: float | None, syscalls: dict[str, int] | None = None,
               syscall_note: str = "") -> dict:
     """One dict for the whole process tree of a fingerprint run."""
@@ -203,7 +176,9 @@ def summarize(procs: list[dict], wall_s: float | None, syscalls: dict[str, int] 
     freed_medium = sum(life[i] for i in MEDIUM)
     freed_long = sum(life) - freed_short - freed_medium
     sampled_total = sum(life) + sum(still)
-    series = _merged_series(procs)
+    series6 = _merged_series(procs)
+    series = [pt[:4] for pt in series6]
+    starts = [p["start_ns"] + p["series"][0][0] * 1_000_000 for p in procs if p.get("series")]
     out: dict = {
         "processes": len(procs),
         "process_list": [{"pid": p["pid"], "ppid": p["ppid"], "cmdline": p.get("cmdline", "")[:80],
@@ -237,6 +212,8 @@ def summarize(procs: list[dict], wall_s: float | None, syscalls: dict[str, int] 
                      "freed_decades_from_1us": life, "live_at_exit_decades_from_1us": still},
         "live_is": "usable bytes (malloc_usable_size of the allocator in use)",
         "series": series,
+        # CLOCK_MONOTONIC at the series' time 0 (time.perf_counter's clock on Linux).
+        "series_t0_monotonic_s": min(starts) / 1e9 if starts else None,
     }
     if series:
         # Overhead where the program needs the most (the first reading of its largest live bytes),
@@ -251,34 +228,12 @@ def summarize(procs: list[dict], wall_s: float | None, syscalls: dict[str, int] 
                          "peak_anon_kb": max(s[3] for s in series), "peak_rss_kb": max(s[2] for s in series),
                          "end_anon_kb": end[3], "end_live_kb": end[1], "overhead_at_end_kb": end[3] - end[1],
                          "end_t_s": end[0]}
+    sources = sorted({p["allocator_stats"]["source"] for p in procs
+                      if p.get("allocator_stats", {}).get("source", "none") != "none"})
+    if sources and any(pt[4] is not None or pt[5] is not None for pt in series6):
+        out["allocator"] = allocator_figures(series6, sources, out.get("memory"))
     out["syscalls"] = syscalls
     out["syscalls_how"] = syscall_note
-    return out
-
-
-def phase_memory(series: list[tuple[float, int, int, int]], stdout: str) -> list[dict]:
-    """Live bytes beside anonymous RSS at the end of the load and of each memory phase of a service
-    run (the phases' times, in seconds since the server started, are in the run's summary line;
-    the series counts from the server's first process): what the program still holds against
-    what its allocator keeps, e.g. after FLUSHALL."""
-    phases = []
-    for line in reversed(stdout.splitlines()):
-        if line.startswith('{"alloclab"'):
-            try:
-                values = json.loads(line)["alloclab"]
-            except (ValueError, KeyError):
-                continue
-            phases = [(p["name"], float(p["t_end"]), values.get(f"rss_after_{p['name']}_mb"))
-                      for p in values.get("phases") or []]
-            break
-    out = []
-    for name, t_end, rss_mb in phases:
-        at = [pt for pt in series if pt[0] <= t_end]
-        if not at:
-            continue
-        _, live, _, anon = at[-1]
-        out.append({"name": name, "t_end": t_end, "live_kb": live, "anon_kb": anon, "overhead_kb": anon - live,
-                    "rss_kb": round(rss_mb * 1024) if rss_mb is not None else None})
     return out
 
 
@@ -289,9 +244,11 @@ def run_all(exp, root: Path) -> None:
     from alloclab.measure import verify
 
     for c in exp.cells:
-        # The variant as the timed runs run it: the "glibc" of a program linked against another
-        # allocator keeps its forwarding preload behind the interposer (measure/forward.py).
-        w, v = exp.workloads[c.workload_idx], exp._variant(c.workload_idx, c.variant_idx)
+        w = exp.workloads[c.workload_idx]
+        # The variant as the cell runs it: a program linked against another allocator gets the
+        # forwarding preload under "glibc" (measure/forward.py); without it, redis-server's
+        # "glibc" fingerprint ran its linked jemalloc.
+        v = exp._variant(c.workload_idx, c.variant_idx)
         exp.progress.note(f"allocation fingerprint (untimed run): {w.name[:40]} | {v.label}")
         env, _ = exp._cell_env(c.workload_idx, c.variant_idx)
         data = run_cell(w.executor, env, v.env, root / f"fingerprint-{c.workload_idx}-{c.variant_idx}",
@@ -352,7 +309,8 @@ def run_cell(executor, env: dict[str, str], variant_env: dict[str, str], workdir
         if syscalls is None:
             how = f"{how}: it wrote no counts"
     out = summarize(procs, result.wall_s, syscalls, how)
-    phases = phase_memory(out["series"], result.stdout)
+    phases = phase_memory(out["series"], result.stdout, out.get("allocator", {}).get("series"),
+                          out.get("series_t0_monotonic_s"))
     if phases:
         out["phases"] = phases
     out["status"] = result.status

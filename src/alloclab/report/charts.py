@@ -13,6 +13,7 @@ import math
 import multiprocessing as mp
 import os
 import re
+import signal
 import threading
 from typing import Callable
 
@@ -73,7 +74,15 @@ def draw_all(jobs: list[Callable[[], str]], first_id: int = 1) -> list[str]:
     else:
         _jobs = jobs
         try:
-            with mp.get_context("fork").Pool(workers) as pool:
+            # The CLI turns SIGTERM into KeyboardInterrupt (cli/core.py); forked workers would
+            # inherit that, and the pool ends them with SIGTERM: a traceback each. They are forked
+            # with the default action (the only thread is this one: signal.signal may be called).
+            previous = signal.signal(signal.SIGTERM, signal.SIG_DFL)
+            try:
+                pool = mp.get_context("fork").Pool(workers)
+            finally:
+                signal.signal(signal.SIGTERM, previous)
+            with pool:
                 out = pool.starmap(_draw_forked, [(k, first_id) for k in range(len(jobs))], chunksize=1)
         finally:
             _jobs = None

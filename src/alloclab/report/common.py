@@ -112,11 +112,13 @@ class Answer:
 
 def answers(a: Analysis) -> list[Answer]:
     """The answer first: one line per primary comparison."""
+    from alloclab.report import fingerprint   # it imports this module
     out = []
     for w, row, vi, c in primary_comparisons(a):
         name, _ = metric_title(row)
         out.append(Answer(w.name, name, a.labels[vi], c.verdict, stats.format_comparison(c),
-                          c.more_runs if c.verdict == "undecided" else None, mechanism(w, vi)))
+                          c.more_runs if c.verdict == "undecided" else None,
+                          mechanism(w, vi) + fingerprint.mechanism(a.experiment, w.idx, vi, a.baseline_idx, a.labels)))
     return out
 
 

@@ -14,7 +14,7 @@ import jinja2
 from alloclab import __version__
 from alloclab.stats.analysis import Analysis
 from alloclab.stats.recommend import RSS_METRIC, Recommendation, recommend
-from alloclab.report import charts
+from alloclab.report import charts, fingerprint, fingerprint_charts
 from alloclab.report.common import (allocator_lines, baseline_warning, failed_run_lines, fmt_value, full_delta, metadata,
     shown_rows, variant_order, verdict_word, answers, statistics_line, verification_rows,
     verification_summary, warning_groups, process_lines, wrapper_answers)
@@ -134,7 +134,8 @@ def _workload(a: Analysis, w, order: list[int], rec_choice, details: bool, jobs:
     return {"name": w.name, "argv": " ".join(w.argv), "table": _table(a, w, order, details),
             "verification": verification_rows(a, w), "processes": process_lines(a, w), "failed": failed_run_lines(a, w),
             "warnings": warning_groups(a, w, details, limit=8), "figures": figures, "wide": wide,
-            "choice": rec_choice}
+            "choice": rec_choice, "fingerprint": fingerprint_charts.html_section(
+                a.labels, fingerprint.for_workload(a.experiment, w.idx), order, chart)}
 
 
 # --- sweeps -----------------------------------------------------------------------------------
@@ -243,7 +244,7 @@ def context(a: Analysis, options) -> dict:
     workloads = [_workload(a, w, order, c, options.details, jobs) for w, c in zip(a.workloads, rec.workloads)]
     drawn = charts.draw_all(jobs)
     for w in workloads:
-        for f in w["figures"] + ([w["wide"]] if w["wide"] else []):
+        for f in w["figures"] + ([w["wide"]] if w["wide"] else []) + (w["fingerprint"] or {}).get("figures", []):
             f["svg"] = drawn[f["svg"]]
     overall_figure = None
     if len(a.workloads) > 1:

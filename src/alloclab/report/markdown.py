@@ -91,7 +91,7 @@ def fingerprint_section(a: Analysis, w, order: list[int]) -> list[str]:
         return []
     out = ["", "Allocation fingerprint:", ""]
     out += table(["figure"] + [a.labels[vi] for vi in order], fingerprint.rows(fp_of, order))
-    out += [""] + [f"{line}.\n" for line in fingerprint.phase_lines(fp_of, a.labels)]
+    out += [""] + [f"{line}.\n" for line in fingerprint.summary_lines(fp_of, a.labels)]
     out += [fingerprint.explanation(fp_of)]
     out += [f"- fingerprint failed: {line}" for line in fingerprint.errors(fp_of, a.labels)]
     return out

@@ -140,7 +140,7 @@ def fingerprint_table(a: Analysis, w, console: Console) -> None:
     for r in fingerprint.rows(fp_of, order):
         t.add_row(*r)
     console.print(t)
-    for line in fingerprint.phase_lines(fp_of, a.labels):
+    for line in fingerprint.summary_lines(fp_of, a.labels):
         console.print(Text(line))
     console.print(Text(fingerprint.explanation(fp_of), style="dim"))
     for line in fingerprint.errors(fp_of, a.labels):

@@ -129,6 +129,7 @@ def keeps_more_text(a: Analysis, ws: list[WorkloadResult], keepers: dict[int, He
         where = f" ({workload})" if workload != scope else ""
         text = f"{names} keep{'s' if len(vis) == 1 else ''} {amount(ratios[0], ratios[-1], kind, base)} {after}{where}"
         phase = keepers[vis[0]].phase
+        text += overhead_text(a, ws, [*vis, a.baseline_idx], phase)
         others = [vi for vi in range(len(a.labels)) if vi not in keepers]
         shares = {vi: returned(ws, vi, phase) for vi in others}
         # only those that give a real part back: "returns -8% of its growth" says nothing
@@ -142,6 +143,32 @@ def keeps_more_text(a: Analysis, ws: list[WorkloadResult], keepers: dict[int, He
                 " of its growth"
         parts.append(text)
     return "; ".join(parts)
+
+
+def overhead_after(a: Analysis, ws: list[WorkloadResult], vi: int, phase: str) -> dict | None:
+    """The fingerprint run's reading of variant `vi` at the end of `phase` (live bytes, anonymous
+    RSS, overhead = the difference), from the first of these workloads (one server) that has it."""
+    fps = getattr(a.experiment, "fingerprints", {}) or {}
+    for w in ws:
+        fp = fps.get((w.idx, vi)) or {}
+        ph = next((x for x in fp.get("phases", []) if x["name"] == phase), None)
+        if ph is not None:
+            return ph
+    return None
+
+
+def overhead_text(a: Analysis, ws: list[WorkloadResult], vis: list[int], phase: str) -> str:
+    """" (fingerprint run: tcmalloc 31.0 MiB beyond the program's 3.0 MiB live, glibc 5.6 MiB)":
+    what the decided held memory is made of, where the untimed fingerprint run read it. One run,
+    not a decided figure: it explains the verdict, it does not make it."""
+    parts = []
+    for vi in dict.fromkeys(vis):
+        ph = overhead_after(a, ws, vi, phase)
+        if ph is None:
+            continue
+        live = f" beyond the program's {ph['live_kb'] / 1024:.1f} MiB live" if not parts else ""
+        parts.append(f"{a.labels[vi]} {ph['overhead_kb'] / 1024:.1f} MiB{live}")
+    return f" (fingerprint run: {', '.join(parts)})" if parts else ""
 
 
 def holds_less_text(h: Held, base: str, scope: str) -> str:

@@ -240,7 +240,10 @@ def _held_less(a: Analysis, p: Point, scope: str) -> str:
         return ""
     base = a.labels[a.baseline_idx]
     cost = p.also_keeps
-    return (f"; {memory.holds_less_text(p.holds_less, base, scope)}"
+    h = p.holds_less
+    ws = [w for w in a.workloads if w.name == h.workload]
+    return (f"; {memory.holds_less_text(h, base, scope)}"
+            + memory.overhead_text(a, memory.same_server(a, ws[0]) if ws else [], [p.variant_idx, a.baseline_idx], h.phase)
             + (f", for {memory.amount(cost.ratio, cost.ratio, cost.kind, base)} {cost.after()}" if cost else ""))
 
 

@@ -27,6 +27,15 @@
  * and writes its own file; a process that exec's keeps its pid, hence the start time in the name.
  * Without ALLOCLAB_FP_DIR it only counts.
  *
+ * The allocator's own figures: at each sample the helper thread also asks the allocator that
+ * serves malloc (the object next_malloc lives in, found with dladdr) what it counts itself:
+ * glibc mallinfo2 (allocated = uordblks + hblkhd, held = arena + hblkhd), jemalloc mallctl
+ * stats.allocated / stats.resident (after an "epoch" write), gperftools
+ * generic.current_allocated_bytes / generic.heap_size less tcmalloc.pageheap_unmapped_bytes,
+ * mimalloc mi_process_info's current commit (held only: a release build counts no allocated
+ * bytes). A symbol is taken only from that object, so the jemalloc linked into redis-server is
+ * not read while a preloaded tcmalloc serves its mallocs. -1 where unknown.
+ *
  * Bootstrap: dlsym may call calloc before the next allocator is known; such calls are served
  * from a static buffer and never freed.
  *
@@ -434,7 +443,83 @@ static int sampler_running, finished;
 static uint32_t series_n, series_stride = 1, series_tick;
 static uint32_t s_t_ms[SERIES_MAX];
 static uint64_t s_live_kb[SERIES_MAX], s_rss_kb[SERIES_MAX], s_anon_kb[SERIES_MAX];
+static int64_t s_alloc_kb[SERIES_MAX], s_held_kb[SERIES_MAX];
 static uint64_t peak_live, peak_rss_kb, peak_anon_kb, live_at_peak_anon;
+
+/* --- the allocator's own figures --------------------------------------------------------------- */
+
+enum { AS_UNRESOLVED = -1, AS_NONE, AS_GLIBC, AS_JEMALLOC, AS_TCMALLOC, AS_MIMALLOC };
+static const char *const AS_NAME[] = {"none", "glibc mallinfo2", "jemalloc mallctl", "gperftools MallocExtension",
+                                      "mimalloc mi_process_info"};
+static int as_kind = AS_UNRESOLVED;
+struct mallinfo2_ { size_t arena, ordblks, smblks, hblks, hblkhd, usmblks, fsmblks, uordblks, fordblks, keepcost; };
+static struct mallinfo2_ (*as_mallinfo2)(void);
+static int (*as_mallctl)(const char *, void *, size_t *, void *, size_t);
+static int (*as_tc_prop)(const char *, size_t *);
+static void (*as_mi_info)(size_t *, size_t *, size_t *, size_t *, size_t *, size_t *, size_t *, size_t *);
+static int64_t as_allocated = -1, as_held = -1;
+
+/* `name` as defined by the object at `base` itself, not by one of its dependencies. */
+static void *own_sym(void *h, const void *base, const char *name) {
+    void *f = dlsym(h, name);
+    Dl_info i;
+    return f && dladdr(f, &i) && i.dli_fbase == base ? f : NULL;
+}
+
+/* Called by the helper thread, or at exit, with in_hook set: what dlopen allocates is not counted. */
+static void resolve_stats(void) {
+    as_kind = AS_NONE;
+    Dl_info mi;
+    if (!next_malloc || !dladdr((void *)next_malloc, &mi) || !mi.dli_fname || !mi.dli_fname[0]) return;
+    void *h = dlopen(mi.dli_fname, RTLD_LAZY | RTLD_NOLOAD);
+    if (!h) return;
+    if ((as_mallctl = own_sym(h, mi.dli_fbase, "mallctl"))) as_kind = AS_JEMALLOC;
+    else if ((as_tc_prop = own_sym(h, mi.dli_fbase, "MallocExtension_GetNumericProperty"))) as_kind = AS_TCMALLOC;
+    else if ((as_mi_info = own_sym(h, mi.dli_fbase, "mi_process_info"))) as_kind = AS_MIMALLOC;
+    else if ((as_mallinfo2 = own_sym(h, mi.dli_fbase, "mallinfo2"))) as_kind = AS_GLIBC;
+    else if (strstr(mi.dli_fname, "alloclab-glibc-forward")) {
+        /* alloclab's forwarding preload hands every call to glibc's own malloc (launcher/forward.c). */
+        void *libc = dlopen("libc.so.6", RTLD_LAZY | RTLD_NOLOAD);
+        if (libc && (as_mallinfo2 = dlsym(libc, "mallinfo2"))) as_kind = AS_GLIBC;
+    }
+    dlclose(h);
+}
+
+static void read_stats(void) {
+    size_t a = 0, b = 0, c = 0, sz = sizeof(size_t);
+    as_allocated = as_held = -1;
+    switch (as_kind) {
+    case AS_GLIBC: {
+        struct mallinfo2_ m = as_mallinfo2();
+        as_allocated = (int64_t)(m.uordblks + m.hblkhd);
+        as_held = (int64_t)(m.arena + m.hblkhd);
+        break;
+    }
+    case AS_JEMALLOC: {
+        uint64_t epoch = 1;   /* the statistics are a snapshot refreshed by writing the epoch */
+        as_mallctl("epoch", NULL, NULL, &epoch, sizeof epoch);
+        if (as_mallctl("stats.allocated", &a, &sz, NULL, 0) == 0) as_allocated = (int64_t)a;
+        sz = sizeof(size_t);
+        if (as_mallctl("stats.resident", &b, &sz, NULL, 0) == 0) as_held = (int64_t)b;
+        break;
+    }
+    case AS_TCMALLOC:
+        if (as_tc_prop("generic.current_allocated_bytes", &a)) as_allocated = (int64_t)a;
+        if (as_tc_prop("generic.heap_size", &b)) {
+            if (!as_tc_prop("tcmalloc.pageheap_unmapped_bytes", &c)) c = 0;
+            as_held = (int64_t)(b - c);
+        }
+        break;
+    case AS_MIMALLOC: {
+        size_t e, u, s, rss, prss, commit = 0, pcommit, pf;
+        as_mi_info(&e, &u, &s, &rss, &prss, &commit, &pcommit, &pf);
+        as_held = (int64_t)commit;
+        break;
+    }
+    default:
+        break;
+    }
+}
 
 static char buf[1 << 18];
 static size_t blen;
@@ -484,6 +569,7 @@ static void take_sample(void) {
     int64_t live = live_now();
     uint64_t rss, anon, live_u = live > 0 ? (uint64_t)live : 0;
     read_statm(&rss, &anon);
+    if (as_kind > AS_NONE) { in_hook++; read_stats(); in_hook--; }
     if (live_u > peak_live) peak_live = live_u;
     if (rss > peak_rss_kb) peak_rss_kb = rss;
     if (anon > peak_anon_kb || !peak_anon_kb) { peak_anon_kb = anon; live_at_peak_anon = live_u; }
@@ -492,6 +578,7 @@ static void take_sample(void) {
         for (uint32_t i = 0; i < SERIES_MAX / 2; i++) {
             s_t_ms[i] = s_t_ms[2 * i]; s_live_kb[i] = s_live_kb[2 * i];
             s_rss_kb[i] = s_rss_kb[2 * i]; s_anon_kb[i] = s_anon_kb[2 * i];
+            s_alloc_kb[i] = s_alloc_kb[2 * i]; s_held_kb[i] = s_held_kb[2 * i];
         }
         series_n = SERIES_MAX / 2;
         series_stride *= 2;
@@ -499,6 +586,8 @@ static void take_sample(void) {
     s_t_ms[series_n] = (uint32_t)((now_ns() - start_ns) / 1000000);
     s_live_kb[series_n] = live_u / 1024;
     s_rss_kb[series_n] = rss;
+    s_alloc_kb[series_n] = as_allocated < 0 ? -1 : as_allocated / 1024;
+    s_held_kb[series_n] = as_held < 0 ? -1 : as_held / 1024;
     s_anon_kb[series_n++] = anon;
 }
 
@@ -564,6 +653,8 @@ static void write_file(int final) {
     put(",\"peak_rss_kb\":"); put_u(peak_rss_kb);
     put(",\"peak_anon_kb\":"); put_u(peak_anon_kb);
     put(",\"live_at_peak_anon\":"); put_u(live_at_peak_anon);
+    put(",\"allocator_stats\":{\"source\":\""); put(AS_NAME[as_kind > 0 ? as_kind : 0]);
+    put("\",\"allocated\":"); put_i(as_allocated); put(",\"held\":"); put_i(as_held); put("}");
     put(",\"sample_every\":"); put_u(sampling ? sample_mask + 1 : 0);
     put(",\"sampled\":{\"allocs\":"); put_u(sa);
     put(",\"frees\":"); put_u(sf);
@@ -595,7 +686,7 @@ static void write_file(int final) {
     for (uint32_t i = 0; i < series_n; i++) {
         if (i) put(",");
         put("["); put_u(s_t_ms[i]); put(","); put_u(s_live_kb[i]); put(","); put_u(s_rss_kb[i]);
-        put(","); put_u(s_anon_kb[i]); put("]");
+        put(","); put_u(s_anon_kb[i]); put(","); put_i(s_alloc_kb[i]); put(","); put_i(s_held_kb[i]); put("]");
     }
     put("]}\n");
     int out = open(tmp_path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
@@ -631,6 +722,9 @@ static void *sampler(void *arg) {
     (void)arg;
     in_hook = 1;
     struct timespec ts = {interval_ms / 1000, (interval_ms % 1000) * 1000000L};
+    pthread_mutex_lock(&write_lock);
+    if (as_kind == AS_UNRESOLVED) resolve_stats();   /* once: a forked child keeps its parent's */
+    pthread_mutex_unlock(&write_lock);
     for (uint32_t tick = 1;; tick++) {
         nanosleep(&ts, NULL);
         pthread_mutex_lock(&write_lock);
@@ -706,6 +800,9 @@ __attribute__((constructor)) static void fp_init(void) {
 __attribute__((destructor)) static void fp_fini(void) {
     if (!out_dir[0]) return;
     pthread_mutex_lock(&write_lock);
+    in_hook++;
+    if (as_kind == AS_UNRESOLVED) resolve_stats();   /* a program shorter than one sample interval */
+    in_hook--;
     take_sample();
     write_file(1);
     finished = 1;   /* the helper thread writes no more: the final file stays */

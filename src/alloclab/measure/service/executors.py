@@ -218,6 +218,10 @@ class ServiceExecutor(_FileLoad):
                 readings = service_phases.run_phases(server, load, run_command, s.clean_for_commands(),
                                                      s.workdir, SAMPLE_S)
                 phase_info = service_phases.phase_summary(ready_kb, load_reading, readings)
+                # The same clock as the fingerprint interposer's (CLOCK_MONOTONIC): its series can be
+                # read at each phase's end exactly (measure/fingerprint.phase_memory).
+                for ph in phase_info["phases"]:
+                    ph["end_monotonic_s"] = round(tree.t0 + ph["t_end"], 4)
             except (service_phases.PhaseFailed, ServiceFailed) as exc:
                 failure = str(exc)
             phase_excl = _minus(tree.usage_so_far(), before)

@@ -1,0 +1,105 @@
+"""Live bytes against RSS in the fingerprint run (measure/fingerprint.py reads the per-process
+files; this merges their memory series): the program's live bytes, the tree's RSS and anonymous
+RSS, and the allocator's own figures where it reports them, summed over the processes of a tree;
+read at the end of each memory phase of a server."""
+
+from __future__ import annotations
+
+import json
+
+
+def _merged_series(procs: list[dict], points: int = 400) -> list[tuple]:
+    """(seconds since the first process started, live KiB, RSS KiB, anonymous RSS KiB, allocator's
+    allocated KiB, allocator's held KiB) of the whole tree: each process's last reading held until
+    its last write, summed over the processes. The allocator's figures (columns 5-6 of a process's
+    series, -1 where it reports none; absent in files of an older interposer) are summed over the
+    processes that report them, None where none does."""
+    tracks = []
+    for p in procs:
+        pts = [(p["start_ns"] + row[0] * 1_000_000, *row[1:4],
+                *(v if v >= 0 else None for v in (list(row[4:6]) + [-1, -1])[:2]))
+               for row in p.get("series", [])]
+        if pts:
+            tracks.append((pts, max(p["t_ns"], pts[-1][0])))
+    if not tracks:
+        return []
+    t0 = min(pts[0][0] for pts, _ in tracks)
+    t1 = max(end for _, end in tracks)
+    step = max((t1 - t0) // points, 1)
+    out = []
+    for t in range(t0, t1 + step, step):
+        live = rss = anon = 0
+        alloc = held = None
+        for pts, end in tracks:
+            if t < pts[0][0] or t > end + step:
+                continue
+            last = pts[0]
+            for pt in pts:          # few points per process: a scan is simpler than bisect here
+                if pt[0] > t:
+                    break
+                last = pt
+            live, rss, anon = live + last[1], rss + last[2], anon + last[3]
+            if last[4] is not None:
+                alloc = (alloc or 0) + last[4]
+            if last[5] is not None:
+                held = (held or 0) + last[5]
+        out.append((round((t - t0) / 1e9, 3), live, rss, anon, alloc, held))
+    return out
+
+
+# What each allocator's own figures are (launcher/fingerprint.c reads them in the process).
+ALLOCATOR_FIGURES = {
+    "glibc mallinfo2": ("uordblks + hblkhd", "arena + hblkhd (heap and mmapped chunks obtained from the system)"),
+    "jemalloc mallctl": ("stats.allocated", "stats.resident"),
+    "gperftools MallocExtension": ("generic.current_allocated_bytes",
+                                   "generic.heap_size - tcmalloc.pageheap_unmapped_bytes"),
+    "mimalloc mi_process_info": (None, "current commit (a release build counts no allocated bytes)"),
+}
+
+
+def allocator_figures(series6: list[tuple], sources: list[str], memory: dict | None) -> dict:
+    """The allocator's own count of allocated and held bytes, read at the same instants as our live
+    bytes and RSS, at the peak of live bytes and at the end."""
+    what = ALLOCATOR_FIGURES.get(sources[0], (None, None)) if len(sources) == 1 else (None, None)
+    out = {"source": ", ".join(sources), "allocated_is": what[0], "held_is": what[1],
+           "series": [(pt[0], pt[4], pt[5]) for pt in series6]}
+    if memory:
+        peak = max(series6, key=lambda pt: pt[1])
+        end = series6[-1]
+        out |= {"at_peak_live": {"live_kb": peak[1], "allocated_kb": peak[4], "held_kb": peak[5]},
+                "at_end": {"live_kb": end[1], "allocated_kb": end[4], "held_kb": end[5]}}
+    return out
+
+
+def phase_memory(series: list[tuple[float, int, int, int]], stdout: str,
+                 allocator_series: list[tuple] | None = None, t0_monotonic_s: float | None = None) -> list[dict]:
+    """Live bytes beside anonymous RSS at the end of the load and of each memory phase of a service
+    run (the phases' times, in seconds since the server started, are in the run's summary line;
+    the series counts from the server's first process): what the program still holds against
+    what its allocator keeps, e.g. after FLUSHALL."""
+    phases = []
+    for line in reversed(stdout.splitlines()):
+        if line.startswith('{"alloclab"'):
+            try:
+                values = json.loads(line)["alloclab"]
+            except (ValueError, KeyError):
+                continue
+            # Each phase's end on the series' clock: exactly where both are CLOCK_MONOTONIC; else
+            # the server's start stands for the series' time 0 (its first process starts a little
+            # later, so the reading may fall just into the next phase).
+            phases = [(p["name"], p["end_monotonic_s"] - t0_monotonic_s
+                       if t0_monotonic_s is not None and "end_monotonic_s" in p else float(p["t_end"]),
+                       values.get(f"rss_after_{p['name']}_mb")) for p in values.get("phases") or []]
+            break
+    out = []
+    for name, t_end, rss_mb in phases:
+        at = [pt for pt in series if pt[0] <= t_end]
+        if not at:
+            continue
+        live, anon = at[-1][1], at[-1][3]
+        out.append({"name": name, "t_end": round(t_end, 3), "live_kb": live, "anon_kb": anon, "overhead_kb": anon - live,
+                    "rss_kb": round(rss_mb * 1024) if rss_mb is not None else None})
+        own = [pt for pt in allocator_series or [] if pt[0] <= t_end]
+        if own:
+            out[-1] |= {"allocated_kb": own[-1][1], "held_kb": own[-1][2]}
+    return out

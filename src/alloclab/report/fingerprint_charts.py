@@ -1,0 +1,113 @@
+"""The fingerprint's two charts for the HTML report (report/html.py): the size histogram of the
+program's requests, and live bytes against RSS over the untimed fingerprint run, per variant.
+Drawn like report/charts.py (matplotlib's object API, inline SVG with its own id prefix)."""
+
+from __future__ import annotations
+
+import numpy as np
+from matplotlib.figure import Figure
+
+from alloclab.report.charts import _margins, colour, to_svg
+
+
+def size_histogram_chart(labels: list[str], fp_of: dict[int, dict], order: list[int]) -> str:
+    """Calls per power-of-two size class (bars, one per variant side by side: the program's demand
+    should not depend on the allocator, so a difference shows what the allocator changed, e.g. a
+    library that sizes its buffers by malloc_usable_size), and the share of bytes per class (dots)."""
+    fps = [(vi, fp_of[vi]) for vi in order if vi in fp_of and fp_of[vi].get("hist")]
+    classes = sorted({h[0] for _, fp in fps for h in fp["hist"]})
+    names = {h[0]: h[1] for _, fp in fps for h in fp["hist"]}
+    fig = Figure(figsize=(11.5, 3.4))
+    _margins(fig, [], right=0.7, bottom=0.75)
+    ax = fig.add_subplot()
+    x = np.arange(len(classes))
+    width = 0.8 / max(len(fps), 1)
+    share_ax = ax.twinx()
+    share_ax.grid(False)
+    for k, (vi, fp) in enumerate(fps):
+        by = {h[0]: h for h in fp["hist"]}
+        calls = [by[c][2] if c in by else 0 for c in classes]
+        total_bytes = sum(h[3] for h in fp["hist"]) or 1
+        shares = [(by[c][3] / total_bytes * 100) if c in by else 0 for c in classes]
+        pos = x - 0.4 + width * (k + 0.5)
+        ax.bar(pos, calls, width=width, color=colour(vi), label=f"{labels[vi]}: calls")
+        share_ax.plot(pos, shares, linestyle="none", marker="o", markersize=3.5, markerfacecolor="white",
+                      markeredgecolor="#222222", zorder=3)
+    ax.set_xticks(x, [names[c] for c in classes], rotation=45, ha="right", fontsize=7)
+    ax.set_yscale("symlog", linthresh=1)
+    ax.set_ylabel("allocation calls (log)")
+    share_ax.set_ylabel("% of bytes (circles)")
+    share_ax.set_ylim(0, 100)
+    ax.set_xlabel("requested size (bytes, power-of-two classes)")
+    ax.set_title("What the program asks for: calls per size class (bars) and share of bytes (circles)",
+                 loc="left", fontsize=10)
+    if fps:
+        ax.legend(loc="upper right", fontsize=8, frameon=False, ncol=min(4, len(fps)))
+    return to_svg(fig, "allocation sizes")
+
+
+def live_vs_rss_chart(labels: list[str], fp_of: dict[int, dict], order: list[int]) -> str:
+    """Per variant, over its fingerprint run: anonymous RSS (solid), the program's live bytes
+    (dashed) and, where the allocator reports it, what the allocator says it holds (dotted). The
+    gap between solid and dashed is the allocator's overhead; a server's phases are marked where
+    they end."""
+    fig = Figure(figsize=(11.5, 3.6))
+    _margins(fig, [], bottom=0.55)
+    ax = fig.add_subplot()
+    drawn = 0
+    ends: dict[str, float] = {}
+    for vi in order:
+        fp = fp_of.get(vi) or {}
+        series = fp.get("series") or []
+        if not series:
+            continue
+        drawn += 1
+        t = [pt[0] for pt in series]
+        ax.plot(t, [pt[3] / 1024 for pt in series], color=colour(vi), linewidth=1.6,
+                label=f"{labels[vi]}: anon RSS")
+        ax.plot(t, [pt[1] / 1024 for pt in series], color=colour(vi), linewidth=1.2, linestyle="--",
+                label=f"{labels[vi]}: live")
+        own = (fp.get("allocator") or {}).get("series") or []
+        if any(pt[2] is not None for pt in own):
+            ax.plot([pt[0] for pt in own if pt[2] is not None], [pt[2] / 1024 for pt in own if pt[2] is not None],
+                    color=colour(vi), linewidth=1.0, linestyle=":", label=f"{labels[vi]}: allocator holds")
+        for ph in fp.get("phases", []):
+            ends.setdefault(ph["name"], ph["t_end"])
+    for name, t in ends.items():
+        ax.axvline(t, color="#555555", linewidth=0.8, linestyle=":")
+        ax.annotate(f"end of {name}", (t, 1.0), xycoords=("data", "axes fraction"), xytext=(-9, -2),
+                    textcoords="offset points", fontsize=7, color="#333333", rotation=90, va="top", ha="left")
+    ax.set_ylim(bottom=0)
+    ax.set_xlabel("time since the first process started (s)")
+    ax.set_ylabel("MiB (whole process tree)")
+    ax.set_title("Live bytes against RSS in the fingerprint run: the gap is what the allocator keeps",
+                 loc="left", fontsize=10)
+    if drawn:
+        ax.legend(loc="upper left", bbox_to_anchor=(1.0, 1.0), fontsize=7, frameon=False)
+        fig.subplots_adjust(right=0.78)
+    return to_svg(fig, "live bytes against RSS")
+
+
+def html_section(labels: list[str], fp_of: dict[int, dict], order: list[int], add_job) -> dict | None:
+    """The HTML report's fingerprint part of a workload: the table the other reports print, the
+    lines under it, and the two charts (as job numbers from `add_job(fn, *args)`, drawn later with
+    the page's other charts)."""
+    from alloclab.report import fingerprint
+
+    if not fp_of:
+        return None
+    ok = {vi: fp for vi, fp in fp_of.items() if "error" not in fp}
+    figures = []
+    if any(fp.get("hist") for fp in ok.values()):
+        figures.append({"svg": add_job(size_histogram_chart, labels, ok, order), "caption":
+                        "Requested sizes in the untimed fingerprint run: calls per power-of-two class (log scale) "
+                        "and the share of bytes in each class."})
+    if any(fp.get("series") for fp in ok.values()):
+        figures.append({"svg": add_job(live_vs_rss_chart, labels, ok, order), "caption":
+                        "Anonymous RSS (solid) against the program's live bytes (dashed, usable sizes) over the "
+                        "fingerprint run, summed over the process tree; dotted: what the allocator says it holds, "
+                        "where it says. The gap between solid and dashed is the allocator's overhead (an upper "
+                        "bound: stacks count too)."})
+    return {"header": ["figure"] + [labels[vi] for vi in order], "rows": fingerprint.rows(fp_of, order),
+            "lines": fingerprint.summary_lines(fp_of, labels), "explanation": fingerprint.explanation(fp_of),
+            "errors": fingerprint.errors(fp_of, labels), "figures": figures}
