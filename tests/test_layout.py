@@ -9,7 +9,8 @@ from pathlib import Path
 SRC = Path(__file__).resolve().parent.parent / "src" / "alloclab"
 # The stages in the order data flows through them; a stage may import itself and earlier ones.
 STAGES = ("catalog", "workloads", "plan", "measure", "store", "stats", "report", "fleet", "cli")
-SHARED = ("errors", "__init__", "__version__")   # used by every stage (the error type, the version)
+# Used by every stage: the error type, the default settings, the version.
+SHARED = ("errors", "defaults", "__init__", "__version__")
 LONG = 400
 LONG_REASON = "Longer than 400 lines because"
 
@@ -55,7 +56,7 @@ def imports(path: Path) -> list[tuple[int, str]]:
 
 def test_the_top_level_holds_the_stages_and_nothing_else():
     entries = {p.stem for p in SRC.iterdir() if p.name != "__pycache__"}
-    assert entries == set(STAGES) | {"errors", "__init__"}, sorted(entries)
+    assert entries == set(STAGES) | {"errors", "defaults", "__init__"}, sorted(entries)
     for stage in STAGES:
         doc = ast.get_docstring(ast.parse((SRC / stage / "__init__.py").read_text()))
         assert doc and len(doc.splitlines()) >= 2, f"{stage}/__init__.py: say the stage's job (in, out)"

@@ -27,6 +27,7 @@ from alloclab.store.db import Store
 # the functions that use them, so that registering these commands keeps `alloclab` starting fast.
 if TYPE_CHECKING:
     from alloclab.measure.profile import summary
+    from alloclab.stats.analysis import Analysis
 
 SPARK = " ▁▂▃▄▅▆▇█"
 SPARK_WIDTH = 48
@@ -64,6 +65,7 @@ def profile_command(
     from alloclab.workloads.metrics import parse_metric_option
     from alloclab.measure.runner import Settings
     from alloclab.catalog.variants import parse_variants
+    from alloclab.stats.analysis import analyze
     from alloclab.workloads.command import command_workload
 
     # Everything that can be refused is checked before the first run.
@@ -84,13 +86,14 @@ def profile_command(
     settings = Settings(runs=timed_runs, warmup=1, timeout_s=timeout, seed=seed, verify=not no_verify,
                         kind="profile", title=" ".join(command))
     exp_id = run_experiment(store, [workload], allocator, settings)
+    exp = store.load(exp_id)
     with _bar(runs * len(variants) + (len(variants) if instructions else 0)) as advance:
-        summaries = record.profile_experiment(store, exp_id, [workload], variants, runs=runs, frequency=frequency,
+        summaries = record.profile_experiment(store, exp, [workload], variants, runs=runs, frequency=frequency,
                                               call_graph=call_graph, timeout_s=timeout, advance=advance)
         if instructions:
             callgrind.attach_instructions(summaries, [workload], variants, timeout_s=timeout, advance=advance)
             summary.store_profiles(store, exp_id, summaries)
-    show(store, exp_id)
+    show(analyze(exp), store.path)
     render_profiles(console, summaries)
     render_rss(store, exp_id)
 
@@ -284,23 +287,25 @@ def _overhead_verdict(group: list[summary.ProfileSummary]) -> str:
             f"{verdict}.{noise}{fixed}")
 
 
-def profile_after(store: Store, exp_id: int, workloads, variant_specs: list[str], *, runs: int,
+def profile_after(store: Store, a: Analysis, workloads, variant_specs: list[str], *, runs: int,
                   call_graph: bool = False, frequency: int = DEFAULT_FREQUENCY,
                   timeout_s: float | None = None) -> None:
-    """`--profile` on compare/suite/run: profile the experiment just measured and show it."""
+    """`--profile` on compare/suite/run: profile the experiment just measured and analysed, and show it."""
     from alloclab.measure.profile import record
     from alloclab.catalog.variants import parse_variants
 
     variants = parse_variants(variant_specs)
     with _bar(runs * len(variants) * len(workloads)) as advance:
-        summaries = record.profile_experiment(store, exp_id, workloads, variants, runs=runs, frequency=frequency,
-                                              call_graph=call_graph, timeout_s=timeout_s, advance=advance)
+        summaries = record.profile_experiment(store, a.experiment, workloads, variants, runs=runs,
+                                              frequency=frequency, call_graph=call_graph, timeout_s=timeout_s,
+                                              advance=advance)
     render_profiles(console, summaries)
     # What the profile means for the answer: an undecided comparison bounded by the allocator's share.
+    # The profiles are the experiment's new data; its runs, and so the analysis, are unchanged.
     from alloclab.report.bounds import bound_answers
-    from alloclab.stats.analysis import analyze
 
-    for line in bound_answers(analyze(store.load(exp_id), only_primary=True)):
+    a.experiment.profiles.update({(s.workload_idx, s.variant_idx): s.to_dict() for s in summaries})
+    for line in bound_answers(a):
         console.print(line, highlight=False)
 
 

@@ -10,6 +10,7 @@ from typing import Optional
 import typer
 from rich.table import Table
 
+from alloclab import defaults
 from alloclab.cli.app import DbOption, app, console, err, min_effect_value, percent
 from alloclab.cli.outputs import check_outputs
 from alloclab.errors import AlloclabError
@@ -42,7 +43,7 @@ def report(
     output: Optional[Path] = typer.Option(None, "--output", "-o", help="Write the report to FILE (default: stdout)."),
     details: bool = typer.Option(False, "--details", help="Show every standard measure."),
     baseline: Optional[str] = typer.Option(None, "--baseline", help="Variant label to compare against."),
-    min_effect: Optional[float] = typer.Option(None, "--min-effect", parser=min_effect_value, metavar="PERCENT", help="Equivalence margin (default: the experiment's, else 2%)."),
+    min_effect: Optional[float] = typer.Option(None, "--min-effect", parser=min_effect_value, metavar="PERCENT", help=f"Equivalence margin (default: the experiment's, else {defaults.percent_text(defaults.MARGIN)})."),
     max_rss_increase: Optional[float] = typer.Option(
         None, "--max-rss-increase", parser=percent, metavar="PERCENT", help="Memory budget of the recommendation, e.g. 10% (default: none)."),
     export_json: Optional[Path] = typer.Option(None, "--export-json", help="Also write the JSON report here."),
@@ -105,7 +106,7 @@ def diff(
     fmt: str = typer.Option("terminal", "--format", "-f", help="One of: terminal, md, json."),
     output: Optional[Path] = typer.Option(None, "--output", "-o", help="Write to FILE (default: stdout)."),
     details: bool = typer.Option(False, "--details", help="Compare every standard measure."),
-    min_effect: float = typer.Option("2%", "--min-effect", parser=min_effect_value, metavar="PERCENT", help="Equivalence margin of the comparisons."),
+    min_effect: float = typer.Option(defaults.percent_text(defaults.MARGIN), "--min-effect", parser=min_effect_value, metavar="PERCENT", help="Equivalence margin of the comparisons."),
 ) -> None:
     """Compare two experiments of the same workload (another day, machine or allocator version)."""
     if fmt not in ("terminal", "md", "json"):

@@ -1,7 +1,7 @@
 """Terminal tables for sweeps, ablations and thread scaling, and `alloclab sweep` to show them again
 for a stored experiment.
 
-`compare` and `suite` call show_sweeps() after their main table; the sweep structures come from
+compare, suite and run call render_stored_sweeps() after their main table; the sweep structures come from
 the experiment's config, so a stored experiment always shows the same curves.
 """
 
@@ -17,6 +17,7 @@ from rich.markup import escape
 from rich.table import Table
 from rich.text import Text
 
+from alloclab import defaults
 from alloclab.cli.app import DbOption, app, console as default_console, min_effect_value
 from alloclab.errors import AlloclabError
 from alloclab.store.db import Store
@@ -209,17 +210,14 @@ def render_sweeps(a: Analysis, sweeps: list[dict], console: Console | None = Non
         out.print(Text(NOISE_RULE.format(alpha=a.alpha, effect=effect), style="dim"))
 
 
-def show_sweeps(store: Store, exp_id: int, *, min_effect: float = 0.0, console: Console | None = None,
-                sweeps: list[dict] | None = None) -> bool:
-    """The sweep tables of a stored experiment (its config's sweeps unless given); False if it has none."""
-    from alloclab.stats.analysis import analyze
+def render_stored_sweeps(a: Analysis, console: Console | None = None) -> bool:
+    """The sweep tables of an analysed experiment, from its config's sweeps; False if it has none."""
     from alloclab.plan.sweep import stored_sweeps
 
-    exp = store.load(exp_id)
-    sweeps = stored_sweeps(exp.config) if sweeps is None else sweeps
+    sweeps = stored_sweeps(a.experiment.config)
     if not sweeps:
         return False
-    render_sweeps(analyze(exp, min_effect=min_effect), sweeps, console)
+    render_sweeps(a, sweeps, console)
     return True
 
 
@@ -227,12 +225,14 @@ def show_sweeps(store: Store, exp_id: int, *, min_effect: float = 0.0, console: 
 def sweep_command(
     experiment: Optional[int] = typer.Argument(None, help="Experiment id (default: the latest)."),
     db: Path = DbOption,
-    min_effect: float = typer.Option("2%", "--min-effect", parser=min_effect_value, metavar="PERCENT", help="Equivalence margin: effects within it count as noise."),
+    min_effect: float = typer.Option(defaults.percent_text(defaults.MARGIN), "--min-effect", parser=min_effect_value, metavar="PERCENT", help="Equivalence margin: effects within it count as noise."),
 ) -> None:
     """Show the sweep, ablation and thread-scaling tables of a stored experiment."""
+    from alloclab.stats.analysis import analyze
+
     store = Store(db)
     exp_id = store.latest() if experiment is None else experiment
-    if not show_sweeps(store, exp_id, min_effect=min_effect):
+    if not render_stored_sweeps(analyze(store.load(exp_id), min_effect=min_effect)):
         raise AlloclabError(
             f"Experiment {exp_id} in {store.path} has no sweep. Sweep a setting with a range or a list in a "
             f"variant (alloclab compare -a 'glibc:MALLOC_TOP_PAD_=128K..256M*4' -- CMD), a workload parameter "

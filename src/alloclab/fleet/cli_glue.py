@@ -49,6 +49,7 @@ def run(store, fleet: str, mode: str, require_all: bool, kind: str, inputs: dict
     return FleetRun(store, parse(fleet), mode, require_all, spec, settings.title, note=note).run()
 
 
-def show_hosts(store, exp_id: int, console, min_effect: float = 0.0) -> None:
+def show_hosts(experiment, console, min_effect: float = 0.0) -> None:
+    """Each host's runs of the experiment just loaded, analysed on their own, and how the hosts agree."""
     from alloclab.fleet.report import render_hosts
-    render_hosts(store.load(exp_id), console, min_effect=min_effect)
+    render_hosts(experiment, console, min_effect=min_effect)

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 
 from alloclab.plan.schedule import Job, Planner
+from alloclab.workloads.primary import primary_metrics
 
 
 PROFILE_COST = 1.5   # a profiled run against a timed one: perf record, then perf script over its samples
@@ -110,7 +111,7 @@ class MoreBlocks:
         out = []
         for c in self.cells:
             w = self.workloads[c.workload_idx]
-            names = [m.name for m in w.metrics] or ["wall_s"]
+            names = [m.name for m in primary_metrics(w.metrics)] or ["wall_s"]
             ok_runs = [r for r in runs if r["workload_idx"] == c.workload_idx and r["variant_idx"] == c.variant_idx
                        and not r["warmup"] and r["status"] == "ok"]
             for name in names:

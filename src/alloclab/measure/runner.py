@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Callable, Protocol
 
+from alloclab import defaults
 from alloclab.measure import machine
 from alloclab.plan.schedule import Job, Planner
 from alloclab.measure import forward, readback
@@ -35,9 +36,9 @@ if TYPE_CHECKING:
 @dataclass
 class Settings:
     runs: int = 5
-    warmup: int = 1
+    warmup: int = defaults.WARMUP
     timeout_s: float | None = None
-    seed: int = 1
+    seed: int = defaults.SEED
     verify: bool = True
     fingerprint: bool = False            # an untimed allocation-fingerprint run per cell (measure/fingerprint.py)
     kind: str = "compare"
@@ -45,8 +46,8 @@ class Settings:
     until_precise: float | None = None   # stop adding blocks when every CI half-width is below this
     until_decided: bool = False          # add blocks until every primary comparison has a verdict
     first_look: int = 10                 # until decided: blocks before the first look
-    margin: float = 0.02                 # equivalence margin (--min-effect)
-    alpha: float = 0.05
+    margin: float = defaults.MARGIN      # equivalence margin (--min-effect)
+    alpha: float = defaults.ALPHA
     max_runs: int = 50
     max_seconds: float = 1800.0          # the budget of the adaptive modes
     # Until decided: where a primary comparison stays open, one profiled run per variant of its

@@ -10,6 +10,7 @@ from alloclab.stats import estimates as stats
 from alloclab.stats import processes
 from alloclab.stats.analysis import DEFAULT_STANDARD, Analysis, MetricRow
 from alloclab.stats.findings import PER_VARIANT_FINDINGS
+from alloclab.workloads.primary import primary_metrics
 
 STATUS_MARK = {"verified": "verified", "ineffective": "INEFFECTIVE", "unknown": "unknown"}
 
@@ -63,11 +64,7 @@ def verdict_word(c: stats.Comparison | None) -> str:
 def primary_rows(w) -> list[MetricRow]:
     """The rows a workload's verdict rests on: every primary metric (a service has one per client),
     else the first program metric, else wall time."""
-    rows = [r for r in w.rows if r.primary]
-    if rows:
-        return rows
-    p = w.primary()
-    return [p] if p is not None else []
+    return primary_metrics(w.rows)
 
 
 def primary_comparisons(a: Analysis):

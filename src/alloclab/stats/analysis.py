@@ -14,12 +14,12 @@ import functools
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
+from alloclab import defaults
 from alloclab.stats import decide
 from alloclab.stats import estimates as stats
 from alloclab.stats.findings import PER_VARIANT_FINDINGS, cell_findings
 from alloclab.store.db import Experiment
-
-DEFAULT_MARGIN = 0.02   # equivalence margin (--min-effect) unless the user sets one
+from alloclab.workloads.primary import primary_metric, primary_metrics
 
 # Shown by default; the rest of the standard measures appear with details=True.
 HEADLINE_STANDARD = ("wall_s", "cpu_s", "peak_rss_mb")
@@ -83,8 +83,7 @@ class WorkloadResult:
         return next((r for r in self.rows if r.name == name), None)
 
     def primary(self) -> MetricRow | None:
-        return next((r for r in self.rows if r.primary), None) or next(
-            (r for r in self.rows if r.source != "run"), None) or self.row("wall_s")
+        return primary_metric(self.rows)
 
 
 @dataclass
@@ -157,7 +156,7 @@ def _checks(vals, blocks, facts: dict, per_variant_only: bool, *, alpha: float, 
                          n_cores=n_cores, floor=floor, per_variant_only=per_variant_only, **facts)
 
 
-def analyze(exp: Experiment, baseline: str | int | None = None, alpha: float = 0.05,
+def analyze(exp: Experiment, baseline: str | int | None = None, alpha: float = defaults.ALPHA,
             min_effect: float | None = None, family: str = "metric",
             only_primary: bool = False, workload_idxs: set[int] | None = None,
             reachable: int | None = None) -> Analysis:
@@ -167,7 +166,7 @@ def analyze(exp: Experiment, baseline: str | int | None = None, alpha: float = 0
     labels = [v["label"] for v in exp.variants]
     base = _baseline_index(labels, baseline)
     if min_effect is None:
-        min_effect = float(exp.config.get("margin", DEFAULT_MARGIN))
+        min_effect = float(exp.config.get("margin", defaults.MARGIN))
     design = decide.Design.from_config(exp.config, 0)
     if exp.config.get("design"):
         alpha = design.alpha
@@ -186,8 +185,7 @@ def analyze(exp: Experiment, baseline: str | int | None = None, alpha: float = 0
         rows = []
         defs = exp.defs_for(wi)
         if only_primary:
-            defs = [d for d in defs if d["primary_metric"]] or [d for d in defs if d["source"] != "run"][:1] \
-                or [d for d in defs if d["name"] == "wall_s"]
+            defs = primary_metrics(defs)
         facts = {vi: {"n_failed": sum(1 for r in runs if r["status"] != "ok")} if only_primary else _run_facts(runs)
                  for vi, runs in cell_runs.items()}
         for d in defs:

@@ -16,6 +16,7 @@ from importlib import resources
 from alloclab.workloads import build as cbuild
 from alloclab.errors import AlloclabError
 from alloclab.workloads.metrics import MetricDef
+from alloclab.workloads.primary import primary_metric
 from alloclab.workloads.command import Workload
 
 _NUMBER = re.compile(r"^\d+(\.\d+)?[KMG]?$", re.IGNORECASE)
@@ -34,7 +35,7 @@ class BuiltinDef:
     metrics: tuple[MetricDef, ...]
 
     def primary(self) -> MetricDef:
-        return next(m for m in self.metrics if m.primary)
+        return primary_metric(self.metrics)
 
 
 @functools.cache

@@ -21,6 +21,7 @@ from alloclab.plan.schedule import schedule
 from alloclab.errors import AlloclabError, Interrupted
 from alloclab.measure.run import RunInterrupted, RunResult, run_once
 from alloclab.workloads.metrics import extract
+from alloclab.workloads.primary import primary_metric
 from alloclab.measure.perfstat import DEFAULT_FREQUENCY  # noqa: F401  (defined there: the CLI reads it at start)
 from alloclab.measure.executors import executor_of
 from alloclab.measure.service.executors import CommandModeExecutor, ServiceExecutor
@@ -118,7 +119,7 @@ def profile_workload(workload: Workload, variants: list[Variant], runs: int = 3,
     else:
         argv, cwd = (None, None) if service else command_of(workload)
     workload.program()
-    metric = next((m for m in workload.metrics if m.primary), workload.metrics[0] if workload.metrics else None)
+    metric = primary_metric(workload.metrics)
     cells = []
     for i, v in enumerate(variants):
         s = ProfileSummary(workload=workload.name, variant=v.label, variant_idx=i,
@@ -264,17 +265,18 @@ def _profile_service_run(cell: _Cell, workload: Workload, metric, tmp: Path, acc
             cell.summary.plain.append(values)
 
 
-def profile_experiment(store, exp_id: int, workloads: list[Workload], variants: list[Variant], *,
+def profile_experiment(store, exp, workloads: list[Workload], variants: list[Variant], *,
                        runs: int = 3, frequency: int = DEFAULT_FREQUENCY, call_graph: bool = False,
                        timeout_s: float | None = None, advance: Callable[[str], None] = lambda text: None,
                        ) -> list[ProfileSummary]:
-    """Profile every workload of a stored experiment and store the summaries with it.
+    """Profile every workload of a stored experiment (`exp`, store.db.Experiment) and store the
+    summaries with it.
 
     The experiment's measured runs are the unprofiled baseline for the overhead, and give the
     hardware counters where the machine has them. This is what `--profile` on compare/suite/run
     calls after the experiment.
     """
-    exp = store.load(exp_id)
+    exp_id = exp.id
     labels = [v["label"] for v in exp.variants]
     if labels != [v.label for v in variants]:
         raise AlloclabError(f"The variants {[v.label for v in variants]} are not those of experiment {exp_id} "

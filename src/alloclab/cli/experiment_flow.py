@@ -1,0 +1,139 @@
+"""The one flow behind compare, suite and run: check everything that can be refused, measure
+(here or on a fleet), then load and analyse the experiment once and hand that one analysis to
+every view of it (the table, the reports and exports, the per-host tables, the sweeps, the
+profile's bounds) and to the --fail-if-worse gate.
+
+In: ExperimentOptions and a Plan (what the command measures). Out: the Analysis, for the gate.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Callable
+
+from alloclab.cli.app import console, err, percent, run_experiment, seconds, show
+from alloclab.cli.experiment_options import ExperimentOptions
+from alloclab.cli.outputs import check_outputs
+from alloclab.defaults import CommandDefaults
+from alloclab.fleet import cli_glue as fleet_cli
+from alloclab.store.db import Store
+
+if TYPE_CHECKING:
+    from alloclab.measure.runner import Settings
+    from alloclab.stats.analysis import Analysis
+
+
+@dataclass
+class Plan:
+    """What one command measures, built from its own options."""
+
+    kind: str
+    title: str
+    workloads: list
+    specs: list[str]
+    sweeps: list[dict]
+    fleet_inputs: dict             # what a fleet's hosts rebuild the workloads from
+    defaults: CommandDefaults      # run's: its file's values where it has them
+    until_precise: str | None = None
+    # Shown after the main table, from the same analysis (suite's summary across workloads).
+    after_table: Callable[["Analysis"], None] | None = None
+
+
+def check_first(opts: ExperimentOptions, **fleet_unsupported) -> None:
+    """What can be refused without knowing the workloads: before they are built or compiled."""
+    check_outputs(db=opts.db, report=opts.report, report_file=opts.report_file, export_json=opts.export_json)
+    fleet_cli.check(opts.fleet, opts.fleet_mode, profile=opts.profile, **fleet_unsupported)
+
+
+def settings_of(opts: ExperimentOptions, plan: Plan) -> Settings:
+    """How long and how to measure: `--runs N` means exactly N; without it (and without
+    --until-precise) blocks are added until every primary comparison is decided, within --budget and
+    --max-runs, and what stays open gets a one-run profile per variant (unless --profile profiles
+    everything afterwards)."""
+    from alloclab.measure.runner import Settings
+    from alloclab.plan.sweep import sweep_config
+
+    d = plan.defaults
+    limit = opts.max_runs if opts.max_runs is not None else d.max_runs
+    sequential = opts.runs is None and not plan.until_precise
+    return Settings(
+        runs=opts.runs if opts.runs is not None else d.first_look, until_decided=sequential,
+        auto_profile=sequential and not opts.profile, first_look=min(d.first_look, limit), max_runs=limit,
+        max_seconds=seconds(opts.budget or d.budget), margin=opts.min_effect,
+        until_precise=percent(plan.until_precise) if plan.until_precise else None,
+        warmup=opts.warmup if opts.warmup is not None else d.warmup,
+        timeout_s=opts.timeout, seed=opts.seed, verify=not opts.no_verify, fingerprint=opts.fingerprint,
+        kind=plan.kind, title=plan.title, extra_config=sweep_config(plan.sweeps))
+
+
+def _check_profiling(opts: ExperimentOptions, workloads: list) -> None:
+    if not opts.profile:
+        return
+    from alloclab.cli.profile import check_profiling
+    from alloclab.measure.profile import record
+    check_profiling()
+    for w in workloads:
+        record.check_profilable(w)
+
+
+def measure_and_show(opts: ExperimentOptions, plan: Plan) -> Analysis:
+    settings = settings_of(opts, plan)
+    _check_profiling(opts, plan.workloads)
+    store = Store(opts.db)
+    err.print(f"Storing results in {store.path.resolve()}", highlight=False)
+    if opts.fleet:
+        exp_id = fleet_cli.run(store, opts.fleet, opts.fleet_mode, opts.fleet_require_all, plan.kind,
+                               plan.fleet_inputs, plan.specs, settings,
+                               note=lambda text: err.print(text, highlight=False))
+    else:
+        exp_id = run_experiment(store, plan.workloads, plan.specs, settings)
+    return _show_all(store, exp_id, opts, plan)
+
+
+def _show_all(store: Store, exp_id: int, opts: ExperimentOptions, plan: Plan) -> Analysis:
+    from alloclab.stats.analysis import analyze
+
+    a = analyze(store.load(exp_id), min_effect=opts.min_effect)
+    show(a, store.path, details=opts.details, export_json=opts.export_json, report_format=opts.report,
+         report_file=opts.report_file, max_rss_increase=opts.max_rss_increase)
+    if opts.fleet:
+        fleet_cli.show_hosts(a.experiment, console, opts.min_effect)
+    if plan.after_table:
+        plan.after_table(a)
+    if plan.sweeps:
+        from alloclab.cli.sweep import render_stored_sweeps
+        render_stored_sweeps(a)
+    if opts.profile:
+        from alloclab.cli.profile import profile_after
+        profile_after(store, a, plan.workloads, plan.specs, runs=opts.profile_runs, call_graph=opts.call_graph,
+                      timeout_s=opts.timeout)
+    return a
+
+
+def gate(a: Analysis, opts: ExperimentOptions) -> None:
+    """--fail-if-worse: exit 1 when a variant is decided worse by at least the threshold on a primary
+    metric, 3 when a primary comparison stays undecided, else return (exit 0)."""
+    import typer
+
+    from alloclab.report.common import primary_comparisons
+    from alloclab.stats.estimates import format_comparison
+
+    if not opts.fail_if_worse:
+        return
+    threshold, text = opts.fail_if_worse_fraction, opts.fail_if_worse
+    worse, undecided = [], []
+    for w, row, vi, c in primary_comparisons(a):
+        bad = (1 - c.ratio) if row.higher_is_better else (c.ratio - 1)
+        if c.verdict == "worse" and bad >= threshold - 1e-12:
+            worse.append(f"{w.name} {row.name} {a.labels[vi]} ({format_comparison(c)})")
+        elif c.verdict == "undecided":
+            undecided.append(f"{w.name} {row.name} {a.labels[vi]}")
+    if worse:
+        err.print(f"[bold red]fail-if-worse {text}:[/] decided worse: " + "; ".join(worse), highlight=False)
+        raise typer.Exit(1)
+    if undecided:
+        err.print(f"[yellow]fail-if-worse {text}:[/] undecided within the budget: " + "; ".join(undecided)
+                  + ". Give it more runs (--budget, --max-runs).", highlight=False)
+        raise typer.Exit(3)
+    err.print(f"fail-if-worse {text}: every primary comparison decided better, equivalent, or worse by "
+              f"less than {text}.", highlight=False)

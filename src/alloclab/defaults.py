@@ -1,0 +1,38 @@
+"""The one source of every default setting: the CLI's options, the runner and the statistics read
+their defaults here, so that a default changed here changes everywhere (help text included).
+
+Nothing here imports anything: `alloclab --help` reads it at start.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+MARGIN = 0.02          # equivalence margin (--min-effect): within ±2%, two variants count as equivalent
+ALPHA = 0.05           # family-wise error rate of the comparisons of one metric of one workload
+WARMUP = 1             # warm-up blocks, discarded (the first also verifies the allocator)
+SEED = 1               # seed of the randomized run order
+PROFILE_RUNS = 3       # profiled runs per variant with --profile
+
+
+@dataclass(frozen=True)
+class CommandDefaults:
+    """How long compare, suite and run measure unless told: they differ because their runs do
+    (a command of a second, built-in workloads of a fraction of one, a server of a minute)."""
+
+    first_look: int          # runs per variant before the first look (and with --runs, none of these)
+    max_runs: int            # --max-runs
+    budget: str              # --budget
+    timeout_s: float | None  # --timeout
+    warmup: int = WARMUP     # --warmup
+
+
+COMPARE = CommandDefaults(first_look=10, max_runs=300, budget="10m", timeout_s=None)
+SUITE = CommandDefaults(first_look=8, max_runs=80, budget="3m", timeout_s=120.0)
+# An experiment file's own [experiment] runs, max_runs and budget come before these.
+RUN = CommandDefaults(first_look=5, max_runs=30, budget="25m", timeout_s=None)
+
+
+def percent_text(fraction: float) -> str:
+    """0.02 -> '2%': a default as the help text and the option parser write it."""
+    return f"{fraction * 100:g}%"

@@ -1,0 +1,48 @@
+"""compare, suite and run analyse the experiment once after measuring it: the table, the sweep
+tables and the --fail-if-worse gate all read that one analysis (they analysed it three times)."""
+
+from __future__ import annotations
+
+import pytest
+from typer.testing import CliRunner
+
+from alloclab.cli.core import _register_commands, app
+from alloclab.stats import analysis
+
+TOML = """\
+[experiment]
+name = "true"
+variants = ["glibc"]
+
+[[command]]
+command = ["true"]
+"""
+
+
+@pytest.fixture
+def analyses(monkeypatch):
+    """The analyses made after the run (a sequential look's cheap one is `only_primary`)."""
+    made = []
+    real = analysis.analyze
+
+    def counting(*args, **kwargs):
+        if not kwargs.get("only_primary"):
+            made.append(kwargs)
+        return real(*args, **kwargs)
+    monkeypatch.setattr(analysis, "analyze", counting)
+    return made
+
+
+@pytest.mark.parametrize("command", ["compare", "suite", "run"])
+def test_each_command_analyses_the_experiment_once(tmp_path, analyses, command):
+    _register_commands()
+    (tmp_path / "true.toml").write_text(TOML)
+    own = {"compare": ["compare"], "suite": ["suite", "-w", "threadcache", "--quick"],
+           "run": ["run", str(tmp_path / "true.toml")]}[command]
+    args = [*own, "-a", "glibc", "-a", "glibc:MALLOC_TOP_PAD_={0,64M}", "--runs", "2", "--warmup", "0",
+            "--no-verify", "--fail-if-worse", "50%", "--db", str(tmp_path / "x.db")]
+    result = CliRunner().invoke(app, args + (["--", "true"] if command == "compare" else []))
+    # 2 runs decide nothing: the gate exits 3, after the table and the sweep table were shown.
+    assert result.exit_code == 3, result.output
+    assert "MALLOC_TOP_PAD_ sweep" in result.output
+    assert len(analyses) == 1
