@@ -50,6 +50,9 @@ def test_until_decided_stops_once_a_large_effect_is_decided(cli, store_of, simpl
     assert "every primary comparison decided" in p.stderr
 
 
+# Serial: the better/worse verdict on time needs a machine that no other test's servers share (a
+# clean-clone run beside the Ceph and PostgreSQL tests left glibc's ns undecided at 12 runs).
+@pytest.mark.serial
 def test_four_verdicts_on_real_runs(cli, store_of, simple):
     require_allocator("tcmalloc")
     # tcmalloc as the baseline makes glibc worse; the same allocator under two labels is equivalent
