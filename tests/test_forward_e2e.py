@@ -31,13 +31,19 @@ def _stdout(e, label: str) -> str:
     return next(r["stdout"] for r in e.runs if r["variant_idx"] == vi and not r["warmup"])
 
 
-def test_a_program_linked_against_jemalloc_runs_glibcs_malloc_under_glibc(build, cli, store_of):
+def _compare_linked(build, cli, store_of, *options: str):
+    """`alloclab compare OPTIONS -- PROGRAM` on tests/programs/linked_glibc.c linked against the
+    installed jemalloc: (stored experiment, the CLI's output, the program)."""
     require_allocator("jemalloc")
     prog = build("linked_glibc", str(parse_variant("jemalloc").library))
-    p = cli("compare", "--runs", "1", "--warmup", "1", "-a", "glibc-linked", "-a", "glibc",
-            "-a", "glibc:MALLOC_TOP_PAD_=64M", "--", str(prog))
+    p = cli("compare", *options, "--", str(prog))
     assert p.returncode == 0, p.stdout + p.stderr
-    e = store_of(cli.db).load()
+    return store_of(cli.db).load(), p, prog
+
+
+def test_a_program_linked_against_jemalloc_runs_glibcs_malloc_under_glibc(build, cli, store_of):
+    e, p, prog = _compare_linked(build, cli, store_of, "--runs", "1", "--warmup", "1", "-a", "glibc-linked", "-a", "glibc",
+                                 "-a", "glibc:MALLOC_TOP_PAD_=64M")
     got = _by_label(e)
     # The baseline asked for no preload: the program runs the jemalloc it links, and the answer
     # says so before anything else.
@@ -124,12 +130,8 @@ def test_debian_redis_server_runs_glibcs_malloc_under_glibc(tmp_path, scratch): 
 def test_the_fingerprint_of_the_forwarded_glibc_counts_glibcs_malloc(build, cli, store_of):
     # The untimed fingerprint run keeps the forwarding preload behind its interposer: its "glibc"
     # grows glibc's heap by brk (2,000 blocks of 1000 B), where the linked jemalloc maps its own.
-    require_allocator("jemalloc")
-    prog = build("linked_glibc", str(parse_variant("jemalloc").library))
-    p = cli("compare", "--runs", "1", "--warmup", "0", "--no-verify", "--fingerprint", "-a", "glibc-linked",
-            "-a", "glibc", "--", str(prog))
-    assert p.returncode == 0, p.stdout + p.stderr
-    e = store_of(cli.db).load()
+    e, _, _ = _compare_linked(build, cli, store_of, "--runs", "1", "--warmup", "0", "--no-verify",
+                              "--fingerprint", "-a", "glibc-linked", "-a", "glibc")
     fp = {e.variants[vi]["label"]: f for (_, vi), f in e.fingerprints.items()}
     assert all(f["allocs"] >= 2000 for f in fp.values()), fp
     assert fp["glibc"]["syscalls"]["brk"] >= fp["glibc-linked"]["syscalls"]["brk"] + 5, \

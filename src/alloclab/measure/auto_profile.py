@@ -33,36 +33,30 @@ def unavailable() -> str | None:
 def profile_open(exp: "Experiment", workload_idxs: set[int]) -> None:
     """One profiled run per variant of each workload in `workload_idxs`, stored with the experiment."""
     from alloclab.measure.profile import record
-    from alloclab.measure.profile.summary import attach_counters, store_profiles
 
     why = unavailable()
     if why:
         exp.progress.note(f"no profile beside the undecided comparisons: {why}")
         return
-    summaries = []
-    names = ", ".join(exp.workloads[wi].name for wi in sorted(workload_idxs))
+    profilable = set()
+    for wi in sorted(workload_idxs):
+        try:
+            record.check_profilable(exp.workloads[wi])
+            profilable.add(wi)
+        except AlloclabError as exc:
+            exp.progress.note(f"{exp.workloads[wi].name}: not profiled ({exc})")
+    if not profilable:
+        return
+    names = ", ".join(exp.workloads[wi].name for wi in sorted(profilable))
     exp.progress.note(f"undecided: one profiled run per variant of {names}, for the allocator's share of the CPU")
-    exp.progress_total += len(workload_idxs) * len(exp.variants)
+    exp.progress_total += len(profilable) * len(exp.variants)
     exp.progress.start(exp.progress_total)
     try:
-        for wi in sorted(workload_idxs):
-            w = exp.workloads[wi]
-            try:
-                record.check_profilable(w)
-            except AlloclabError as exc:
-                exp.progress.note(f"{w.name}: not profiled ({exc})")
-                continue
-            plain = {v.label: [r["metrics"] for r in exp.recorder.experiment.cell_runs(wi, vi) if r["status"] == "ok"]
-                     for vi, v in enumerate(exp.variants)}
-            # The variants as given: profile_workload forces glibc where a program links another allocator.
-            summaries += record.profile_workload(w, exp.variants, 1, baseline=plain, timeout_s=exp.settings.timeout_s,
-                                                 workload_idx=wi, seed=exp.settings.seed, keep_session=True,
-                                                 advance=exp.progress.advance)
-    except Interrupted as stop:
-        summaries += getattr(stop, "summaries", [])
+        # The variants as given: profile_workload forces glibc where a program links another allocator.
+        record.profile_experiment(exp.store, exp.recorder.experiment, exp.workloads, exp.variants, runs=1,
+                                  timeout_s=exp.settings.timeout_s, advance=exp.progress.advance,
+                                  only=profilable, keep_session=True, seed=exp.settings.seed)
+    except Interrupted:
         exp.progress.note("the profile was interrupted (Ctrl-C): the measured runs and the profiles so far are kept")
     except AlloclabError as exc:
         exp.progress.note(f"the profile beside the undecided comparisons failed: {exc}")
-    if summaries:
-        attach_counters(summaries, exp.recorder.experiment)
-        store_profiles(exp.store, exp.exp_id, summaries)

@@ -268,13 +268,15 @@ def _profile_service_run(cell: _Cell, workload: Workload, metric, tmp: Path, acc
 def profile_experiment(store, exp, workloads: list[Workload], variants: list[Variant], *,
                        runs: int = 3, frequency: int = DEFAULT_FREQUENCY, call_graph: bool = False,
                        timeout_s: float | None = None, advance: Callable[[str], None] = lambda text: None,
+                       only: set[int] | None = None, keep_session: bool = False, seed: int = 1,
                        ) -> list[ProfileSummary]:
-    """Profile every workload of a stored experiment (`exp`, store.db.Experiment) and store the
-    summaries with it.
+    """Profile every workload of a stored experiment (`exp`, store.db.Experiment), or those in
+    `only`, and store the summaries with it; on an error or Ctrl-C, those made so far too.
 
     The experiment's measured runs are the unprofiled baseline for the overhead, and give the
     hardware counters where the machine has them. This is what `--profile` on compare/suite/run
-    calls after the experiment.
+    calls after the experiment, and the runner before its set-up is torn down (`keep_session`,
+    measure/auto_profile.py).
     """
     exp_id = exp.id
     labels = [v["label"] for v in exp.variants]
@@ -285,10 +287,17 @@ def profile_experiment(store, exp, workloads: list[Workload], variants: list[Var
     summaries: list[ProfileSummary] = []
     try:
         for wi, w in enumerate(workloads):
+            if only is not None and wi not in only:
+                continue
             plain = {v.label: [r["metrics"] for r in exp.cell_runs(wi, vi) if r["status"] == "ok"]
                      for vi, v in enumerate(variants)}
             summaries += profile_workload(w, variants, runs, frequency, call_graph, baseline=plain,
-                                          timeout_s=timeout_s, workload_idx=wi, advance=advance, access=access)
+                                          timeout_s=timeout_s, workload_idx=wi, seed=seed, advance=advance,
+                                          access=access, keep_session=keep_session)
+    except AlloclabError:
+        attach_counters(summaries, exp)
+        store_profiles(store, exp_id, summaries)
+        raise
     except Interrupted as stop:
         partial = summaries + getattr(stop, "summaries", [])
         attach_counters(partial, exp)

@@ -76,7 +76,15 @@ class Identity:
         if not self.wrapper:
             return argv
         settings = [f"{k}={v}" for k, v in (extra_env or {}).items()]
-        return [*self.wrapper, *([shutil.which("env") or "/usr/bin/env", *settings] if settings else []), *argv]
+        return [*self.wrapper, *([_env_program(), *settings] if settings else []), *argv]
+
+    def launchers(self) -> set[str]:
+        """The programs argv() puts in front of a command, which exec into it: ours, not the user's."""
+        return {self.wrapper[0], _env_program()} if self.wrapper else set()
+
+
+def _env_program() -> str:
+    return shutil.which("env") or "/usr/bin/env"
 
 
 def clean_env(env: dict[str, str], variant_env: dict[str, str]) -> dict[str, str]:

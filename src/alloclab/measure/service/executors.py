@@ -93,9 +93,7 @@ def _server_processes(tree, identity) -> list:
     """The processes the server ran, without alloclab's own run_as launch chain (setpriv, env): a
     sample can catch the server's pid before it exec'd the server, and that image is ours, not
     a wrapper of the user's."""
-    if not identity.wrapper:
-        return tree.processes()
-    ours = {identity.wrapper[0], shutil.which("env") or "/usr/bin/env"}
+    ours = identity.launchers()
     return [p for p in tree.replaced if p.exe not in ours] + list(tree.seen.values())
 
 
