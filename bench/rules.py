@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
-"""Old rule (alpha/K a look) against the new (Hwang-Shih-DeCani alpha spending, gamma -2, with
-non-binding futility) on the same real runs: stored experiments re-analysed, and resampled
+"""Old rule (alpha/K a look, Yuen's df h - 1) against the new (Hwang-Shih-DeCani alpha spending,
+gamma -2, df h - 2, with non-binding futility) on the same real runs: stored experiments re-analysed, and resampled
 sequential experiments built from their real within-block log-ratios.
 
   * re-analysis: every primary comparison of each store walked through its design's looks with
@@ -26,12 +26,14 @@ import sys
 import numpy as np
 from scipy import special
 
-from alloclab.plan.design import SPENDING_GAMMA, Design
+from alloclab.plan.design import DF_DROP, SPENDING_GAMMA, Design
 from alloclab.stats import decide
 from alloclab.stats.analysis import analyze
 from alloclab.store.db import Store
 
-RULES = {"old: alpha/K a look": None, f"new: alpha/K, then HSD {SPENDING_GAMMA:g}; futility": SPENDING_GAMMA}
+# name: (HSD gamma or None for alpha/K a look, degrees of freedom below Yuen's h - 1)
+RULES = {"old: alpha/K a look, df h-1": (None, 0),
+         f"new: alpha/K, then HSD {SPENDING_GAMMA:g}, df h-{1 + DF_DROP}; futility": (SPENDING_GAMMA, DF_DROP)}
 SEGMENT = 8
 MARGIN = 0.02
 
@@ -72,8 +74,8 @@ def reanalyse(paths: list[str]) -> dict:
         rows = []
         for wname, label, hib, pairs, family, design in comparisons(path):
             r = {"workload": wname, "variant": label, "blocks": len(pairs)}
-            for name, gamma in RULES.items():
-                d = Design(design.alpha, design.looks, gamma)
+            for name, (gamma, drop) in RULES.items():
+                d = Design(design.alpha, design.looks, gamma, drop)
                 c, n = walk(pairs, hib, family, d, futility=gamma is not None)
                 r[name] = {"verdict": "futile" if c.futile else c.verdict, "n": n, "ratio": c.ratio,
                            "lo": c.ci_low, "hi": c.ci_high, "level": 1 - c.confidence, "more_runs": c.more_runs,
@@ -107,15 +109,16 @@ def resample(srcs, draws: int, length: int, rng) -> np.ndarray:
     return out
 
 
-def yuen_rows(d: np.ndarray, trim: float = decide.TRIM):
+def yuen_rows(d: np.ndarray, drop: int, trim: float = decide.TRIM):
+    """decide.yuen on every row: trimmed mean, standard error, df (h - 1 - drop)."""
     n = d.shape[1]
     s = np.sort(d, axis=1)
     g = int(math.floor(trim * n))
     w = np.clip(s, s[:, [g]], s[:, [n - g - 1]])
-    return s[:, g:n - g].mean(axis=1), w.std(axis=1, ddof=1) / ((1 - 2 * trim) * math.sqrt(n)), n - 2 * g - 1
+    return s[:, g:n - g].mean(axis=1), w.std(axis=1, ddof=1) / ((1 - 2 * trim) * math.sqrt(n)), max(1, n - 2 * g - 1 - drop)
 
 
-def simulate(D: np.ndarray, design: Design, family: int, futility: bool):
+def simulate(D: np.ndarray, design: Design, family: int, futility: bool, drop: int):
     """Vectorized decide.judge walk: verdict (0 undecided, 1 lower, 2 higher, 3 equivalent, 4 futile),
     blocks used, final interval width (log)."""
     draws = D.shape[0]
@@ -123,7 +126,7 @@ def simulate(D: np.ndarray, design: Design, family: int, futility: bool):
     open_ = np.ones(draws, bool)
     lm = math.log1p(MARGIN)
     for n, a in zip(design.looks, design.look_alphas):
-        tm, se, df = yuen_rows(D[:, :n])
+        tm, se, df = yuen_rows(D[:, :n], drop)
         level = a / family
         q = special.stdtrit(df, 1 - level / 2)
         lo, hi = tm - q * se, tm + q * se
@@ -134,7 +137,9 @@ def simulate(D: np.ndarray, design: Design, family: int, futility: bool):
             est = np.abs(tm)
             target = np.maximum(est + se, lm - np.maximum(0.0, est - se))
             need = np.ceil((se * math.sqrt(n) * q_end / target) ** 2) - n
-            v = np.where((v == 0) & (need > decide.FUTILITY_FACTOR * (N - n)), 4, v)
+            r = math.log1p(max(decide.NARROW_MIN, decide.NARROW_FACTOR * MARGIN))
+            narrow = (lo >= -r) & (hi <= r)
+            v = np.where((v == 0) & narrow & (need > decide.FUTILITY_FACTOR * (N - n)), 4, v)
         new = open_ & (v > 0)
         verdict[new], used[new], width[new] = v[new], n, (hi - lo)[new]
         if n == design.looks[-1]:
@@ -148,22 +153,28 @@ def resampled(path: str, looks, draws: int, min_blocks: int, seed: int) -> dict:
     rng = np.random.default_rng(seed)
     D = resample(srcs, draws, looks[-1], rng)
     out = {"sources": len(srcs), "looks": list(looks), "rules": {}}
-    for name, gamma in RULES.items():
-        d = Design(0.05, tuple(looks), gamma)
+    for name, (gamma, drop) in RULES.items():
+        d = Design(0.05, tuple(looks), gamma, drop)
         r = {}
         for fam in (1, 7):
-            v, n, w = simulate(D, d, fam, gamma is not None)
+            v, n, w = simulate(D, d, fam, gamma is not None, drop)
             fp = float(np.mean((v == 1) | (v == 2)))
             r[f"fp_m{fam}"] = fp if fam == 1 else min(1.0, fam * fp)   # union over 7 (at most)
             if fam == 1:
                 r["aa_equivalent"] = float(np.mean(v == 3))
                 r["aa_futile"] = float(np.mean(v == 4))
             for eff in (0.05, 0.10):
-                v2, n2, w2 = simulate(D + math.log1p(eff), d, fam, gamma is not None)
+                v2, n2, w2 = simulate(D + math.log1p(eff), d, fam, gamma is not None, drop)
                 hit = v2 == 2
                 r[f"power{int(eff * 100)}_m{fam}"] = float(np.mean(hit))
                 if fam == 1:
-                    r[f"runs{int(eff * 100)}"] = float(np.median(n2[hit])) if hit.any() else math.nan
+                    # Runs by which half (a quarter) of all experiments had decided it, an undecided
+                    # one counting as never: the median over decided ones alone would favour a rule
+                    # that decides fewer (its extra verdicts come late).
+                    never = np.where(hit, n2, np.inf)
+                    r[f"runs{int(eff * 100)}"] = float(np.quantile(never, 0.5, method="higher"))
+                    r[f"runs{int(eff * 100)}_q25"] = float(np.quantile(never, 0.25, method="higher"))
+                    r[f"runs{int(eff * 100)}_decided"] = float(np.median(n2[hit])) if hit.any() else math.nan
                     r[f"width{int(eff * 100)}"] = float(np.median(np.expm1(w2[hit]))) if hit.any() else math.nan
                     r[f"runs{int(eff * 100)}_all"] = float(np.mean(n2))
         out["rules"][name] = r
@@ -214,8 +225,9 @@ def print_report(r: dict) -> None:
         print(f"  {ctx}: {x['sources']} real comparisons, looks {x['looks']}")
         for name, v in x["rules"].items():
             print(f"    {name:32s} FP m=1 {v['fp_m1']:.2%}, m=7 <= {v['fp_m7']:.2%} | +5%: {v['power5_m1']:.1%} "
-                  f"(m=7 {v['power5_m7']:.1%}) runs {v['runs5']:.0f}, width {v['width5']:.1%} | +10%: {v['power10_m1']:.1%} "
-                  f"(m=7 {v['power10_m7']:.1%}) runs {v['runs10']:.0f}, width {v['width10']:.1%} | "
+                  f"(m=7 {v['power5_m7']:.1%}) runs q25/q50 {v['runs5_q25']:.0f}/{v['runs5']:.0f} (decided ones {v['runs5_decided']:.0f}), "
+                  f"width {v['width5']:.1%} | +10%: {v['power10_m1']:.1%} (m=7 {v['power10_m7']:.1%}) runs q25/q50 "
+                  f"{v['runs10_q25']:.0f}/{v['runs10']:.0f} (decided ones {v['runs10_decided']:.0f}), width {v['width10']:.1%} | "
                   f"A/A equivalent {v['aa_equivalent']:.1%}, futile {v['aa_futile']:.1%}; mean runs A/A-like +5% {v['runs5_all']:.0f}")
 
 

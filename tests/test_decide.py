@@ -63,7 +63,11 @@ def test_alpha_between_looks_spends_what_is_left():
 def test_design_round_trips_through_the_config():
     d = decide.Design.sequential(8, 80)
     assert decide.Design.from_config({"design": d.to_config()}, 0) == d
-    assert decide.Design.from_config({"runs": 6}, 0) == decide.Design.fixed(6)
+    # Stored before the design was: judged as it ran, fixed runs with Yuen's own degrees of freedom.
+    assert decide.Design.from_config({"runs": 6}, 0) == decide.Design(0.05, (6,), df_drop=0)
+    old = d.to_config()
+    del old["df_drop"]
+    assert decide.Design.from_config({"design": old}, 0).df_drop == 0
     # Stored before alpha spending: judged by the rule it ran under.
     old = {"rule": "sequential", "alpha": 0.05, "looks": [4, 7, 12], "alpha_per_look": 0.0167}
     assert decide.Design.from_config({"design": old}, 0).look_alphas == pytest.approx((0.05 / 3,) * 3)
@@ -73,13 +77,14 @@ def test_design_round_trips_through_the_config():
 
 def test_yuen_matches_the_textbook_formula():
     d = np.array([0.12, -0.03, 0.05, 0.08, 0.30, 0.02, 0.07, -0.10, 0.04, 0.06])
-    est, lo, hi, p, se, df = decide.yuen(d, 0.95)
+    est, lo, hi, p, se, df = decide.yuen(d, 0.95, df_drop=1)
     s = np.sort(d)
     g = 2   # floor(0.2 * 10)
     assert est == pytest.approx(np.mean(s[g:-g]))
     w = np.clip(d, s[g], s[-g - 1])
     assert se == pytest.approx(np.std(w, ddof=1) / (0.6 * math.sqrt(10)))
-    assert df == 10 - 2 * g - 1
+    assert df == 10 - 2 * g - 2      # one fewer than Yuen's h - 1, as the sequential rule uses it
+    assert decide.yuen(d, 0.95)[5] == 10 - 2 * g - 1
     q = sp.t.ppf(0.975, df)
     assert (lo, hi) == pytest.approx((est - q * se, est + q * se))
     assert p == pytest.approx(2 * sp.t.sf(abs(est) / se, df))

@@ -38,6 +38,26 @@ def test_a_blocks_runs_of_one_workload_are_adjacent_and_both_orders_are_shuffled
     assert sorted(j.cell for j in narrowed) == [0, 4, 5, 8]
 
 
+def test_measured_blocks_are_counterbalanced_in_pairs():
+    """Each measured block after a shuffled one runs its workload's variants in reverse: every two
+    variants run in both orders in each pair of blocks, so a position effect cancels in the pair."""
+    groups = [0, 0, 0, 1, 1]
+    jobs = schedule(n_cells=5, runs=20, warmup=1, seed=11, verify=True, groups=groups)
+    order = {b: [j.cell for j in jobs if j.block == b] for b in range(21)}
+    for b in range(1, 21, 2):            # block 0 is the warm-up; measured blocks pair up (1, 2), (3, 4), ...
+        for g in (0, 1):
+            first = [c for c in order[b] if groups[c] == g]
+            assert [c for c in order[b + 1] if groups[c] == g] == first[::-1]
+    firsts = {tuple(c for c in order[b] if groups[c] == 0) for b in range(1, 21, 2)}
+    assert len(firsts) > 2               # the first block of each pair is still shuffled
+    # A block that measures fewer variants than the one before is shuffled afresh and starts a new pair.
+    p = Planner(3, 5)
+    p.block()
+    assert sorted(j.cell for j in p.block(cells=[0, 2])) == [0, 2]
+    c = [j.cell for j in p.block()]
+    assert [j.cell for j in p.block()] == c[::-1]
+
+
 def test_no_verification_and_no_warmup_means_no_warmup_block():
     jobs = schedule(n_cells=2, runs=3, warmup=0, seed=1, verify=False)
     assert not any(j.warmup or j.verify for j in jobs) and len(jobs) == 6

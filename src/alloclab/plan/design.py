@@ -14,7 +14,8 @@ group-sequential boundaries: our statistic is a trimmed-mean t on a few heavy-ta
 which the exact boundaries measured above 5% false positives. A final analysis that is not a planned
 look (the budget ran out, Ctrl-C) spends everything the looks before it left, which is what lets
 a budget-bound experiment decide more than alpha/K per look did.
-Experiments stored before this rule carry no `spending` and are judged as they ran: alpha/K a look.
+Experiments stored before this rule carry no `spending` and are judged as they ran: alpha/K a look;
+and those stored before `df_drop` with Yuen's own degrees of freedom.
 """
 
 from __future__ import annotations
@@ -23,6 +24,8 @@ import math
 from dataclasses import dataclass
 
 SPENDING_GAMMA = -2.0
+# Degrees of freedom of the paired trimmed-mean t below Yuen's h - 1 (stats/decide.yuen says why).
+DF_DROP = 1
 
 
 def hsd(t: float, alpha: float, gamma: float) -> float:
@@ -40,6 +43,7 @@ class Design:
     alpha: float
     looks: tuple[int, ...]      # measured blocks per variant at which a look happens
     spending: float | None = SPENDING_GAMMA   # HSD gamma; None: alpha/K a look (the rule before)
+    df_drop: int = DF_DROP      # 0: Yuen's own df, as experiments stored before it were judged
 
     @classmethod
     def fixed(cls, runs: int, alpha: float = 0.05) -> "Design":
@@ -59,12 +63,13 @@ class Design:
         d = config.get("design")
         if d:
             # No "spending" key: stored before alpha spending, judged by the rule it ran under.
-            return cls(float(d["alpha"]), tuple(int(n) for n in d["looks"]), d.get("spending"))
-        return cls.fixed(int(config.get("runs") or runs_hint or 1))
+            return cls(float(d["alpha"]), tuple(int(n) for n in d["looks"]), d.get("spending"),
+                       int(d.get("df_drop", 0)))
+        return cls(0.05, (max(1, int(config.get("runs") or runs_hint or 1)),), df_drop=0)
 
     def to_config(self) -> dict:
         return {"rule": "sequential" if len(self.looks) > 1 else "fixed", "alpha": self.alpha,
-                "looks": list(self.looks), "spending": self.spending,
+                "looks": list(self.looks), "spending": self.spending, "df_drop": self.df_drop,
                 "alpha_per_look": list(self.look_alphas)}
 
     def spent(self, blocks: int) -> float:
@@ -100,5 +105,7 @@ class Design:
             return f"fixed runs, alpha {self.alpha:g}"
         rule = ("alpha/K a look" if self.spending is None
                 else f"Hwang-Shih-DeCani spending, gamma {self.spending:g}")
+        if self.df_drop:
+            rule += f"; t with Yuen's df less {self.df_drop}"
         return (f"sequential: looks at {', '.join(map(str, self.looks))} runs, alpha {self.alpha:g} spent "
                 f"{', '.join(f'{a:.2g}' for a in self.look_alphas)} ({rule})")

@@ -7,7 +7,13 @@ among themselves): the statistics compare variants within a workload and a block
 closer in time two paired runs are, the less of the machine's drift lies between them (on the
 2-core VM, PostgreSQL's per-block ratios at 2 clients spread 0.061 in log when the two runs were
 adjacent against 0.099 when a whole block's worth of other runs lay between them). The order is
-recorded with every run, so it can be checked afterwards. Adaptive experiments (until decided,
+recorded with every run, so it can be checked afterwards.
+
+Counterbalanced in pairs of blocks: a measured block shuffles each workload's variants, the next
+runs them in the reverse order (where the same variants are still measured). A run's position in a
+block moves it (in the demo's stored runs, which of two compared runs went first moved xthread by
++15% and larson by -7%); a shuffle alone makes that unbiased but leaves it as noise whenever one
+order happens to come up more often, the reversal cancels it within every pair of blocks. Adaptive experiments (until decided,
 the default without --runs; --until-precise) ask the same planner for more blocks, so the added
 runs stay interleaved.
 """
@@ -34,6 +40,7 @@ class Planner:
         self.groups = groups if groups is not None else [0] * n_cells
         self.rng = random.Random(seed)
         self.next_block = 0
+        self._reverse_next: dict[int, list[int]] = {}   # group -> the order its next block reverses
 
     def block(self, warmup: bool = False, verify: bool = False, cells: list[int] | None = None) -> list[Job]:
         """One block; `cells` narrows it to the cells still measured (a sequential experiment stops
@@ -47,7 +54,13 @@ class Planner:
         order: list[int] = []
         for g in group_order:
             members = by_group[g]
-            self.rng.shuffle(members)
+            last = self._reverse_next.pop(g, None)
+            if not warmup and last is not None and sorted(last) == sorted(members):
+                members = last[::-1]
+            else:
+                self.rng.shuffle(members)
+                if not warmup:
+                    self._reverse_next[g] = list(members)
             order += members
         b = self.next_block
         self.next_block += 1

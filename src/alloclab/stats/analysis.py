@@ -171,7 +171,7 @@ def analyze(exp: Experiment, baseline: str | int | None = None, alpha: float = d
     if exp.config.get("design"):
         alpha = design.alpha
     else:
-        design = decide.Design(alpha, design.looks, design.spending)
+        design = decide.Design(alpha, design.looks, design.spending, design.df_drop)
     cores = exp.machine.get("usable_cores") or exp.machine.get("cores")
     n_cmp = max(1, len(labels) - 1)
     workloads: list[WorkloadResult] = []
