@@ -11,7 +11,7 @@ import pytest
 
 from alloclab.workloads import experiment_file as xf
 from alloclab.workloads import toml_check
-from alloclab.measure.service import commands, executors
+from alloclab.measure.service import commands, values as service_values
 from alloclab.errors import AlloclabError
 
 GOOD = """\
@@ -181,8 +181,8 @@ def test_missing_program_names_the_install_line(tmp_path):
 def test_ratio_metrics_are_computed_from_the_output():
     spec = xf.MetricSpec("ops", "ops/s", True, True, ratio=(r"Sending (\d+) read", r"in ([\d.]+) seconds"))
     text = "Sending 20000 read requests, 4096 bytes each\nRun completed in 0.250 seconds.\n"
-    assert executors.derived_values((spec,), text) == {"ops": 80000.0}
-    assert executors.derived_values((spec,), "Sending 20000 read requests") == {}
+    assert service_values.derived_values((spec,), text) == {"ops": 80000.0}
+    assert service_values.derived_values((spec,), "Sending 20000 read requests") == {}
 
 
 def test_client_environment_never_gets_the_variant():
@@ -393,6 +393,6 @@ def test_a_measured_ratio_divides_the_measure_of_the_process_under_the_variant()
     spec = xf.MetricSpec("cpu_us", "us", False, False, ratio=("@cpu_s", r"ops: (\d+)"), scale=1e6)
     load = xf.MetricSpec("load_us", "us", False, False, ratio=("@load_cpu_s", r"ops: (\d+)"), scale=1e6)
     run = RunResult("ok", 1.0, user_s=0.3, sys_s=0.1)
-    out = executors.derived_values((spec, load), "ops: 4000", run, {"load_cpu_s": 0.2})
+    out = service_values.derived_values((spec, load), "ops: 4000", run, {"load_cpu_s": 0.2})
     assert out == pytest.approx({"cpu_us": 100.0, "load_us": 50.0})
-    assert executors.derived_values((spec,), "ops: 4000") == {}   # no run, no measure: no value
+    assert service_values.derived_values((spec,), "ops: 4000") == {}   # no run, no measure: no value

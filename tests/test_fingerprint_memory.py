@@ -5,7 +5,7 @@ with ours (the real thing: tests/test_fingerprint_allocstats_e2e.py)."""
 from __future__ import annotations
 
 from alloclab.measure.fingerprint import phase_memory, summarize
-from alloclab.measure.service.executors import summary_line
+from alloclab.measure.service.values import summary_line
 from alloclab.report.fingerprint import agreement, agreement_lines
 
 

@@ -37,7 +37,7 @@ def test_live_bytes_and_overhead_after_each_phase(tmp_path, scratch, cli, store_
 
 def test_phase_memory_reads_the_series_at_each_phase_end():
     from alloclab.measure.fingerprint import phase_memory
-    from alloclab.measure.service.executors import summary_line
+    from alloclab.measure.service.values import summary_line
     series = [(0.0, 100, 5000, 900), (1.0, 40000, 50000, 44000), (2.0, 20000, 50000, 44000), (3.0, 50, 48000, 42000)]
     stdout = "client output\n" + summary_line({
         "rss_after_load_mb": 48.8, "rss_after_flush_mb": 46.9,

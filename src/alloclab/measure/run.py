@@ -65,6 +65,10 @@ class RunResult:
     rss_series: list[tuple[float, int]] = field(default_factory=list)
     processes: list[ProcessSeen] = field(default_factory=list)
     samples: int = 0
+    # Figures an executor measured itself (a service's PSS, steady-state tps, phases), by name: the
+    # runner takes `alloclab.NAME` metrics from here as they are; the JSON line the executor adds to
+    # stdout keeps them in the stored record.
+    values: dict = field(default_factory=dict)
 
 
 def file_tail(path: Path | str, limit: int = OUTPUT_KEEP) -> str:
@@ -295,17 +299,7 @@ def run_once(argv: list[str], env: dict[str, str], workdir: Path, *, timeout_s: 
         kill_tree(pid, sampler.pids())
         spawner.discard(srv)
         return RunResult("error", time.perf_counter() - t0, error=f"alloclab's launcher failed during the run: {exc}")
-    if timed_out or interrupted:
-        kill_tree(pid, sampler.pids())
-        try:
-            if not child.wait(KILL_GRACE_S * 3):
-                spawner.discard(srv)   # its wait4 is stuck: a fresh launcher for the next run
-        except OSError:
-            spawner.discard(srv)
-    # Descendants that outlived the program (daemonized, or stuck) are part of this run: stop them.
-    leftovers = [p for p in sampler.pids() if p != pid and psutil.pid_exists(p)]
-    if leftovers:
-        kill_tree(pid, leftovers, grace_s=0.5)
+    _stop_tree(srv, child, pid, sampler, kill=timed_out or interrupted)
 
     t_end = child.t_end or time.perf_counter()
     result = RunResult("ok", t_end - t0, rss_series=sampler.series, samples=sampler.samples,
@@ -316,6 +310,13 @@ def run_once(argv: list[str], env: dict[str, str], workdir: Path, *, timeout_s: 
     if not parse_launcher_line(child.line or "", result) and not (timed_out or interrupted):
         result.status, result.error = "error", f"the launcher failed ({child.line or 'no answer'})"
         return result
+    _set_status(result, interrupted, timed_out, timeout_s)
+    if interrupted:
+        raise RunInterrupted(result)
+    return result
+
+
+def _set_status(result: RunResult, interrupted: bool, timed_out: bool, timeout_s: float | None) -> None:
     if interrupted:
         result.status, result.error = "interrupted", "interrupted by Ctrl-C; the process tree was killed"
     elif timed_out:
@@ -325,9 +326,21 @@ def run_once(argv: list[str], env: dict[str, str], workdir: Path, *, timeout_s: 
         result.error = f"killed by signal {result.signal} ({signal.Signals(result.signal).name})"
     elif result.exit_code:
         result.status, result.error = "failed", f"exited with status {result.exit_code}"
-    if interrupted:
-        raise RunInterrupted(result)
-    return result
+
+
+def _stop_tree(srv, child, pid: int, sampler: TreeSampler, kill: bool) -> None:
+    """Kill the program's tree where it timed out or was interrupted, and its leftovers in any case."""
+    if kill:
+        kill_tree(pid, sampler.pids())
+        try:
+            if not child.wait(KILL_GRACE_S * 3):
+                spawner.discard(srv)   # its wait4 is stuck: a fresh launcher for the next run
+        except OSError:
+            spawner.discard(srv)
+    # Descendants that outlived the program (daemonized, or stuck) are part of this run: stop them.
+    leftovers = [p for p in sampler.pids() if p != pid and psutil.pid_exists(p)]
+    if leftovers:
+        kill_tree(pid, leftovers, grace_s=0.5)
 
 
 def _not_started(line: str, argv: list[str], cwd: str | None) -> RunResult:

@@ -243,7 +243,7 @@ class Experiment(MoreBlocks):
             return values
         text = result.stdout + "\n" + result.stderr
         for m in w.metrics:
-            value = extract(m, text)
+            value = extract(m, text, result.values)
             if value is None:
                 if (cell.workload_idx, m.name) not in self.found_metric:
                     raise AlloclabError(
@@ -282,62 +282,7 @@ class Experiment(MoreBlocks):
                 from alloclab.measure import fingerprint
                 fingerprint.run_all(self, root)
             for job in self._jobs(planner, jobs, started):
-                cell = self.cells[job.cell]
-                w, v = self.workloads[cell.workload_idx], self._variant(cell.workload_idx, cell.variant_idx)
-                # A plain command's files (stdout, stderr, perf's counts) are rewritten by every run:
-                # one directory serves them all. Verification (LD_DEBUG writes a file per process)
-                # and executors that keep files of their own get a fresh one.
-                fresh = job.verify or getattr(w.executor, "fresh_workdir", True)
-                tmp = root / f"run-{job.block}-{job.position}" if fresh else shared_dir
-                if fresh:
-                    tmp.mkdir()   # the shared one is made by the run itself, once
-                env, perf_file = self._env(w, v, job, tmp)
-                if perf_file is not None and not fresh:
-                    perf_file.unlink(missing_ok=True)   # never read the previous run's counts
-                self._last_pad = len(env.get(PAD_VAR, ""))
-                self.progress.advance(self._label(job))
-                accounts_all_cpu = getattr(w.executor, "accounts_all_cpu", False)
-                # /proc/stat takes a tenth of a millisecond to read, and runs shorter than
-                # machine.OTHER_CPU_MIN_WALL_S cannot tell other work apart anyway: skipped while the
-                # workload's runs are that short.
-                short = self._last_wall.get(cell.workload_idx, math.inf) < machine.OTHER_CPU_MIN_WALL_S / 2
-                busy0 = None if short else machine.busy_cpu_s()
-                ours0 = None if short or accounts_all_cpu else machine.our_cpu_s()
-                try:
-                    result = w.executor.execute(env, v.env, tmp, timeout_s=s.timeout_s, perf_file=perf_file,
-                                                mapped_marker=verify.mapped_marker(v))
-                except RunInterrupted as stop:
-                    self._store(cell, job, stop.result, {}, {"interrupted": True})
-                    raise KeyboardInterrupt from None
-                if result.status == "error":
-                    raise AlloclabError(f"Could not start the workload '{w.name}': {result.error}.")
-                extra = self._check_run(cell, job, result, tmp)
-                # A service's load clients (and alloclab itself) are not in the run's own time: take
-                # them out too, so that only work outside the measured tree counts as competition.
-                self._last_wall[cell.workload_idx] = result.wall_s
-                busy1 = machine.busy_cpu_s() if busy0 is not None and result.wall_s >= machine.OTHER_CPU_MIN_WALL_S else None
-                extra["other_cpu"] = machine.other_cpu(result, busy0, busy1,
-                                                0.0 if ours0 is None else machine.our_cpu_s() - ours0)
-                values = self._metrics(cell, job, result, perf_file)
-                self._store(cell, job, result, values, extra)
-                if result.status != "ok":
-                    self.progress.note(f"run {job.block}.{job.position} ({w.name} | {v.label}) {result.status}: "
-                                       f"{result.error}")
-                if job.block == 0:
-                    block0.append(result)
-                    if len(block0) == len(self.cells) and all(r.status == "timeout" for r in block0):
-                        raise AlloclabError(
-                            f"Every run of the first block timed out (--timeout {s.timeout_s:g} s), under every "
-                            f"variant: the limit is too short for this command, whatever the allocator (last "
-                            f"error: {result.error}). Raise --timeout or make the workload smaller. The runs "
-                            f"so far are kept in {self.store.path} as experiment {self.exp_id}.")
-                    if len(block0) == len(self.cells) and all(r.status != "ok" for r in block0):
-                        raise AlloclabError(
-                            f"Every run of the first block failed, under every variant: the command itself "
-                            f"is failing, not an allocator. Last error: {result.error}. Stderr tail:\n"
-                            + output_tail(result.stderr))
-                if fresh:
-                    shutil.rmtree(tmp, ignore_errors=True)
+                self._run_job(job, root, shared_dir, block0)
             status = "complete"
             if s.until_decided and s.auto_profile and self._open_at_end:
                 from alloclab.measure import auto_profile
@@ -361,6 +306,72 @@ class Experiment(MoreBlocks):
                 self.recorder.finish(status, {"load_end": list(os.getloadavg())})
             shutil.rmtree(root, ignore_errors=True)
         return self.exp_id
+
+    def _run_job(self, job: Job, root: Path, shared_dir: Path, block0: list[RunResult]) -> None:
+        """One run of the schedule: its environment, the run, its checks and metrics, stored."""
+        s = self.settings
+        cell = self.cells[job.cell]
+        w, v = self.workloads[cell.workload_idx], self._variant(cell.workload_idx, cell.variant_idx)
+        # A plain command's files (stdout, stderr, perf's counts) are rewritten by every run:
+        # one directory serves them all. Verification (LD_DEBUG writes a file per process)
+        # and executors that keep files of their own get a fresh one.
+        fresh = job.verify or getattr(w.executor, "fresh_workdir", True)
+        tmp = root / f"run-{job.block}-{job.position}" if fresh else shared_dir
+        if fresh:
+            tmp.mkdir()   # the shared one is made by the run itself, once
+        env, perf_file = self._env(w, v, job, tmp)
+        if perf_file is not None and not fresh:
+            perf_file.unlink(missing_ok=True)   # never read the previous run's counts
+        self._last_pad = len(env.get(PAD_VAR, ""))
+        self.progress.advance(self._label(job))
+        accounts_all_cpu = getattr(w.executor, "accounts_all_cpu", False)
+        # /proc/stat takes a tenth of a millisecond to read, and runs shorter than
+        # machine.OTHER_CPU_MIN_WALL_S cannot tell other work apart anyway: skipped while the
+        # workload's runs are that short.
+        short = self._last_wall.get(cell.workload_idx, math.inf) < machine.OTHER_CPU_MIN_WALL_S / 2
+        busy0 = None if short else machine.busy_cpu_s()
+        ours0 = None if short or accounts_all_cpu else machine.our_cpu_s()
+        try:
+            result = w.executor.execute(env, v.env, tmp, timeout_s=s.timeout_s, perf_file=perf_file,
+                                        mapped_marker=verify.mapped_marker(v))
+        except RunInterrupted as stop:
+            self._store(cell, job, stop.result, {}, {"interrupted": True})
+            raise KeyboardInterrupt from None
+        if result.status == "error":
+            raise AlloclabError(f"Could not start the workload '{w.name}': {result.error}.")
+        extra = self._check_run(cell, job, result, tmp)
+        # A service's load clients (and alloclab itself) are not in the run's own time: take
+        # them out too, so that only work outside the measured tree counts as competition.
+        self._last_wall[cell.workload_idx] = result.wall_s
+        busy1 = machine.busy_cpu_s() if busy0 is not None and result.wall_s >= machine.OTHER_CPU_MIN_WALL_S else None
+        extra["other_cpu"] = machine.other_cpu(result, busy0, busy1,
+                                        0.0 if ours0 is None else machine.our_cpu_s() - ours0)
+        values = self._metrics(cell, job, result, perf_file)
+        self._store(cell, job, result, values, extra)
+        if result.status != "ok":
+            self.progress.note(f"run {job.block}.{job.position} ({w.name} | {v.label}) {result.status}: "
+                               f"{result.error}")
+        if job.block == 0:
+            block0.append(result)
+            self._check_first_block(block0, result)
+        if fresh:
+            shutil.rmtree(tmp, ignore_errors=True)
+
+    def _check_first_block(self, block0: list[RunResult], result: RunResult) -> None:
+        """Stop at once where every run of the first block timed out or failed: the command, not an allocator."""
+        if len(block0) < len(self.cells):
+            return
+        if all(r.status == "timeout" for r in block0):
+            raise AlloclabError(
+                f"Every run of the first block timed out (--timeout {self.settings.timeout_s:g} s), under every "
+                f"variant: the limit is too short for this command, whatever the allocator (last "
+                f"error: {result.error}). Raise --timeout or make the workload smaller. The runs "
+                f"so far are kept in {self.store.path} as experiment {self.exp_id}.")
+        if all(r.status != "ok" for r in block0):
+            raise AlloclabError(
+                f"Every run of the first block failed, under every variant: the command itself "
+                f"is failing, not an allocator. Last error: {result.error}. Stderr tail:\n"
+                + output_tail(result.stderr))
 
     def _label(self, job: Job) -> str:
         key = (job.cell, job.warmup)

@@ -247,6 +247,15 @@ def _held_less(a: Analysis, p: Point, scope: str) -> str:
             + (f", for {memory.amount(cost.ratio, cost.ratio, cost.kind, base)} {cost.after()}" if cost else ""))
 
 
+def _lean_text(a: Analysis, p: Point, scope: str, peak: str) -> str:
+    """Why a variant saves memory: what it gives back after a phase first, where that is decided (a
+    server's users pay for what it holds in service), with its peak as the price; else its peak."""
+    held = _held_less(a, p, scope)
+    if not held:
+        return peak
+    return f"{held[2:]}; {peak if 'peak' in peak else 'peak RSS ' + peak}"
+
+
 def _speed_plainly(p: Point, metric: str) -> str:
     if p.speed_verdict == "undecided":
         return f"; its speed is undecided ({metric} {p.speed_text})"
@@ -262,7 +271,7 @@ def recommend_workload(a: Analysis, w: WorkloadResult, budget: float | None = No
         return f"{metric} {p.speed_text} against {a.labels[a.baseline_idx]}, peak RSS {p.rss_text}"
 
     def lean(p: Point) -> str:
-        return f"peak RSS {p.rss_text} against {a.labels[a.baseline_idx]}" + _held_less(a, p, w.name) + \
+        return _lean_text(a, p, w.name, f"peak RSS {p.rss_text} against {a.labels[a.baseline_idx]}") + \
             _speed_plainly(p, metric)
 
     if not any(math.isfinite(p.speed) for p in points):
@@ -339,7 +348,7 @@ def _overall(a: Analysis, choices: list[Choice], budget: float | None) -> Choice
         [(p.speed if p.usable else math.nan, p.rss) for p in points])]
     scope = f"all {len(choices)} workloads"
     pick, reason, sentence = _decide(a, scope, points, "the primary metrics", True, budget,
-                                     lambda p: p.speed_text, lambda p: p.rss_text + _held_less(a, p, scope),
+                                     lambda p: p.speed_text, lambda p: _lean_text(a, p, scope, p.rss_text),
                                      a.workloads)
     choice = Choice("overall", "geomean of the primary-metric ratios", True, points, front, pick, reason, sentence)
     if pick is not None:

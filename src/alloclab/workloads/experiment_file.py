@@ -172,7 +172,7 @@ class ExperimentFile:
             elif m.json is not None:
                 defs.append(MetricDef(m.name, m.unit, m.higher, "json", m.json, m.primary))
             else:
-                # Computed by the executor and printed on a JSON line of our own (see measure/service/executors.py).
+                # Computed by the executor and printed on a JSON line of our own (see measure/service/values.py).
                 defs.append(MetricDef(m.name, m.unit, m.higher, "json", f"alloclab.{m.name}", m.primary))
         return defs
 

@@ -60,18 +60,39 @@ def parse(path: str | Path) -> ExperimentFile:
     c = _Checker(path, text, loc)
     c.table(data, (), TOP)
     exp = c.table(data.get("experiment", {}), ("experiment",), EXPERIMENT)
-    name = c.typed(exp, "name", ("experiment",), str, "a string", path.stem)
     variants = c.typed(exp, "variants", ("experiment",), list, "a list of variant specs", [])
     if not all(isinstance(v, str) for v in variants):
         raise c.error(("experiment", "variants"), "'experiment.variants' must be a list of strings.",
                       'Write e.g. ["glibc", "glibc:MALLOC_TOP_PAD_=64M", "jemalloc"].')
+    setup, teardown = _steps(c, data, "setup"), _steps(c, data, "teardown")
+    service, loads = _service_and_loads(c, data, setup)
+    ef = ExperimentFile(
+        path=path.resolve(), text=text, name=c.typed(exp, "name", ("experiment",), str, "a string", path.stem),
+        description=c.typed(exp, "description", ("experiment",), str, "a string", ""),
+        recipe=None, variants=list(variants),
+        runs=c.typed(exp, "runs", ("experiment",), int, "an integer"),
+        warmup=c.typed(exp, "warmup", ("experiment",), int, "an integer"),
+        run_as=c.typed(exp, "run_as", ("experiment",), str, "a user name"), requires=_requires(c, exp),
+        params=_params(c, data), files=_files(c, data), setup=setup,
+        service=service, loads=loads, teardown=teardown, env=_env(c, exp), locator=loc,
+        max_runs=c.typed(exp, "max_runs", ("experiment",), int, "an integer"),
+        budget=c.typed(exp, "budget", ("experiment",), str, "a duration such as \"25m\""),
+        measured=c.typed(exp, "measured", ("experiment",), str, "a string"))
+    _check_placeholders(c, ef, data)
+    return ef
+
+
+def _requires(c: _Checker, exp: dict) -> list[Requirement]:
     requires = []
     for i, r in enumerate(c.typed(exp, "requires", ("experiment",), list, "a list of tables", [])):
         where = ("experiment", "requires", i)
         r = c.table(r, where, {"program": "command name", "package": "Debian package"}, ("program", "package"))
         requires.append(Requirement(c.typed(r, "program", where, str, "a string"),
                                     c.typed(r, "package", where, str, "a string")))
+    return requires
 
+
+def _params(c: _Checker, data: dict) -> dict:
     params = c.table(data.get("params", {}), ("params",), {k: "parameter" for k in data.get("params", {})})
     for key, value in params.items():
         if not _NAME.match(key) or key in BUILTIN_PLACEHOLDERS:
@@ -80,31 +101,50 @@ def parse(path: str | Path) -> ExperimentFile:
         if not isinstance(value, (str, int, float, bool)):
             raise c.error(("params", key), f"parameter '{key}' must be a string, number or bool.",
                           "Fix its value.")
+    return dict(params)
+
+
+def _files(c: _Checker, data: dict) -> dict:
     files = c.table(data.get("files", {}), ("files",), {k: "contents" for k in data.get("files", {})})
     for fname, content in files.items():
         if not isinstance(content, str) or "/" in fname or fname in (".", "..") or not fname:
             raise c.error(("files", fname), f"[files] entry '{fname}' must be a plain file name with a string "
                                             f"as its contents.", "Fix the entry.")
+    return dict(files)
 
-    def steps(key: str) -> list[Step]:
-        raw = data.get(key, [])
-        if not isinstance(raw, list):
-            raise c.error((key,), f"'{key}' must be an array of tables.", f"Write each step as [[{key}]].")
-        out = []
-        for i, s in enumerate(raw):
-            where = (key, i)
-            s = c.table(s, where, STEP, ("command",))
-            background = bool(c.typed(s, "background", where, bool, "true or false", False))
-            with_service = bool(c.typed(s, "service", where, bool, "true or false", False))
-            if background and (key != "setup" or with_service or "timeout" in s):
-                raise c.error(where + ("background",), "`background = true` is for a [[setup]] step that starts "
-                                                       "a daemon, without `service` or `timeout`.",
-                              "Remove the other keys, or make it an ordinary step.")
-            out.append(Step(c.argv(s["command"], where + ("command",)),
-                            c.number(s, "timeout", where, None), with_service, background))
-        return out
 
-    setup, teardown = steps("setup"), steps("teardown")
+def _env(c: _Checker, exp: dict) -> dict:
+    env = c.table(exp.get("env", {}), ("experiment", "env"), {k: "value" for k in exp.get("env", {})})
+    for var, value in env.items():
+        if not isinstance(value, str) or not re.match(r"^[A-Za-z_][A-Za-z0-9_]*$", var) or \
+                re.match(r"^(LD_|MALLOC_|GLIBC_TUNABLES$|TCMALLOC_|JE_MALLOC|MIMALLOC_)", var):
+            raise c.error(("experiment", "env", var), f"experiment.env cannot set '{var}' to {value!r}.",
+                          "Give a plain variable name and a string; the allocator's settings belong in the "
+                          "variants, never in env.")
+    return dict(env)
+
+
+def _steps(c: _Checker, data: dict, key: str) -> list[Step]:
+    raw = data.get(key, [])
+    if not isinstance(raw, list):
+        raise c.error((key,), f"'{key}' must be an array of tables.", f"Write each step as [[{key}]].")
+    out = []
+    for i, s in enumerate(raw):
+        where = (key, i)
+        s = c.table(s, where, STEP, ("command",))
+        background = bool(c.typed(s, "background", where, bool, "true or false", False))
+        with_service = bool(c.typed(s, "service", where, bool, "true or false", False))
+        if background and (key != "setup" or with_service or "timeout" in s):
+            raise c.error(where + ("background",), "`background = true` is for a [[setup]] step that starts "
+                                                   "a daemon, without `service` or `timeout`.",
+                          "Remove the other keys, or make it an ordinary step.")
+        out.append(Step(c.argv(s["command"], where + ("command",)),
+                        c.number(s, "timeout", where, None), with_service, background))
+    return out
+
+
+def _service_and_loads(c: _Checker, data: dict, setup: list[Step]) -> tuple["Service | None", list]:
+    """A [service] with its [[client]] loads, or [[command]] loads run under the variant themselves."""
     service = _service(c, data["service"]) if "service" in data else None
     if service is None and any(s.with_service for s in setup):
         raise c.error(("setup",), "a [[setup]] step has `service = true` but the file has no [service].",
@@ -116,28 +156,7 @@ def parse(path: str | Path) -> ExperimentFile:
     if service is None and "client" in data:
         raise c.error(("client",), "[[client]] entries need a [service] to drive.",
                       "Add a [service] table, or name them [[command]] to run them under the variant.")
-    loads = _loads(c, data.get(key, []), key)
-    run_as = c.typed(exp, "run_as", ("experiment",), str, "a user name")
-    env = c.table(exp.get("env", {}), ("experiment", "env"), {k: "value" for k in exp.get("env", {})})
-    for var, value in env.items():
-        if not isinstance(value, str) or not re.match(r"^[A-Za-z_][A-Za-z0-9_]*$", var) or \
-                re.match(r"^(LD_|MALLOC_|GLIBC_TUNABLES$|TCMALLOC_|JE_MALLOC|MIMALLOC_)", var):
-            raise c.error(("experiment", "env", var), f"experiment.env cannot set '{var}' to {value!r}.",
-                          "Give a plain variable name and a string; the allocator's settings belong in the "
-                          "variants, never in env.")
-    ef = ExperimentFile(
-        path=path.resolve(), text=text, name=name, description=c.typed(exp, "description", ("experiment",), str,
-                                                                        "a string", ""),
-        recipe=None, variants=list(variants),
-        runs=c.typed(exp, "runs", ("experiment",), int, "an integer"),
-        warmup=c.typed(exp, "warmup", ("experiment",), int, "an integer"),
-        run_as=run_as, requires=requires, params=dict(params), files=dict(files), setup=setup,
-        service=service, loads=loads, teardown=teardown, env=dict(env), locator=loc,
-        max_runs=c.typed(exp, "max_runs", ("experiment",), int, "an integer"),
-        budget=c.typed(exp, "budget", ("experiment",), str, "a duration such as \"25m\""),
-        measured=c.typed(exp, "measured", ("experiment",), str, "a string"))
-    _check_placeholders(c, ef, data)
-    return ef
+    return service, _loads(c, data.get(key, []), key)
 
 
 def _service(c: _Checker, raw) -> Service:

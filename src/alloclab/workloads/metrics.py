@@ -97,8 +97,13 @@ def _json_lookup(obj, path: str):
     return obj
 
 
-def extract(defn: MetricDef, text: str) -> float | None:
-    """The metric's value in this output, or None if it is not there."""
+def extract(defn: MetricDef, text: str, values: dict | None = None) -> float | None:
+    """The metric's value in this output, or None if it is not there. `values`: the figures an
+    executor measured itself (RunResult.values), where an `alloclab.NAME` metric is taken as it is."""
+    if values and defn.source == "json" and defn.pattern.startswith("alloclab."):
+        value = _json_lookup({"alloclab": values}, defn.pattern)
+        if isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value):
+            return float(value)
     if defn.source == "regex":
         matches = list(re.finditer(defn.pattern, text, re.MULTILINE))
         for m in reversed(matches):

@@ -120,18 +120,8 @@ def profile_workload(workload: Workload, variants: list[Variant], runs: int = 3,
         argv, cwd = (None, None) if service else command_of(workload)
     workload.program()
     metric = primary_metric(workload.metrics)
-    cells = []
-    for i, v in enumerate(variants):
-        s = ProfileSummary(workload=workload.name, variant=v.label, variant_idx=i,
-                           library=str(v.library) if v.library else None, event=event,
-                           frequency_hz=frequency, call_graph=call_graph, kernel_visible=access.kernel_visible,
-                           workload_idx=workload_idx, metric=metric.name if metric else None,
-                           metric_higher=metric.higher_is_better if metric else True)
-        if access.note:
-            s.notes.append(access.note)
-        if baseline is not None:
-            s.plain = [dict(b) for b in baseline.get(v.label, [])]
-        cells.append(_Cell(v, s))
+    cells = [_Cell(v, _summary(workload, v, i, metric, access, event, frequency, call_graph, workload_idx, baseline))
+             for i, v in enumerate(variants)]
     jobs = schedule(len(cells), runs, 0, seed, verify=False)
     root = Path(tempfile.mkdtemp(prefix="alloclab-profile-"))
     try:
@@ -153,13 +143,7 @@ def profile_workload(workload: Workload, variants: list[Variant], runs: int = 3,
             _profile_one(cell, argv, cwd, workload, metric, tmp, access, event, frequency, call_graph,
                          timeout_s, base_env)
             if baseline is None:
-                plain = run_once(argv, _runs_as(cell, workload).apply(base_env) | workload.env, tmp / "plain",
-                                 timeout_s=timeout_s, cwd=cwd)
-                if plain.status == "ok":
-                    values = {"wall_s": plain.wall_s, "cpu_s": plain.user_s + plain.sys_s}
-                    if metric:
-                        values[metric.name] = extract(metric, plain.stdout + "\n" + plain.stderr)
-                    cell.summary.plain.append(values)
+                _plain_run(cell, argv, cwd, workload, metric, tmp, timeout_s, base_env)
             shutil.rmtree(tmp, ignore_errors=True)
     except (KeyboardInterrupt, RunInterrupted):
         stop = Interrupted("Interrupted while profiling: every child process was stopped.")
@@ -173,6 +157,33 @@ def profile_workload(workload: Workload, variants: list[Variant], runs: int = 3,
             workload.executor.cleanup()
         shutil.rmtree(root, ignore_errors=True)
     return [_finish(c.summary) for c in cells]
+
+
+def _summary(workload: Workload, v: Variant, i: int, metric, access: PerfAccess, event: str, frequency: int,
+             call_graph: bool, workload_idx: int, baseline: dict[str, list[dict]] | None) -> ProfileSummary:
+    """An empty profile of one variant, with the unprofiled runs it is measured against where known."""
+    s = ProfileSummary(workload=workload.name, variant=v.label, variant_idx=i,
+                       library=str(v.library) if v.library else None, event=event,
+                       frequency_hz=frequency, call_graph=call_graph, kernel_visible=access.kernel_visible,
+                       workload_idx=workload_idx, metric=metric.name if metric else None,
+                       metric_higher=metric.higher_is_better if metric else True)
+    if access.note:
+        s.notes.append(access.note)
+    if baseline is not None:
+        s.plain = [dict(b) for b in baseline.get(v.label, [])]
+    return s
+
+
+def _plain_run(cell: "_Cell", argv, cwd, workload: Workload, metric, tmp: Path, timeout_s: float | None,
+               base_env: dict[str, str]) -> None:
+    """An unprofiled run after a profiled one: what perf's sampling overhead is measured against."""
+    plain = run_once(argv, _runs_as(cell, workload).apply(base_env) | workload.env, tmp / "plain",
+                     timeout_s=timeout_s, cwd=cwd)
+    if plain.status == "ok":
+        values = {"wall_s": plain.wall_s, "cpu_s": plain.user_s + plain.sys_s}
+        if metric:
+            values[metric.name] = extract(metric, plain.stdout + "\n" + plain.stderr)
+        cell.summary.plain.append(values)
 
 
 def _perf_fixed_cost(access: PerfAccess, event: str, frequency: int, call_graph: bool, tmp: Path,

@@ -27,7 +27,6 @@ How the server tree is accounted (service.lifetime = "run", the default):
 
 from __future__ import annotations
 
-import json
 import shutil
 import tempfile
 import time
@@ -38,14 +37,15 @@ from typing import Callable
 from alloclab.measure import service_phases
 from alloclab.workloads import phases
 from alloclab.errors import AlloclabError
-from alloclab.workloads.experiment_file import ExperimentFile, Load, MetricSpec, substitute, substitute_argv
+from alloclab.workloads.experiment_file import ExperimentFile, Load, substitute, substitute_argv
 from alloclab.measure.run import RunInterrupted, RunResult, file_tail, read_launcher_result, run_once
-from alloclab.workloads.metrics import MetricDef, extract
+from alloclab.workloads.metrics import MetricDef
 from alloclab.measure.perfstat import wrap_perf_stat
 from alloclab.measure.service.proctree import SAMPLE_S
 from alloclab.measure.service.commands import Finished, ServiceFailed, clean_env, deferred_interrupts, run_command
 from alloclab.measure.service.server import Server, ServerWrap
 from alloclab.measure.service.session import Session
+from alloclab.measure.service.values import derived_values, summary_line
 
 
 def _plus(a: tuple, b: tuple) -> tuple:
@@ -54,33 +54,6 @@ def _plus(a: tuple, b: tuple) -> tuple:
 
 def _minus(a: tuple, b: tuple) -> tuple:
     return tuple(max(0, x - y) for x, y in zip(a, b))
-
-
-# --- derived metrics and what the runner reads ---------------------------------------------------------
-
-def derived_values(specs: tuple[MetricSpec, ...], text: str, run: RunResult | None = None,
-                   more: dict[str, float] | None = None) -> dict[str, float]:
-    """Ratio metrics; a numerator `@cpu_s` (etc.) is that measure of `run`, the process under the variant."""
-    measured = {} if run is None else {"cpu_s": run.user_s + run.sys_s, "user_s": run.user_s,
-                                       "sys_s": run.sys_s, "wall_s": run.wall_s}
-    measured |= more or {}
-    out: dict[str, float] = {}
-    for m in specs:
-        if not m.derived:
-            continue
-        if m.ratio[0].startswith("@"):
-            num = measured.get(m.ratio[0][1:])
-        else:
-            num = extract(MetricDef("n", "", True, "regex", m.ratio[0]), text)
-        den = extract(MetricDef("d", "", True, "regex", m.ratio[1]), text)
-        if num is not None and den:
-            out[m.name] = num / den * m.scale
-    return out
-
-
-def summary_line(values: dict) -> str:
-    """A JSON line of our own at the end of stdout; the runner reads `alloclab.NAME` metrics from it."""
-    return json.dumps({"alloclab": {k: (round(v, 6) if isinstance(v, float) else v) for k, v in values.items()}})
 
 
 SERVICE_METRICS = (
@@ -171,36 +144,16 @@ class ServiceExecutor(_FileLoad):
         ready_kb = tree.last_kb
         # The server's CPU and faults during the warm-up and the phases, taken out of the run's.
         warm_excl = phase_excl = (0.0, 0.0, 0, 0)
-        failure: str | None = None
-        stage = "while the client ran"
+        failure, stage = None, "while the client ran"
         if load.warmup is not None:
-            before = tree.usage_so_far()
-            try:
-                service_phases.run_warmup(server, load, run_command, s.clean_for_commands(), s.workdir)
-            except (service_phases.PhaseFailed, ServiceFailed) as exc:
-                failure, stage = str(exc), "during the warm-up"
-            warm_excl = _minus(tree.usage_so_far(), before)
+            warm_excl, failure, stage = self._warmup(server)
         tree.begin_window()
-        argv = s.identity.argv(substitute_argv(load.command, server.values()))
         timeout = timeout_s if timeout_s is not None else load.timeout
         t_load = time.perf_counter() - tree.t0
-        if failure is not None:
-            done = Finished(None, failure, 0.0)
-        else:
-            try:
-                done = run_command(argv, s.clean_for_commands(), s.workdir, timeout, workdir / "client",
-                                   tick=server.sample)
-            except ServiceFailed as exc:  # the client could not be executed at all
-                done = Finished(None, f"{exc}", 0.0)
+        done = self._client(server, workdir, timeout, failure)
         result.wall_s = done.wall_s
         client_ok = done.code == 0
-        died = server.done.is_set()
-        if client_ok and not died and s.ef.service.idle:
-            t_end = time.perf_counter() + s.ef.service.idle
-            while time.perf_counter() < t_end and not server.done.is_set():
-                server.sample()
-                server.done.wait(SAMPLE_S)
-            died = server.done.is_set()
+        died = self._idle(server) if client_ok else server.done.is_set()
         if not died:
             server.sample(pss=True)
         final_kb, final_pss = tree.last_kb, tree.pss_last_kb
@@ -209,20 +162,8 @@ class ServiceExecutor(_FileLoad):
         phase_info: dict = {}
         if load.phases and client_ok and not died:
             stage = "during the memory phases"
-            before = tree.usage_so_far()
-            load_reading = service_phases.Reading("load", t_load, time.perf_counter() - tree.t0, final_kb,
-                                                  final_pss if tree.pss_ok else None)
-            try:
-                readings = service_phases.run_phases(server, load, run_command, s.clean_for_commands(),
-                                                     s.workdir, SAMPLE_S)
-                phase_info = service_phases.phase_summary(ready_kb, load_reading, readings)
-                # The same clock as the fingerprint interposer's (CLOCK_MONOTONIC): its series can be
-                # read at each phase's end exactly (measure/fingerprint.phase_memory).
-                for ph in phase_info["phases"]:
-                    ph["end_monotonic_s"] = round(tree.t0 + ph["t_end"], 4)
-            except (service_phases.PhaseFailed, ServiceFailed) as exc:
-                failure = str(exc)
-            phase_excl = _minus(tree.usage_so_far(), before)
+            phase_info, phase_failure, phase_excl = self._phases(server, ready_kb, t_load, final_kb, final_pss)
+            failure = failure or phase_failure
             died = server.done.is_set()
         with deferred_interrupts():
             if not shared:
@@ -234,6 +175,71 @@ class ServiceExecutor(_FileLoad):
         # A shared server's figures are a window that opens after the warm-up already.
         excluded = phase_excl if shared else _plus(warm_excl, phase_excl)
         self._account(server, shared, result, final_kb, excluded)
+        summary = self._summary(server, shared, result, done, excluded, final_pss, load_cpu_s) | phase_info
+        result.values = summary
+        result.stdout = done.output.rstrip("\n") + "\n" + summary_line(summary) + "\n"
+        result.stderr = _loader_lines(server)
+        self._status(result, server, done, timeout, died, stage, failure, client_ok)
+        return result
+
+    def _warmup(self, server: Server) -> tuple[tuple, str | None, str]:
+        """The load's unmeasured warm-up: (the server's usage during it, a failure or None, the stage)."""
+        s, tree = self.session, server.tree
+        before = tree.usage_so_far()
+        failure, stage = None, "while the client ran"
+        try:
+            service_phases.run_warmup(server, self.load, run_command, s.clean_for_commands(), s.workdir)
+        except (service_phases.PhaseFailed, ServiceFailed) as exc:
+            failure, stage = str(exc), "during the warm-up"
+        return _minus(tree.usage_so_far(), before), failure, stage
+
+    def _client(self, server: Server, workdir: Path, timeout: float | None, failure: str | None) -> Finished:
+        """The measured load: the client's command against the server (not run after a failed warm-up)."""
+        s = self.session
+        if failure is not None:
+            return Finished(None, failure, 0.0)
+        argv = s.identity.argv(substitute_argv(self.load.command, server.values()))
+        try:
+            return run_command(argv, s.clean_for_commands(), s.workdir, timeout, workdir / "client",
+                               tick=server.sample)
+        except ServiceFailed as exc:  # the client could not be executed at all
+            return Finished(None, f"{exc}", 0.0)
+
+    def _idle(self, server: Server) -> bool:
+        """The service's idle time after a good load, sampled; whether the server died."""
+        idle = self.session.ef.service.idle
+        if not server.done.is_set() and idle:
+            t_end = time.perf_counter() + idle
+            while time.perf_counter() < t_end and not server.done.is_set():
+                server.sample()
+                server.done.wait(SAMPLE_S)
+        return server.done.is_set()
+
+    def _phases(self, server: Server, ready_kb: int, t_load: float, final_kb: int,
+                final_pss: int) -> tuple[dict, str | None, tuple]:
+        """The memory phases after the load: (their summary, a failure or None, the server's usage in them)."""
+        s, tree = self.session, server.tree
+        before = tree.usage_so_far()
+        load_reading = service_phases.Reading("load", t_load, time.perf_counter() - tree.t0, final_kb,
+                                              final_pss if tree.pss_ok else None)
+        phase_info: dict = {}
+        failure = None
+        try:
+            readings = service_phases.run_phases(server, self.load, run_command, s.clean_for_commands(),
+                                                 s.workdir, SAMPLE_S)
+            phase_info = service_phases.phase_summary(ready_kb, load_reading, readings)
+            # The same clock as the fingerprint interposer's (CLOCK_MONOTONIC): its series can be
+            # read at each phase's end exactly (measure/fingerprint.phase_memory).
+            for ph in phase_info["phases"]:
+                ph["end_monotonic_s"] = round(tree.t0 + ph["t_end"], 4)
+        except (service_phases.PhaseFailed, ServiceFailed) as exc:
+            failure = str(exc)
+        return phase_info, failure, _minus(tree.usage_so_far(), before)
+
+    def _summary(self, server: Server, shared: bool, result: RunResult, done: Finished, excluded: tuple,
+                 final_pss: int, load_cpu_s: float) -> dict:
+        """The run's figures beyond the standard ones, for the summary line the runner reads."""
+        load, tree = self.load, server.tree
         summary: dict = {"server_processes": len(tree.stat),
                          "cpu_sampled_s": max(0.0, tree.sampled_cpu_s() - excluded[0] - excluded[1]),
                          "cpu_source": "proc-window" if shared else "wait4+orphans", "server_port": server.port,
@@ -249,9 +255,11 @@ class ServiceExecutor(_FileLoad):
         summary |= steady
         if intervals:
             summary["intervals"] = intervals
-        summary |= phase_info
-        result.stdout = done.output.rstrip("\n") + "\n" + summary_line(summary) + "\n"
-        result.stderr = _loader_lines(server)
+        return summary
+
+    @staticmethod
+    def _status(result: RunResult, server: Server, done: Finished, timeout: float | None, died: bool,
+                stage: str, failure: str | None, client_ok: bool) -> None:
         if done.timed_out:
             result.status, result.error = "timeout", f"the client timed out after {timeout:g} s; it was killed"
         elif died:
@@ -264,7 +272,6 @@ class ServiceExecutor(_FileLoad):
             result.status = "failed"
             result.error = (f"the client exited with status {done.code}" if done.code is not None
                             else f"the client did not run: {done.output}")
-        return result
 
     def _account(self, server: Server, shared: bool, result: RunResult, final_kb: int,
                  excluded: tuple[float, float, int, int] = (0.0, 0.0, 0, 0)) -> None:
@@ -329,6 +336,7 @@ class CommandModeExecutor(_FileLoad):
                 shutil.copyfile(f, Path(ld_target).parent / (Path(ld_target).name + f.suffix))
         derived = derived_values(load.metrics, r.stdout + "\n" + r.stderr, r)
         if derived:
+            r.values = derived
             r.stdout = r.stdout.rstrip("\n") + "\n" + summary_line(derived) + "\n"
         return r
 
