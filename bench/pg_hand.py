@@ -108,27 +108,55 @@ def pgbench(port: int, clients: int, seconds: int, script: Path) -> dict:
     return {"tps": tps, "transactions": n}
 
 
+class Server:
+    """The recipe's server on `data` under a variant's environment, as a context manager that yields
+    the port once pg_isready answers, and stops it (fast shutdown) on every path."""
+
+    def __init__(self, data: Path, port: int, env: dict):
+        self.data, self.port, self.env = Path(data), port, env
+
+    def __enter__(self) -> int:
+        argv = as_postgres() + ["env"] + [f"{k}={v}" for k, v in self.env.items()] + [
+            f"{PG_BIN}/postgres", "-D", str(self.data), "-p", str(self.port), "-c", "listen_addresses=127.0.0.1",
+            "-k", str(self.data.parent)] + [x for s in SERVER_SETTINGS for x in ("-c", s)]
+        self.proc = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        try:
+            deadline = time.monotonic() + 60
+            while subprocess.run([f"{PG_BIN}/pg_isready", "-q", "-h", "127.0.0.1", "-p", str(self.port)]).returncode:
+                if time.monotonic() > deadline or self.proc.poll() is not None:
+                    raise SystemExit("server did not start")
+                time.sleep(0.1)
+        except BaseException:
+            self.__exit__()
+            raise
+        return self.port
+
+    def __exit__(self, *exc) -> None:
+        self.proc.send_signal(signal.SIGINT)  # fast shutdown; env and setpriv exec, so this is the postmaster
+        try:
+            self.proc.wait(60)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+
+
+def psql(port: int, sql: str) -> None:
+    subprocess.run(as_postgres() + ["psql", "-X", "-q", "-h", "127.0.0.1", "-p", str(port), "-U", "postgres",
+                                    "-c", sql, "postgres"], check=True, capture_output=True)
+
+
+def prewarm(port: int) -> None:
+    psql(port, PREWARM_SQL)
+
+
 def one_repetition(data: Path, port: int, env: dict, args, script: Path, clients_list: list[int]) -> list[dict]:
-    sock = data.parent
-    argv = as_postgres() + ["env"] + [f"{k}={v}" for k, v in env.items()] + [
-        f"{PG_BIN}/postgres", "-D", str(data), "-p", str(port), "-c", "listen_addresses=127.0.0.1",
-        "-k", str(sock)] + [x for s in SERVER_SETTINGS for x in ("-c", s)]
-    server = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    try:
-        deadline = time.monotonic() + 60
-        while subprocess.run([f"{PG_BIN}/pg_isready", "-q", "-h", "127.0.0.1", "-p", str(port)]).returncode:
-            if time.monotonic() > deadline or server.poll() is not None:
-                raise SystemExit("server did not start")
-            time.sleep(0.1)
+    with Server(data, port, env):
         postmaster = int(Path(data, "postmaster.pid").read_text().split()[0])
         if args.prewarm:
-            subprocess.run(as_postgres() + ["psql", "-X", "-q", "-h", "127.0.0.1", "-p", str(port), "-U", "postgres",
-                                            "-c", PREWARM_SQL, "postgres"], check=True, capture_output=True)
+            prewarm(port)
         if args.warmup:
             pgbench(port, clients_list[0] if args.per_client_server else 1, args.warmup, script)
         if args.checkpoint:
-            subprocess.run(as_postgres() + ["psql", "-X", "-q", "-h", "127.0.0.1", "-p", str(port), "-U", "postgres",
-                                            "-c", "CHECKPOINT", "postgres"], check=True, capture_output=True)
+            psql(port, "CHECKPOINT")
         rows = []
         for clients in clients_list:
             before = faults(postmaster)
@@ -143,12 +171,6 @@ def one_repetition(data: Path, port: int, env: dict, args, script: Path, clients
             r["clients"] = clients
             rows.append(r)
         return rows
-    finally:
-        server.send_signal(signal.SIGINT)  # fast shutdown; env and setpriv exec, so this is the postmaster
-        try:
-            server.wait(60)
-        except subprocess.TimeoutExpired:
-            server.kill()
 
 
 def main() -> None:

@@ -149,33 +149,10 @@ def _size(n: int) -> str:
 def summarize(procs: list[dict], wall_s: float | None, syscalls: dict[str, int] | None = None,
               syscall_note: str = "") -> dict:
     """One dict for the whole process tree of a fingerprint run."""
-    calls = {k: 0 for k in (*ALLOC_KINDS, *FREE_KINDS, "free_null", "failed")}
-    hist: dict[int, list[int]] = {}
-    tot = {"bytes": 0, "usable_bytes": 0, "big_calls": 0, "big_bytes": 0, "threads": 0}
-    samp = {"allocs": 0, "frees": 0, "cross_thread": 0, "cross_unknown": 0, "dropped": 0}
-    life = [0] * 9
-    still = [0] * 9
-    for p in procs:
-        for k, v in p["calls"].items():
-            calls[k] = calls.get(k, 0) + v
-        for c, n, b in p["hist"]:
-            h = hist.setdefault(c, [0, 0])
-            h[0] += n
-            h[1] += b
-        for k in tot:
-            tot[k] += p.get(k, 0)
-        s = p["sampled"]
-        for k in samp:
-            samp[k] += s.get(k, 0)
-        life = [a + b for a, b in zip(life, s["lifetime_decades_from_1us"])]
-        still = [a + b for a, b in zip(still, s.get("still_live_decades_from_1us", [0] * 9))]
+    calls, hist, tot, samp, life, still = _sums(procs)
     allocs = sum(calls[k] for k in ALLOC_KINDS)
     frees = sum(calls[k] for k in FREE_KINDS)
     known = samp["frees"] - samp["cross_unknown"]
-    freed_short = sum(life[i] for i in SHORT)
-    freed_medium = sum(life[i] for i in MEDIUM)
-    freed_long = sum(life) - freed_short - freed_medium
-    sampled_total = sum(life) + sum(still)
     series6 = _merged_series(procs)
     series = [pt[:4] for pt in series6]
     starts = [p["start_ns"] + p["series"][0][0] * 1_000_000 for p in procs if p.get("series")]
@@ -204,30 +181,14 @@ def summarize(procs: list[dict], wall_s: float | None, syscalls: dict[str, int] 
         "sample_every": max((p.get("sample_every", 0) for p in procs), default=0),
         "sampled": samp,
         "cross_thread_share": samp["cross_thread"] / known if known > 0 else None,
-        "lifetime": {"sampled": sampled_total,
-                     "short_lt_1ms": freed_short / sampled_total if sampled_total else None,
-                     "medium_1ms_1s": freed_medium / sampled_total if sampled_total else None,
-                     "long_ge_1s": freed_long / sampled_total if sampled_total else None,
-                     "live_at_exit": sum(still) / sampled_total if sampled_total else None,
-                     "freed_decades_from_1us": life, "live_at_exit_decades_from_1us": still},
+        "lifetime": _lifetime(life, still),
         "live_is": "usable bytes (malloc_usable_size of the allocator in use)",
         "series": series,
         # CLOCK_MONOTONIC at the series' time 0 (time.perf_counter's clock on Linux).
         "series_t0_monotonic_s": min(starts) / 1e9 if starts else None,
     }
     if series:
-        # Overhead where the program needs the most (the first reading of its largest live bytes),
-        # and at the end of the run.
-        peak = max(series, key=lambda s: s[1])
-        end = series[-1]
-        # Each process also looks at its live bytes every 1024 allocations of a thread: a short
-        # program's peak falls between two 20 ms samples.
-        fine = max((p.get("peak_live", 0) // 1024 for p in procs), default=0)
-        out["memory"] = {"peak_live_kb": max(peak[1], fine), "anon_at_peak_live_kb": peak[3],
-                         "overhead_at_peak_kb": peak[3] - peak[1],
-                         "peak_anon_kb": max(s[3] for s in series), "peak_rss_kb": max(s[2] for s in series),
-                         "end_anon_kb": end[3], "end_live_kb": end[1], "overhead_at_end_kb": end[3] - end[1],
-                         "end_t_s": end[0]}
+        out["memory"] = _memory(series, procs)
     sources = sorted({p["allocator_stats"]["source"] for p in procs
                       if p.get("allocator_stats", {}).get("source", "none") != "none"})
     if sources and any(pt[4] is not None or pt[5] is not None for pt in series6):
@@ -235,6 +196,60 @@ def summarize(procs: list[dict], wall_s: float | None, syscalls: dict[str, int] 
     out["syscalls"] = syscalls
     out["syscalls_how"] = syscall_note
     return out
+
+
+def _sums(procs: list[dict]) -> tuple:
+    """The processes' counters added up: calls by kind, the size histogram, totals, the sampled
+    blocks' counts, and their lifetimes (freed, and still live at exit) by decade from 1 us."""
+    calls = {k: 0 for k in (*ALLOC_KINDS, *FREE_KINDS, "free_null", "failed")}
+    hist: dict[int, list[int]] = {}
+    tot = {"bytes": 0, "usable_bytes": 0, "big_calls": 0, "big_bytes": 0, "threads": 0}
+    samp = {"allocs": 0, "frees": 0, "cross_thread": 0, "cross_unknown": 0, "dropped": 0}
+    life = [0] * 9
+    still = [0] * 9
+    for p in procs:
+        for k, v in p["calls"].items():
+            calls[k] = calls.get(k, 0) + v
+        for c, n, b in p["hist"]:
+            h = hist.setdefault(c, [0, 0])
+            h[0] += n
+            h[1] += b
+        for k in tot:
+            tot[k] += p.get(k, 0)
+        s = p["sampled"]
+        for k in samp:
+            samp[k] += s.get(k, 0)
+        life = [a + b for a, b in zip(life, s["lifetime_decades_from_1us"])]
+        still = [a + b for a, b in zip(still, s.get("still_live_decades_from_1us", [0] * 9))]
+    return calls, hist, tot, samp, life, still
+
+
+def _lifetime(life: list[int], still: list[int]) -> dict:
+    short = sum(life[i] for i in SHORT)
+    medium = sum(life[i] for i in MEDIUM)
+    total = sum(life) + sum(still)
+
+    def share(n: int) -> float | None:
+        return n / total if total else None
+
+    return {"sampled": total, "short_lt_1ms": share(short), "medium_1ms_1s": share(medium),
+            "long_ge_1s": share(sum(life) - short - medium), "live_at_exit": share(sum(still)),
+            "freed_decades_from_1us": life, "live_at_exit_decades_from_1us": still}
+
+
+def _memory(series: list, procs: list[dict]) -> dict:
+    """Overhead where the program needs the most (the first reading of its largest live bytes), and
+    at the end of the run."""
+    peak = max(series, key=lambda s: s[1])
+    end = series[-1]
+    # Each process also looks at its live bytes every 1024 allocations of a thread: a short
+    # program's peak falls between two 20 ms samples.
+    fine = max((p.get("peak_live", 0) // 1024 for p in procs), default=0)
+    return {"peak_live_kb": max(peak[1], fine), "anon_at_peak_live_kb": peak[3],
+            "overhead_at_peak_kb": peak[3] - peak[1],
+            "peak_anon_kb": max(s[3] for s in series), "peak_rss_kb": max(s[2] for s in series),
+            "end_anon_kb": end[3], "end_live_kb": end[1], "overhead_at_end_kb": end[3] - end[1],
+            "end_t_s": end[0]}
 
 
 # --- the untimed runs --------------------------------------------------------------------------------

@@ -22,6 +22,14 @@ def _mib(kb: float | None) -> str:
     return "n/a" if kb is None else f"{kb / 1024:.1f} MiB"
 
 
+def _overhead(kb: float | None) -> str:
+    # Below zero the program holds blocks whose pages it has not touched yet (not resident): glibc
+    # hands out a freshly grown or just-trimmed heap top, or an mmap'd block, untouched.
+    if kb is not None and kb < 0:
+        return f"{_mib(kb)} (live blocks not all touched)"
+    return _mib(kb)
+
+
 def _count(x: float | None) -> str:
     if x is None:
         return "n/a"
@@ -64,11 +72,11 @@ def rows(fp_of: dict[int, dict], order: list[int]) -> list[list[str]]:
         row("lifetime <1ms / <1s / longer", lifetime),
         row("at peak live: live, anon RSS", lambda fp: f"{_mib(fp.get('memory', {}).get('peak_live_kb'))}, "
                                                        f"{_mib(fp.get('memory', {}).get('anon_at_peak_live_kb'))}"),
-        row("overhead at peak live", lambda fp: _mib(fp.get("memory", {}).get("overhead_at_peak_kb"))),
+        row("overhead at peak live", lambda fp: _overhead(fp.get("memory", {}).get("overhead_at_peak_kb"))),
         row("peak anon RSS", lambda fp: _mib(fp.get("memory", {}).get("peak_anon_kb"))),
         row("at end: live, anon RSS", lambda fp: f"{_mib(fp.get('memory', {}).get('end_live_kb'))}, "
                                                  f"{_mib(fp.get('memory', {}).get('end_anon_kb'))}"),
-        row("overhead at end", lambda fp: _mib(fp.get("memory", {}).get("overhead_at_end_kb"))),
+        row("overhead at end", lambda fp: _overhead(fp.get("memory", {}).get("overhead_at_end_kb"))),
         row("brk/mmap/munmap/madvise/mprotect", syscalls),
         row("allocator's own figures", lambda fp: fp.get("allocator", {}).get("source", "n/a")),
         row("  at peak live: allocated, held", lambda fp: _own(fp.get("allocator", {}).get("at_peak_live"))),

@@ -189,21 +189,12 @@ def analyze(exp: Experiment, baseline: str | int | None = None, alpha: float = d
         facts = {vi: {"n_failed": sum(1 for r in runs if r["status"] != "ok")} if only_primary else _run_facts(runs)
                  for vi, runs in cell_runs.items()}
         for d in defs:
-            cells = []
-            for vi, runs in cell_runs.items():
-                vals, blocks = _values(runs, d["name"])
-                n_failed = facts[vi]["n_failed"]
-                summary = stats.summarize(vals, n_failed=n_failed)
-                check = None if only_primary else functools.partial(
-                    _checks, vals, blocks, facts[vi], alpha=alpha, n_comparisons=n_cmp, n_cores=cores,
-                    floor=min_effect)
-                cells.append(Cell(vi, vals, blocks, summary, n_blocks=blocks_of[vi], check=check))
-            if not any(c.values for c in cells):
+            row = _row(d, cell_runs, blocks_of, facts, only_primary=only_primary, alpha=alpha,
+                       n_cmp=n_cmp, cores=cores, floor=min_effect)
+            if row is None:
                 continue  # e.g. hardware counters on a machine without them
-            row = MetricRow(d["name"], d["unit"], bool(d["higher_is_better"]), d["source"],
-                            bool(d["primary_metric"]), cells)
-            for c in cells:
-                if c.variant_idx != base and c.values and cells[base].values:
+            for c in row.cells:
+                if c.variant_idx != base and c.values and row.cells[base].values:
                     key = (("headline",) if row.headline else ("detail",)) if family == "experiment" \
                         else (wi, d["name"])
                     pending.append((key, row, c, blocks_of[c.variant_idx]))
@@ -214,20 +205,40 @@ def analyze(exp: Experiment, baseline: str | int | None = None, alpha: float = d
             runs_failed={vi: [r for r in runs if r["status"] != "ok"] for vi, runs in cell_runs.items()},
             verification={vi: exp.verifications.get((wi, vi), {"status": "unknown", "reasons": [], "notes": []})
                           for vi in range(len(labels))}))
-    sizes: dict[tuple, int] = {}
-    for key, *_ in pending:
-        sizes[key] = sizes.get(key, 0) + 1
     # A sequential experiment that has stopped adds no more runs: what it left undecided is said as
     # the bound it is, with the runs a verdict would have needed.
     stopped = exp.row.get("status") == "complete" and bool(exp.config.get("until_decided"))
+    _judge(pending, base, design, min_effect, stopped,
+           reachable if reachable is not None else (design.looks[-1] if len(design.looks) > 1 else None))
+    return Analysis(exp, base, labels, workloads, alpha, min_effect, design)
+
+
+def _row(d: dict, cell_runs: dict, blocks_of: dict, facts: dict, *, only_primary: bool, alpha: float,
+         n_cmp: int, cores, floor: float) -> MetricRow | None:
+    """One metric's cells, one per variant; None where no run has a value for it."""
+    cells = []
+    for vi, runs in cell_runs.items():
+        vals, blocks = _values(runs, d["name"])
+        summary = stats.summarize(vals, n_failed=facts[vi]["n_failed"])
+        check = None if only_primary else functools.partial(
+            _checks, vals, blocks, facts[vi], alpha=alpha, n_comparisons=n_cmp, n_cores=cores, floor=floor)
+        cells.append(Cell(vi, vals, blocks, summary, n_blocks=blocks_of[vi], check=check))
+    if not any(c.values for c in cells):
+        return None
+    return MetricRow(d["name"], d["unit"], bool(d["higher_is_better"]), d["source"],
+                     bool(d["primary_metric"]), cells)
+
+
+def _judge(pending: list[tuple], base: int, design, margin: float, stopped: bool, reachable: int | None) -> None:
+    """Each comparison judged once its family's size is known (the families span workloads)."""
+    sizes: dict[tuple, int] = {}
+    for key, *_ in pending:
+        sizes[key] = sizes.get(key, 0) + 1
     for key, row, c, blocks in pending:
         c.comparison = comparison(row.cells[base], c, row.higher_is_better, design=design, blocks=blocks,
-                                  family_size=sizes[key], margin=min_effect,
-                                  reachable=reachable if reachable is not None
-                                  else (design.looks[-1] if len(design.looks) > 1 else None))
+                                  family_size=sizes[key], margin=margin, reachable=reachable)
         if stopped and c.comparison.verdict == "undecided" and c.comparison.more_runs:
             c.comparison = dataclasses.replace(c.comparison, futile=True)
-    return Analysis(exp, base, labels, workloads, alpha, min_effect, design)
 
 
 def _baseline_index(labels: list[str], baseline: str | int | None) -> int:
