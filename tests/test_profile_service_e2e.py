@@ -55,3 +55,33 @@ def test_run_profile_samples_the_server_tree_not_the_client(cli, store_of, scrat
     assert jemalloc.top_symbols()[0][0].endswith("[libjemalloc.so.2]")
     # The session was set up again for the profiled runs and removed after them.
     assert list(scratch.iterdir()) == []
+
+
+def test_a_server_run_as_another_user_is_profiled_with_the_kernel(cli, store_of, scratch):  # noqa: F811
+    # PostgreSQL runs as `postgres`. perf run as that user would drop the kernel's samples (with
+    # perf_event_paranoid 2), and with them the page faults through which glibc's trimming costs
+    # PostgreSQL its throughput; perf runs as alloclab, in front of the run_as chain.
+    import os
+
+    ef = xf.resolve("recipe:postgres-partitions")
+    require_programs(ef)
+    if not shutil.which("perf"):
+        missing_prerequisite(f"perf is not installed ({perf.PERF_INSTALL})")
+    if os.geteuid() != 0:
+        pytest.skip("run_as applies only when alloclab runs as root")
+    p = cli("run", "recipe:postgres-partitions", "-a", "glibc", "--runs", "1", "--warmup", "0", "--idle", "0",
+            "--no-verify", "-p", "scale=1", "-p", "partitions=20", "-p", "duration=4", "-p", "warmup_s=1",
+            "--profile", "--profile-runs", "1", timeout=300)
+    assert p.returncode == 0, p.stdout + p.stderr
+    store = store_of(cli.db)
+    summaries = summary.load_profiles(store, store.load().id)
+    assert len(summaries) == 2
+    for s in summaries:
+        assert s.kernel_visible and not s.event.endswith(":u"), s.event
+        (run,) = s.runs
+        assert run.status == "ok" and run.samples > 100
+        assert next(iter(run.commands)) == "postgres"
+        # The backends' page faults and brk calls are sampled in the kernel.
+        assert run.shares["kernel_mm"] > 0, run.shares
+    assert "not visible to perf" not in p.stdout
+    assert list(scratch.iterdir()) == []

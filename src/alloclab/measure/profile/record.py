@@ -102,10 +102,6 @@ def profile_workload(workload: Workload, variants: list[Variant], runs: int = 3,
     check_frequency(frequency)
     access = access or perf_access()
     service = is_service(workload)
-    if service and workload.executor.session.identity.uid not in (None, 0):
-        # perf runs in front of the server as run_as, with that user's rights, not ours: with
-        # perf_event_paranoid 2 it would silently drop kernel samples.
-        access = perf_access(is_privileged=False)
     event = sampling_event(access)
     check_profilable(workload)
     command_file = is_command_file(workload)

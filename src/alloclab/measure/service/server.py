@@ -109,10 +109,15 @@ class Server:
         env = self.s.identity.env(self.s.base_clean)
         if self.wrap is not None:
             # The variant's settings go through `env` after the wrapper, so that they reach the
-            # server alone (perf is not preloaded); the wrapper runs as run_as, like the server.
+            # server alone (perf is not preloaded). The wrapper runs as alloclab, in front of the
+            # run_as chain: perf run as the server's user may not sample the kernel (with
+            # perf_event_paranoid 2 it drops those samples), and PostgreSQL's allocator effect is
+            # in its page faults.
             settings = [f"{k}={v}" for k, v in self.extra_env.items()]
-            argv = [*self.wrap(self.dir), shutil.which("env") or "/usr/bin/env", *settings, *argv]
-            argv = self.s.identity.argv(argv)
+            if self.s.identity.wrapper:
+                argv = [*self.wrap(self.dir), *self.s.identity.argv(argv, self.extra_env)]
+            else:
+                argv = [*self.wrap(self.dir), shutil.which("env") or "/usr/bin/env", *settings, *argv]
         elif self.s.identity.wrapper:
             argv = self.s.identity.argv(argv, self.extra_env)
         else:
