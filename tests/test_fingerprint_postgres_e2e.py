@@ -15,8 +15,8 @@ pytestmark = [pytest.mark.e2e, pytest.mark.slow]
 def test_recipe_postgres_fingerprint_of_a_forked_server_run_as_postgres(cli, store_of, scratch):
     # The seed's mechanism, counted: PostgreSQL's backends (forked by the postmaster, run as the
     # postgres user) allocate and free large chunks per query; glibc gives the heap top back and
-    # grows it again with brk, MALLOC_TOP_PAD_ does not. strace counts the calls (perf's
-    # tracepoints are closed to the postgres user).
+    # grows it again with brk, MALLOC_TOP_PAD_ does not. The counter (perf stat on the syscall
+    # tracepoints, run as alloclab in front of the run_as chain) counts the calls.
     ef = xf.resolve("recipe:postgres-partitions")
     require_programs(ef)
     p = cli("run", "recipe:postgres-partitions", "-a", "glibc", "-a", "glibc:MALLOC_TOP_PAD_=64M", "--runs", "1",

@@ -147,7 +147,7 @@ def ablation_table(r: AblationResult, spec: str) -> Table:
     t = Table(title=f"[bold]ablation of {escape(spec)}[/] on {escape(r.workload)}", title_justify="left")
     t.add_column("variant")
     t.add_column(f"{r.metric} ({r.unit}, {arrow})", justify="right")
-    t.add_column(escape("vs baseline (ratio [95% CI], Holm p)"), justify="right")
+    t.add_column(escape("vs baseline (ratio [interval], adjusted p)"), justify="right")
     t.add_column("verdict")
     t.add_column("peak RSS vs baseline", justify="right")
     t.add_row(*map(Text, (f"{r.baseline} (baseline)", _median_ci(r.baseline_summary), "", "", "")))

@@ -41,7 +41,7 @@ def render_hosts(e: Experiment, console: Console, min_effect: float = 0.0, detai
                                "or run with --fleet-mode per-host", style="dim"))
         else:
             console.print(Text("  no host differs significantly from the first on any primary metric "
-                               "(Mann-Whitney, Holm-adjusted)", style="dim"))
+                               "(unpaired: Mann-Whitney and a bootstrap interval, Bonferroni over the checks)", style="dim"))
     if len(analyses) > 1:
         console.print(Text("Across hosts (primary metric's verdict per host):", style="bold underline"))
         for line in H.agreement(analyses):

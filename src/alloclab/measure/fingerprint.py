@@ -87,13 +87,11 @@ def syscall_counter() -> tuple[str | None, str]:
                   f"and strace is not installed (apt-get install -y strace)")
 
 
-def syscall_wrapper(out: Path, unprivileged: bool = False) -> list[str] | None:
+def syscall_wrapper(out: Path) -> list[str] | None:
     """The argv prefix that counts the memory system calls of what it runs (and its children).
-    `unprivileged`: it runs as another user (a recipe's run_as), for whom perf's tracepoints are
-    closed (perf_event_paranoid) while strace may still trace its own children."""
+    For a server run as another user (a recipe's run_as) it stays in front of the whole run_as
+    chain (measure/service/server.py), so it keeps alloclab's rights to perf's tracepoints."""
     tool, _ = syscall_counter()
-    if tool == "perf" and unprivileged and shutil.which("strace"):
-        tool = "strace"
     if tool == "perf":
         events = ",".join(f"syscalls:sys_enter_{s}" for s in SYSCALLS)
         return ["perf", "stat", "-x,", "-o", str(out), "-e", events, "--"]
@@ -284,10 +282,8 @@ def run_cell(executor, env: dict[str, str], variant_env: dict[str, str], workdir
     session = getattr(executor, "session", None)
     unprivileged = bool(session is not None and getattr(session.identity, "wrapper", None))
     fp_env = preload_env(variant_env, fp_dir, session.workdir if unprivileged else None)
-    wrapper = syscall_wrapper(sys_file, unprivileged)
+    wrapper = syscall_wrapper(sys_file)
     tool, how = syscall_counter()
-    if unprivileged and wrapper and wrapper[0] == "strace" and tool == "perf":
-        tool, how = "strace", "strace -f -c (the server runs as another user, for whom perf's tracepoints are closed)"
     timeout = max(timeout_s or 0, TIMEOUT_FLOOR_S) if timeout_s else None
     try:
         if isinstance(executor, CommandExecutor):

@@ -46,8 +46,9 @@ def delta_text(row: MetricRow, vi: int) -> str:
 
 
 def full_delta(c: stats.Comparison | None) -> str:
-    """Change, interval and Holm-adjusted p, shown even when not significant (reviewers want the
-    numbers; the verdict says whether they count): "+4.0% [+2.1, +5.9] p=0.003"."""
+    """Change, interval and adjusted p (scaled to the level the verdict used: the look and the
+    family), shown even when not significant (reviewers want the numbers; the verdict says whether
+    they count): "+4.0% [+2.1, +5.9] p=0.003"."""
     if c is None or not math.isfinite(c.ratio):
         return "n/a"
     pct = lambda r: f"{(r - 1) * 100:+.1f}"  # noqa: E731

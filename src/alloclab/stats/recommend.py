@@ -310,7 +310,7 @@ def _overall_verdict(verdicts: list[str]) -> str:
 
 
 def _overall(a: Analysis, choices: list[Choice], budget: float | None) -> Choice:
-    """Across workloads. The decision rests on the per-workload Holm verdicts (better somewhere,
+    """Across workloads. The decision rests on the per-workload verdicts of the engine (stats/decide.py) (better somewhere,
     worse nowhere); the geometric means of the ratios of medians place the variants on the
     overall speed/memory plane."""
     if len(choices) == 1:
