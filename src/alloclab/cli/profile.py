@@ -175,34 +175,7 @@ def render_profiles(console, summaries: list[summary.ProfileSummary]) -> None:
             console.print("With the kernel work entered from allocator code (faults, brk/mmap/madvise, lock "
                           "waits): " + " -> ".join(f"{escape(s.variant)} {summary.spread_text(w)}"
                                                    for s, w in zip(group, with_kernel)), highlight=False)
-        t = Table(show_lines=False)
-        cols = ["variant", "allocator", "allocator CPU s/run", "kernel mm", "rest", "samples/run",
-                "top allocator symbols", "profiled vs plain"]
-        if any(s.counters for s in group):
-            cols[-1:-1] = ["IPC", "cycles", "instructions", "cache misses"]
-        if any(s.instructions for s in group):
-            cols[-1:-1] = ["callgrind instr", "in allocator"]
-        for c in cols:
-            t.add_column(c, overflow="fold")
-        for s in group:
-            secs = s.allocator_seconds()
-            row = [escape(s.variant), summary.spread_text(s.allocator), "-" if secs is None else f"{secs:.3f}",
-                   _kernel_text(s), _rest_text(s),
-                   str(int(statistics.median([r.samples for r in s.ok_runs]))) if s.ok_runs else "0",
-                   escape(_top_text(s)) or "-",
-                   escape(_overhead_text(s))]
-            if "IPC" in cols:
-                c = s.counters or {}
-                row[-1:-1] = [f"{c['ipc']:.2f}" if "ipc" in c else "-", _big(c["cycles"]) if "cycles" in c else "-",
-                              _big(c["instructions"]) if "instructions" in c else "-",
-                              _big(c["cache_misses"]) if "cache_misses" in c else "-"]
-            if "callgrind instr" in cols:
-                ins = s.instructions or {}
-                row[-1:-1] = [_big(ins["total"]) if "total" in ins else "-",
-                              f"{_big(ins['allocator'])} ({summary.pct(ins['allocator'] / ins['total'])})"
-                              if ins.get("total") else "-"]
-            t.add_row(*row)
-        console.print(t)
+        console.print(_profile_table(group))
         console.print(_overhead_verdict(group), highlight=False)
         if any(s.instructions for s in group):
             console.print("callgrind counts are noise-free instruction counts of one run under valgrind; "
@@ -211,6 +184,40 @@ def render_profiles(console, summaries: list[summary.ProfileSummary]) -> None:
     notes = list(dict.fromkeys(n for s in summaries for n in s.notes))
     for n in notes:
         console.print(f"[yellow]note:[/] {escape(n)}", highlight=False)
+
+
+def _profile_table(group: list[summary.ProfileSummary]) -> Table:
+    """One row per variant; counter and callgrind columns only where something was counted."""
+    from alloclab.measure.profile import summary
+
+    t = Table(show_lines=False)
+    cols = ["variant", "allocator", "allocator CPU s/run", "kernel mm", "rest", "samples/run",
+            "top allocator symbols", "profiled vs plain"]
+    if any(s.counters for s in group):
+        cols[-1:-1] = ["IPC", "cycles", "instructions", "cache misses"]
+    if any(s.instructions for s in group):
+        cols[-1:-1] = ["callgrind instr", "in allocator"]
+    for c in cols:
+        t.add_column(c, overflow="fold")
+    for s in group:
+        secs = s.allocator_seconds()
+        row = [escape(s.variant), summary.spread_text(s.allocator), "-" if secs is None else f"{secs:.3f}",
+               _kernel_text(s), _rest_text(s),
+               str(int(statistics.median([r.samples for r in s.ok_runs]))) if s.ok_runs else "0",
+               escape(_top_text(s)) or "-",
+               escape(_overhead_text(s))]
+        if "IPC" in cols:
+            c = s.counters or {}
+            row[-1:-1] = [f"{c['ipc']:.2f}" if "ipc" in c else "-", _big(c["cycles"]) if "cycles" in c else "-",
+                          _big(c["instructions"]) if "instructions" in c else "-",
+                          _big(c["cache_misses"]) if "cache_misses" in c else "-"]
+        if "callgrind instr" in cols:
+            ins = s.instructions or {}
+            row[-1:-1] = [_big(ins["total"]) if "total" in ins else "-",
+                          f"{_big(ins['allocator'])} ({summary.pct(ins['allocator'] / ins['total'])})"
+                          if ins.get("total") else "-"]
+        t.add_row(*row)
+    return t
 
 
 def _top_text(s: summary.ProfileSummary, n: int = 3) -> str:

@@ -257,29 +257,10 @@ def run_once(argv: list[str], env: dict[str, str], workdir: Path, *, timeout_s: 
     if not os.path.isdir(wd):
         os.makedirs(wd, exist_ok=True)
     out_path, err_path = wd + "/stdout", wd + "/stderr"
-    srv = spawner.server()
-    child = spawner.Child(srv)
-    interrupted = timed_out = False
-    t0 = time.perf_counter()
+    timed_out = False
     try:
-        try:
-            srv.start(argv, env, cwd, out_path, err_path)
-        except spawner.SpawnError:
-            # The launcher died since the last run (killed from outside): a fresh one takes it.
-            spawner.discard(srv)
-            srv = spawner.server()
-            child = spawner.Child(srv)
-            t0 = time.perf_counter()
-            srv.start(argv, env, cwd, out_path, err_path)
-        try:
-            # A run that ends within 10 ms needs no /proc walk at all: the launcher's ru_maxrss
-            # gives its peak, and short runs are where the harness's own cost would show.
-            child.wait(0.01)
-        except KeyboardInterrupt:
-            interrupted = True
-        pid = child.started()
+        srv, child, pid, t0, interrupted = _start(argv, env, cwd, out_path, err_path)
     except OSError as exc:
-        spawner.discard(srv)
         return RunResult("error", 0.0, error=f"could not start {argv[0]}: {exc}")
     if pid == 0:
         return _not_started(child.line or "", argv, cwd)
@@ -314,6 +295,36 @@ def run_once(argv: list[str], env: dict[str, str], workdir: Path, *, timeout_s: 
     if interrupted:
         raise RunInterrupted(result)
     return result
+
+
+def _start(argv: list[str], env: dict[str, str], cwd: str | None, out_path: str,
+           err_path: str) -> tuple[spawner.Server, spawner.Child, int, float, bool]:
+    """Hand argv to the launcher: (launcher, child, its pid or 0, start time, interrupted during
+    the first wait)."""
+    srv = spawner.server()
+    try:
+        child = spawner.Child(srv)
+        t0 = time.perf_counter()
+        try:
+            srv.start(argv, env, cwd, out_path, err_path)
+        except spawner.SpawnError:
+            # The launcher died since the last run (killed from outside): a fresh one takes it.
+            spawner.discard(srv)
+            srv = spawner.server()
+            child = spawner.Child(srv)
+            t0 = time.perf_counter()
+            srv.start(argv, env, cwd, out_path, err_path)
+        interrupted = False
+        try:
+            # A run that ends within 10 ms needs no /proc walk at all: the launcher's ru_maxrss
+            # gives its peak, and short runs are where the harness's own cost would show.
+            child.wait(0.01)
+        except KeyboardInterrupt:
+            interrupted = True
+        return srv, child, child.started(), t0, interrupted
+    except OSError:
+        spawner.discard(srv)
+        raise
 
 
 def _set_status(result: RunResult, interrupted: bool, timed_out: bool, timeout_s: float | None) -> None:

@@ -105,15 +105,7 @@ def profile_workload(workload: Workload, variants: list[Variant], runs: int = 3,
     event = sampling_event(access)
     check_profilable(workload)
     command_file = is_command_file(workload)
-    base_env = dict(os.environ) if base_env is None else base_env
-    if command_file:
-        # Setup (e.g. a private Ceph cluster) runs first; the command is then what it would be in a run.
-        session = workload.executor.session
-        session.prepare()
-        argv, cwd = workload.executor.argv(), str(session.workdir)
-        base_env = base_env | session.file_env
-    else:
-        argv, cwd = (None, None) if service else command_of(workload)
+    argv, cwd, base_env = _command(workload, service, command_file, base_env)
     workload.program()
     metric = primary_metric(workload.metrics)
     cells = [_Cell(v, _summary(workload, v, i, metric, access, event, frequency, call_graph, workload_idx, baseline))
@@ -142,17 +134,34 @@ def profile_workload(workload: Workload, variants: list[Variant], runs: int = 3,
                 _plain_run(cell, argv, cwd, workload, metric, tmp, timeout_s, base_env)
             shutil.rmtree(tmp, ignore_errors=True)
     except (KeyboardInterrupt, RunInterrupted):
-        stop = Interrupted("Interrupted while profiling: every child process was stopped.")
-        for c in cells:
-            c.summary.notes.append(f"Profiling was interrupted (Ctrl-C) after {len(c.summary.runs)} profiled "
-                                   f"run(s) of {c.variant.label}.")
-        stop.summaries = [_finish(c.summary) for c in cells]
-        raise stop from None
+        raise _interrupted(cells) from None
     finally:
         if (service or command_file) and not keep_session:
             workload.executor.cleanup()
         shutil.rmtree(root, ignore_errors=True)
     return [_finish(c.summary) for c in cells]
+
+
+def _command(workload: Workload, service: bool, command_file: bool,
+             base_env: dict[str, str] | None) -> tuple[list[str] | None, str | None, dict[str, str]]:
+    """(argv, cwd, environment) of a profiled run; a server's argv is its executor's business."""
+    base_env = dict(os.environ) if base_env is None else base_env
+    if command_file:
+        # Setup (e.g. a private Ceph cluster) runs first; the command is then what it would be in a run.
+        session = workload.executor.session
+        session.prepare()
+        return workload.executor.argv(), str(session.workdir), base_env | session.file_env
+    argv, cwd = (None, None) if service else command_of(workload)
+    return argv, cwd, base_env
+
+
+def _interrupted(cells: list[_Cell]) -> Interrupted:
+    stop = Interrupted("Interrupted while profiling: every child process was stopped.")
+    for c in cells:
+        c.summary.notes.append(f"Profiling was interrupted (Ctrl-C) after {len(c.summary.runs)} profiled "
+                               f"run(s) of {c.variant.label}.")
+    stop.summaries = [_finish(c.summary) for c in cells]
+    return stop
 
 
 def _summary(workload: Workload, v: Variant, i: int, metric, access: PerfAccess, event: str, frequency: int,
