@@ -33,6 +33,23 @@ SUITE = CommandDefaults(first_look=8, max_runs=80, budget="3m", timeout_s=120.0)
 RUN = CommandDefaults(first_look=5, max_runs=30, budget="25m", timeout_s=None)
 
 
+def refusal(*, runs: int | None = None, warmup: int | None = None, max_runs: int | None = None,
+            timeout_s: float | None = None) -> str | None:
+    """Why these counts cannot be measured with, or None: the one check behind the CLI's options,
+    the runner's Settings and the profiler (each raises it as its own error)."""
+    if runs is not None and runs < 1:
+        return (f"--runs must be at least 1 (got {runs}): it is the number of measured runs per variant; "
+                f"leave it out to add runs until the comparisons are decided.")
+    if warmup is not None and warmup < 0:
+        return f"--warmup cannot be negative (got {warmup}): give 0 for no warm-up block."
+    if max_runs is not None and max_runs < 2:
+        return f"--max-runs must be at least 2 to decide anything (got {max_runs})."
+    if timeout_s is not None and not timeout_s > 0:
+        return (f"--timeout must be a positive number of seconds (got {timeout_s:g}): it is the time after "
+                f"which a run is killed. Give e.g. --timeout 60, or leave it out for no limit.")
+    return None
+
+
 def percent_text(fraction: float) -> str:
     """0.02 -> '2%': a default as the help text and the option parser write it."""
     return f"{fraction * 100:g}%"

@@ -67,10 +67,8 @@ ShellOption = typer.Option(False, "--shell", help="Run the command through /bin/
 
 
 def _check_timeout(value: float | None) -> float | None:
-    if value is not None and not value > 0:
-        raise AlloclabError(
-            f"--timeout must be a positive number of seconds (got {value:g}): it is the time after which a "
-            f"run is killed. Give e.g. --timeout 60, or leave it out for no limit.")
+    if why := defaults.refusal(timeout_s=value):
+        raise AlloclabError(why)
     return value
 
 

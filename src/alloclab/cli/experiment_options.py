@@ -92,10 +92,8 @@ class ExperimentOptions:
     fleet_require_all: bool
 
     def __post_init__(self) -> None:
-        if self.runs is not None and self.runs < 1:
-            raise AlloclabError(f"--runs must be at least 1 (got {self.runs}).")
-        if self.warmup is not None and self.warmup < 0:
-            raise AlloclabError(f"--warmup cannot be negative (got {self.warmup}).")
+        if why := defaults.refusal(runs=self.runs, warmup=self.warmup, max_runs=self.max_runs):
+            raise AlloclabError(why)
         if self.profile and self.profile_runs < 1:
             raise AlloclabError(f"--profile-runs must be at least 1 (got {self.profile_runs}).")
 

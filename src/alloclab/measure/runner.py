@@ -55,6 +55,11 @@ class Settings:
     auto_profile: bool = False
     extra_config: dict = field(default_factory=dict)   # e.g. the sweep structure, for reports
 
+    def __post_init__(self) -> None:
+        if why := defaults.refusal(runs=self.runs, warmup=self.warmup, timeout_s=self.timeout_s,
+                                   max_runs=self.max_runs if self.until_decided else None):
+            raise AlloclabError(why)
+
 
 @dataclass
 class Cell:
@@ -95,17 +100,9 @@ class Experiment(MoreBlocks):
     clock: Callable[[], float] = time.monotonic
 
     def __post_init__(self) -> None:
-        if self.settings.runs < 1:
-            raise AlloclabError(f"--runs must be at least 1 (got {self.settings.runs}).")
-        if self.settings.warmup < 0:
-            raise AlloclabError(f"--warmup cannot be negative (got {self.settings.warmup}).")
-        if self.settings.until_decided and self.settings.max_runs < 2:
-            raise AlloclabError(f"--max-runs must be at least 2 to decide anything (got {self.settings.max_runs}).")
-        s = self.settings
+        s = self.settings   # checked when it was made (Settings.__post_init__)
         self.design = (Design.sequential(s.first_look, s.max_runs, s.alpha) if s.until_decided
                        else Design.fixed(s.runs, s.alpha))
-        if self.settings.timeout_s is not None and not self.settings.timeout_s > 0:
-            raise AlloclabError(f"--timeout must be a positive number of seconds (got {self.settings.timeout_s:g}).")
         if (s.until_decided or s.until_precise) and self.judge is None:
             raise TypeError("measuring until decided or precise needs a judge (alloclab.stats.looks.Judge)")
         for w in self.workloads:

@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
+from alloclab import defaults
 from alloclab.plan.schedule import schedule
 from alloclab.errors import AlloclabError, Interrupted
 from alloclab.measure.run import RunInterrupted, RunResult, run_once
@@ -97,8 +98,8 @@ def profile_workload(workload: Workload, variants: list[Variant], runs: int = 3,
     afterwards (the runner's own profile, made before it tears the set-up down).
     """
     executor_of(workload)
-    if runs < 1:
-        raise AlloclabError(f"--runs must be at least 1 for profiling (got {runs}).")
+    if why := defaults.refusal(runs=runs):
+        raise AlloclabError(why)
     check_frequency(frequency)
     access = access or perf_access()
     service = is_service(workload)
