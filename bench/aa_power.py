@@ -2,7 +2,7 @@
 """Does alloclab decide correctly?  A/A false-positive rate and power of the default sequential
 rule (--until-decided), on real runs.
 
-Runs a built-in workload (default: `simple`, quick size) through the core (runner.Experiment
+Runs a built-in workload (default: `simple`, quick size) through the core (runner.Runner
 with until_decided, exactly as `alloclab compare` runs by default, a temporary store) under three
 variants of ONE allocator, in the same randomized interleaved blocks:
 
@@ -46,7 +46,7 @@ from alloclab.stats import decide
 from alloclab.measure import machine
 from alloclab.errors import AlloclabError
 from alloclab.workloads.metrics import MetricDef
-from alloclab.measure.runner import Experiment, Progress, Settings
+from alloclab.measure.runner import Runner, Progress, Settings
 from alloclab.stats.looks import Judge
 from alloclab.store.db import Store
 from alloclab.catalog.variants import parse_variants
@@ -85,7 +85,7 @@ def run_core(store: Store, workload: Workload, specs: list[str], seed: int, tag:
     settings = Settings(runs=runs, warmup=1, seed=seed, verify=True, kind="compare", title=f"aa_power {tag}",
                         until_decided=until_decided, first_look=10, max_runs=max_runs, max_seconds=budget_s,
                         margin=MARGIN)
-    return Experiment(store, [workload], parse_variants(specs), settings, quiet_progress(tag), judge=Judge()).run()
+    return Runner(store, [workload], parse_variants(specs), settings, quiet_progress(tag), judge=Judge()).run()
 
 
 def primary_blocks(store: Store, exp_id: int, metric: str) -> dict[int, dict[str, float]]:

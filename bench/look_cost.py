@@ -22,7 +22,7 @@ from pathlib import Path
 from alloclab.catalog.variants import parse_variants
 from alloclab.measure import machine
 from alloclab.measure.fake import FakeExecutor
-from alloclab.measure.runner import Experiment, Settings
+from alloclab.measure.runner import Runner, Settings
 from alloclab.stats.looks import Judge
 from alloclab.store.db import Store
 from alloclab.workloads.command import Workload
@@ -47,7 +47,7 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as tmp:
         store = Store(Path(tmp) / "look.db")
         ex = FakeExecutor(lambda env, n: 0.101 if env else 0.1, noise=0.05, stdout="x" * args.output_bytes)
-        exp = Experiment(store, [Workload("fake", ["fake"], executor=ex)],
+        exp = Runner(store, [Workload("fake", ["fake"], executor=ex)],
                          parse_variants(["glibc", "glibc:MALLOC_ARENA_MAX=1"]),
                          Settings(runs=args.runs, warmup=0, verify=False), judge=Judge())
         t = time.perf_counter()

@@ -8,7 +8,7 @@ import pytest
 from alloclab.catalog.variants import parse_variants
 from alloclab.measure import machine
 from alloclab.measure.fake import FakeExecutor
-from alloclab.measure.runner import Experiment, Settings
+from alloclab.measure.runner import Runner, Settings
 from alloclab.stats.looks import Judge
 from alloclab.store.db import Store
 from alloclab.store.records import OUTPUT_KEYS
@@ -25,7 +25,7 @@ def experiment(tmp_path, monkeypatch):
     monkeypatch.setattr(machine, "perf_counters", lambda: (False, "fake executor"))
     store = Store(tmp_path / "live.db")
     w = Workload("fake", ["fake"], executor=FakeExecutor(seesaw, stdout="ops=1000\n" + "x" * 500))
-    exp = Experiment(store, [w], parse_variants(["glibc", "glibc:MALLOC_ARENA_MAX=1"]),
+    exp = Runner(store, [w], parse_variants(["glibc", "glibc:MALLOC_ARENA_MAX=1"]),
                      Settings(warmup=1, verify=False, until_decided=True, runs=4, first_look=4, max_runs=12),
                      judge=Judge())
     return store, exp

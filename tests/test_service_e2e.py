@@ -23,7 +23,7 @@ import pytest
 from alloclab.workloads import experiment_file as xf
 from alloclab.measure.service import commands, executors
 from alloclab.errors import AlloclabError
-from alloclab.measure.runner import Experiment, Settings
+from alloclab.measure.runner import Runner, Settings
 from alloclab.store.db import Store
 from alloclab.catalog.variants import parse_variants
 from conftest import ALLOCLAB, missing_prerequisite, require_allocator
@@ -95,7 +95,7 @@ def run_file(path: Path, db: Path, variants=("glibc",), runs: int = 1, warmup: i
     store = Store(db)
     settings = Settings(runs=runs, warmup=warmup, timeout_s=timeout, verify=verify, kind="run", title=ef.name)
     try:
-        Experiment(store, workloads, parse_variants(list(variants)), settings).run()
+        Runner(store, workloads, parse_variants(list(variants)), settings).run()
     finally:
         session.cleanup()
     return store.load()

@@ -57,9 +57,9 @@ def test_a_sampled_run_counts_the_program_itself(tmp_path):
 
 
 def test_each_thread_and_each_forked_process_gets_its_own_server(tmp_path):
-    main = spawner.server()
+    main = spawner.current()
     others = []
-    t = threading.Thread(target=lambda: others.append(spawner.server()))
+    t = threading.Thread(target=lambda: others.append(spawner.current()))
     t.start()
     t.join()
     assert others[0] is not main and others[0].proc.pid != main.proc.pid
@@ -67,16 +67,16 @@ def test_each_thread_and_each_forked_process_gets_its_own_server(tmp_path):
     pid = os.fork()
     if pid == 0:   # a forked child must not talk on its parent's pipes
         try:
-            ok = spawner.server() is not main and run_once(["/bin/true"], {}, tmp_path / "c").status == "ok"
+            ok = spawner.current() is not main and run_once(["/bin/true"], {}, tmp_path / "c").status == "ok"
         finally:
             os._exit(0 if ok else 1)
     _, status = os.waitpid(pid, 0)
     assert os.waitstatus_to_exitcode(status) == 0
-    assert run_once(["/bin/true"], {}, tmp_path).status == "ok" and spawner.server() is main
+    assert run_once(["/bin/true"], {}, tmp_path).status == "ok" and spawner.current() is main
 
 
 def test_a_dead_server_is_replaced(tmp_path):
-    s = spawner.server()
+    s = spawner.current()
     s.kill()
     r = run_once(["/bin/true"], {}, tmp_path)
-    assert r.status == "ok" and spawner.server() is not s
+    assert r.status == "ok" and spawner.current() is not s

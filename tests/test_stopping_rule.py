@@ -12,7 +12,7 @@ from alloclab.catalog.variants import parse_variants
 from alloclab.errors import AlloclabError, Interrupted
 from alloclab.measure import machine
 from alloclab.measure.fake import FakeClock, FakeExecutor
-from alloclab.measure.runner import Experiment, Settings
+from alloclab.measure.runner import Runner, Settings
 from alloclab.stats.looks import Judge
 from alloclab.store.db import Store
 from alloclab.workloads.command import Workload
@@ -36,7 +36,7 @@ def run(tmp_path, executor: FakeExecutor, clock: FakeClock | None = None, **sett
     store = Store(tmp_path / "fake.db")
     s = Settings(**({"warmup": 0, "verify": False, "until_decided": True, "runs": 4, "first_look": 4,
                      "max_runs": 40, "max_seconds": 1e9} | settings))
-    exp = Experiment(store, [Workload("fake", ["fake"], executor=executor)], parse_variants(VARIANTS), s,
+    exp = Runner(store, [Workload("fake", ["fake"], executor=executor)], parse_variants(VARIANTS), s,
                      judge=Judge(), **({"clock": clock} if clock else {}))
     error = None
     try:
@@ -138,9 +138,9 @@ def test_an_error_or_ctrl_c_while_reading_settings_back_never_leaves_it_running(
                                                                                   raised, status):
     def read_back(self):
         raise raised
-    monkeypatch.setattr(Experiment, "_read_settings_back", read_back)
+    monkeypatch.setattr(Runner, "_read_settings_back", read_back)
     store = Store(tmp_path / "fake.db")
-    exp = Experiment(store, [Workload("fake", ["fake"], executor=FakeExecutor(lambda env, n: 0.1))],
+    exp = Runner(store, [Workload("fake", ["fake"], executor=FakeExecutor(lambda env, n: 0.1))],
                      parse_variants(VARIANTS), Settings(warmup=0, verify=False, runs=2))
     with pytest.raises((AlloclabError, OSError)):
         exp.run()

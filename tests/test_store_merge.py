@@ -8,7 +8,7 @@ import pytest
 from alloclab.catalog.variants import parse_variants
 from alloclab.measure import machine
 from alloclab.measure.fake import FakeExecutor
-from alloclab.measure.runner import Experiment, Settings
+from alloclab.measure.runner import Runner, Settings
 from alloclab.store.db import Store
 from alloclab.store.merge import fold_wal, merge_session
 from alloclab.workloads.command import Workload
@@ -16,7 +16,7 @@ from alloclab.workloads.command import Workload
 
 def session_db(path) -> bytes:
     store = Store(path)
-    Experiment(store, [Workload("fake", ["fake"], executor=FakeExecutor(lambda env, n: 0.1))],
+    Runner(store, [Workload("fake", ["fake"], executor=FakeExecutor(lambda env, n: 0.1))],
                parse_variants(["glibc", "glibc:MALLOC_ARENA_MAX=1"]),
                Settings(runs=3, warmup=1, verify=False)).run()
     store.close()

@@ -83,7 +83,7 @@ def run_experiment(store: Store, workloads, variant_specs: list[str], settings: 
     from rich.progress import (BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn,
                                TimeRemainingColumn)
 
-    from alloclab.measure.runner import Experiment, Progress as RunProgress
+    from alloclab.measure.runner import Runner, Progress as RunProgress
     from alloclab.stats.looks import Judge
     from alloclab.catalog.variants import parse_variants
 
@@ -97,7 +97,7 @@ def run_experiment(store: Store, workloads, variant_specs: list[str], settings: 
             advance=_Advance(bar, task),
             note=lambda text: bar.console.print(f"[yellow]{text}[/]", highlight=False))
         # The bar advances when a run starts; completed = runs started.
-        exp = Experiment(store, workloads, variants, settings, progress, judge=Judge())
+        exp = Runner(store, workloads, variants, settings, progress, judge=Judge())
         return exp.run()
 
 

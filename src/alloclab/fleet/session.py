@@ -16,7 +16,7 @@ import time
 from pathlib import Path
 
 from alloclab.errors import AlloclabError
-from alloclab.measure.runner import Experiment, Progress
+from alloclab.measure.runner import Runner, Progress
 from alloclab.stats.looks import Judge
 from alloclab.store.db import Store
 from alloclab.catalog.variants import parse_variants
@@ -51,7 +51,7 @@ def main(argv: list[str]) -> int:
     try:
         workloads, cleanup = build_workloads(spec)
         note = Progress(note=lambda text: print(text, file=sys.stderr, flush=True))
-        Experiment(store, workloads, parse_variants(spec.variants), spec.runner_settings(), note, judge=Judge()).run()
+        Runner(store, workloads, parse_variants(spec.variants), spec.runner_settings(), note, judge=Judge()).run()
         return 0
     except AlloclabError as exc:
         print(exc, file=sys.stderr, flush=True)

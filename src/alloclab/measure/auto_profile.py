@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING
 from alloclab.errors import AlloclabError, Interrupted
 
 if TYPE_CHECKING:
-    from alloclab.measure.runner import Experiment
+    from alloclab.measure.runner import Runner
 
 
 def unavailable() -> str | None:
@@ -30,7 +30,7 @@ def unavailable() -> str | None:
     return None
 
 
-def profile_open(exp: "Experiment", workload_idxs: set[int]) -> None:
+def profile_open(exp: "Runner", workload_idxs: set[int]) -> None:
     """One profiled run per variant of each workload in `workload_idxs`, stored with the experiment."""
     from alloclab.measure.profile import record
 

@@ -3,7 +3,7 @@
 is spent or --max-runs; with --until-precise, until every median's interval is narrow enough.
 
 In: the runner's state and the statistics' answers at each look (its `judge`). Out: more jobs.
-A mixin of measure.runner.Experiment, kept apart because when to stop is its own question.
+A mixin of measure.runner.Runner, kept apart because when to stop is its own question.
 """
 
 from __future__ import annotations

@@ -18,7 +18,7 @@ from alloclab.measure.run import RunResult
 
 @dataclass
 class FakeClock:
-    """The runner's clock (Experiment.clock): only fake runs move it."""
+    """The runner's clock (Runner.clock): only fake runs move it."""
 
     now: float = 0.0
 

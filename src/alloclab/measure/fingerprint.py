@@ -253,7 +253,7 @@ def _memory(series: list, procs: list[dict]) -> dict:
 # --- the untimed runs --------------------------------------------------------------------------------
 
 def run_all(exp, root: Path) -> None:
-    """Untimed, before the first block of a runner.Experiment: one fingerprint run per cell, stored."""
+    """Untimed, before the first block of a runner.Runner: one fingerprint run per cell, stored."""
     from alloclab.measure import verify
 
     for c in exp.cells:

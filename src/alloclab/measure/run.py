@@ -298,10 +298,10 @@ def run_once(argv: list[str], env: dict[str, str], workdir: Path, *, timeout_s: 
 
 
 def _start(argv: list[str], env: dict[str, str], cwd: str | None, out_path: str,
-           err_path: str) -> tuple[spawner.Server, spawner.Child, int, float, bool]:
+           err_path: str) -> tuple[spawner.Spawner, spawner.Child, int, float, bool]:
     """Hand argv to the launcher: (launcher, child, its pid or 0, start time, interrupted during
     the first wait)."""
-    srv = spawner.server()
+    srv = spawner.current()
     try:
         child = spawner.Child(srv)
         t0 = time.perf_counter()
@@ -310,7 +310,7 @@ def _start(argv: list[str], env: dict[str, str], cwd: str | None, out_path: str,
         except spawner.SpawnError:
             # The launcher died since the last run (killed from outside): a fresh one takes it.
             spawner.discard(srv)
-            srv = spawner.server()
+            srv = spawner.current()
             child = spawner.Child(srv)
             t0 = time.perf_counter()
             srv.start(argv, env, cwd, out_path, err_path)

@@ -62,7 +62,8 @@ class Settings:
 
 
 @dataclass
-class Cell:
+class CellKey:
+    """Where a cell (one workload under one variant) stands in the experiment; its runs are in the store."""
     workload_idx: int
     variant_idx: int
 
@@ -88,7 +89,7 @@ class Judge(Protocol):
 
 
 @dataclass
-class Experiment(MoreBlocks):
+class Runner(MoreBlocks):
     store: Store
     workloads: list[Workload]
     variants: list[Variant]
@@ -108,7 +109,7 @@ class Experiment(MoreBlocks):
         for w in self.workloads:
             executor_of(w)
         self.programs = [w.program() for w in self.workloads]
-        self.cells = [Cell(w, v) for w in range(len(self.workloads)) for v in range(len(self.variants))]
+        self.cells = [CellKey(w, v) for w in range(len(self.workloads)) for v in range(len(self.variants))]
         self.evidence: dict[tuple[int, int], verify.Evidence] = {}
         self.found_metric: set[tuple[int, str]] = set()
         self.perf_ok = machine.perf_counters()[0]
@@ -213,7 +214,7 @@ class Experiment(MoreBlocks):
             self._filler = (job.block, random.Random(self.settings.seed * 1_000_003 + job.block).randrange(4096))
         return self._env_max[wi] + len(PAD_VAR) + 2 + self._filler[1]
 
-    def _check_run(self, cell: Cell, job: Job, result: RunResult, tmp: Path) -> dict:
+    def _check_run(self, cell: CellKey, job: Job, result: RunResult, tmp: Path) -> dict:
         v = self._variant(cell.workload_idx, cell.variant_idx)
         ev = self.evidence[(cell.workload_idx, cell.variant_idx)]
         extra: dict = {"load": machine.load_average(), "samples": result.samples, "env_pad": self._last_pad}
@@ -231,7 +232,7 @@ class Experiment(MoreBlocks):
                 extra.setdefault("verification", []).append(f"{len(escaped)} process(es) escaped the preload")
         return extra
 
-    def _metrics(self, cell: Cell, job: Job, result: RunResult, perf_file: Path | None) -> dict:
+    def _metrics(self, cell: CellKey, job: Job, result: RunResult, perf_file: Path | None) -> dict:
         w = self.workloads[cell.workload_idx]
         values: dict[str, float] = standard_values(result)
         if perf_file is not None:
@@ -378,7 +379,7 @@ class Experiment(MoreBlocks):
             self._labels[key] = f"{w.name[:30]} | {v.label}" + (" (warm-up)" if job.warmup else "")
         return self._labels[key]
 
-    def _store(self, cell: Cell, job: Job, result: RunResult, values: dict, extra: dict) -> None:
+    def _store(self, cell: CellKey, job: Job, result: RunResult, values: dict, extra: dict) -> None:
         self.recorder.add_run(cell.workload_idx, cell.variant_idx, job.block, job.position, job.warmup,
                               result, values, extra)
 

@@ -7,8 +7,8 @@ and LD_PRELOAD never touches the launcher), in a session of its own, stdin /dev/
 stderr to files, timed and accounted by the kernel around spawn/exec/wait4. Protocol: see
 launcher/spawn.c (`--serve`).
 
-One server per thread and per process: a forked child (a fleet worker's process pool) or a
-second thread starts its own rather than sharing pipes. A server that stops answering (its child
+One launcher per thread and per process: a forked child (a fleet worker's process pool) or a
+second thread starts its own rather than sharing pipes. A launcher that stops answering (its child
 stuck beyond a kill) is killed and replaced at the next run.
 """
 
@@ -37,7 +37,7 @@ class SpawnError(OSError):
     pass
 
 
-class Server:
+class Spawner:
     def __init__(self) -> None:
         self.proc = subprocess.Popen([str(launcher()), "--serve"], stdin=subprocess.PIPE,
                                      stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, close_fds=True,
@@ -107,27 +107,27 @@ def launcher() -> Path:
             f"Install it with `apt-get install -y gcc libc6-dev`. Details: {exc}") from None
 
 
-def server() -> Server:
+def current() -> Spawner:
     """This thread's launcher, started on first use."""
-    s = getattr(_local, "server", None)
+    s = getattr(_local, "spawner", None)
     if s is None or not s.alive():
-        s = _local.server = Server()
+        s = _local.spawner = Spawner()
     return s
 
 
-def discard(s: Server) -> None:
+def discard(s: Spawner) -> None:
     """Kill a launcher that did not answer; the next run starts a fresh one."""
     s.kill()
-    if getattr(_local, "server", None) is s:
-        _local.server = None
+    if getattr(_local, "spawner", None) is s:
+        _local.spawner = None
 
 
 class Child:
-    """A run asked of the server: its pid comes first, then its result; wait for them in this
+    """A run asked of the launcher: its pid comes first, then its result; wait for them in this
     thread, sampling in between. A run that ends within the first wait costs one wake-up."""
 
-    def __init__(self, srv: Server):
-        self.server = srv
+    def __init__(self, srv: Spawner):
+        self.spawner = srv
         self.pid: int | None = None
         self.done = False
         self.line: str | None = None
@@ -138,7 +138,7 @@ class Child:
         deadline = None if timeout_s is None else time.perf_counter() + timeout_s
         while not self.done:
             left = None if deadline is None else max(0.0, deadline - time.perf_counter())
-            line = self.server.readline(left)
+            line = self.spawner.readline(left)
             if line is None:
                 return False
             if self.pid is None:
@@ -151,7 +151,7 @@ class Child:
         """The program's pid (the leader of its own process group), waiting for its start if need
         be; 0 when it could not be started (the answer is then in `line`)."""
         while self.pid is None:
-            self._take_pid(self.server.readline(None))
+            self._take_pid(self.spawner.readline(None))
         return self.pid
 
     def _take_pid(self, line: str) -> None:

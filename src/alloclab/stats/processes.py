@@ -33,7 +33,7 @@ DOMINANT = 0.5   # wrappers "carry" a run when the program itself accounts for u
 
 
 @dataclass
-class Cell:
+class VariantPrograms:
     """One variant's runs of one workload."""
     label: str
     per_run: dict[str, float]      # image -> median processes per run
@@ -46,7 +46,7 @@ class Wrapped:
     workload: str
     programs: list[str]            # the non-wrapper images, most faults first
     program_exe: str | None        # the path of the first, to measure it directly
-    cells: list[Cell]
+    cells: list[VariantPrograms]
     dominated: bool                # the wrappers carry most of a variant's runs
 
     def command(self, argv: list[str]) -> str | None:
@@ -98,7 +98,7 @@ def wrapped(a: Analysis, w: WorkloadResult) -> Wrapped | None:
                      [r["metrics"].get("cpu_s", 0) for r, _ in rs]) if timed else None
         flt = _share([sum(p.get("minflt") or 0 for p in ps) for ps in own],
                      [r["metrics"].get("minflt", 0) for r, _ in rs]) if timed else None
-        cells.append(Cell(a.labels[vi], {i: c for i, c in sorted(counts.items(), key=lambda x: -x[1]) if c}, cpu, flt))
+        cells.append(VariantPrograms(a.labels[vi], {i: c for i, c in sorted(counts.items(), key=lambda x: -x[1]) if c}, cpu, flt))
     wrappers_per_run = [sum(n for i, n in c.per_run.items() if i in WRAPPERS) for c in cells]
     dominated = bool(programs) and any(
         (c.program_faults is not None and c.program_faults < DOMINANT) or
@@ -111,7 +111,7 @@ def _pct(x: float | None) -> str:
     return f"{x * 100:.0f}%" if x is not None else "n/a"
 
 
-def cell_line(c: Cell, programs: list[str]) -> str:
+def cell_line(c: VariantPrograms, programs: list[str]) -> str:
     """"tcmalloc: per run 1 python3.11, 5 bash, 2 env; python3.11 itself 13% of the CPU, 5% of the faults"."""
     procs = ", ".join(f"{n:g} {i}" for i, n in c.per_run.items())
     own = " and ".join(programs) or "no program but wrappers"
