@@ -31,4 +31,13 @@ def test_recipe_postgres_fingerprint_of_a_forked_server_run_as_postgres(cli, sto
         assert f["syscalls"] and f["syscalls"].get("brk", 0) >= 1, f.get("syscalls_how")
     # glibc trims and regrows the top of its heap; with a 64 MB pad the brk calls all but vanish
     assert fps[(0, "glibc")]["syscalls"]["brk"] > 5 * fps[(0, "glibc TOP_PAD=64M")]["syscalls"]["brk"]
-    assert "Allocation fingerprint" in p.stdout
+    # The demand per transaction, over the client's steady window: the program's, whatever the
+    # allocator (about two chunks of 8-32 KiB per partition and query: 100 partitions here).
+    per = {k: f["per_work"] for k, f in fps.items()}
+    for (wi, label), pw in per.items():
+        assert pw["work"] == "transaction" and 100 < pw["calls"] < 1000, (wi, label, pw)
+        assert 8 * 1024 < pw["bytes"] / pw["calls"] < 64 * 1024, pw
+    for wi in (0, 1):
+        a, b = per[(wi, "glibc")]["calls"], per[(wi, "glibc TOP_PAD=64M")]["calls"]
+        assert abs(a - b) / a < 0.2, per
+    assert "Allocation fingerprint" in p.stdout and "alloc calls per transaction" in p.stdout

@@ -29,6 +29,7 @@ from pathlib import Path
 
 from alloclab.measure.fingerprint_memory import (  # noqa: F401 (phase_memory: imported from here)
     _merged_series, allocator_figures, phase_memory)
+from alloclab.measure.fingerprint_work import per_work
 from alloclab.workloads import build as cbuild
 
 FP_DIR_VAR = "ALLOCLAB_FP_DIR"
@@ -322,6 +323,9 @@ def run_cell(executor, env: dict[str, str], variant_env: dict[str, str], workdir
     out = summarize(procs, result.wall_s, syscalls, how)
     phases = phase_memory(out["series"], result.stdout, out.get("allocator", {}).get("series"),
                           out.get("series_t0_monotonic_s"))
+    load = getattr(executor, "load", None)
+    if load is not None and (work := per_work(procs, result.values, load.metrics)):
+        out["per_work"] = work
     if phases:
         out["phases"] = phases
     out["status"] = result.status

@@ -30,6 +30,13 @@ def _overhead(kb: float | None) -> str:
     return _mib(kb)
 
 
+def _size(n: float) -> str:
+    for unit, div in (("MiB", 1 << 20), ("KiB", 1 << 10)):
+        if n >= div:
+            return f"{n / div:,.1f} {unit}"
+    return f"{n:,.0f} B"
+
+
 def _count(x: float | None) -> str:
     if x is None:
         return "n/a"
@@ -82,6 +89,13 @@ def rows(fp_of: dict[int, dict], order: list[int]) -> list[list[str]]:
         row("  at peak live: allocated, held", lambda fp: _own(fp.get("allocator", {}).get("at_peak_live"))),
         row("  at end: allocated, held", lambda fp: _own(fp.get("allocator", {}).get("at_end"))),
     ]
+    works = list(dict.fromkeys(fp["per_work"]["work"] for fp in fp_of.values() if fp.get("per_work")))
+    if works:
+        # Measured over the client's steady-state window (measure/fingerprint_work.py).
+        def per_work(fp):
+            pw = fp.get("per_work")
+            return "n/a" if pw is None else f"{_count(round(pw['calls']))} ({_size(pw['bytes'])} asked)"
+        out.insert(2, row(f"alloc calls per {works[0]} (bytes)", per_work))
     # A server's memory phases: what the program still holds against what the allocator keeps.
     names = list(dict.fromkeys(ph["name"] for fp in fp_of.values() for ph in fp.get("phases", [])))
     for name in names:

@@ -60,6 +60,7 @@ class MetricSpec:
     progress: str | None = None            # one match per interval: the steady-state mean (service_phases)
     skip: int = 0
     scale: float = 1.0                     # the ratio is multiplied by it (e.g. s -> us)
+    work: str | None = None                # a rate's unit of work ("transaction"): allocations per one
 
     @property
     def derived(self) -> bool:

@@ -40,6 +40,7 @@ LOAD = {"name": "string", "command": "argv list", "timeout": "seconds", "metrics
 METRIC = {"name": "string", "unit": "string", "higher": "bool (higher is better)", "primary": "bool",
           "regex": "regex, first group is the number", "json": "KEY.PATH in a JSON line",
           "ratio": "{ numerator = regex | \"@cpu_s\", denominator = regex, scale = number }",
+          "work": "the unit of work a rate counts (\"transaction\"): the fingerprint gives allocations per one",
           **phases.METRIC_KEYS}
 # What a ratio's numerator may name instead of a regex: a measure of the process under the variant.
 RATIO_MEASURES = ("cpu_s", "user_s", "sys_s", "wall_s", "load_cpu_s")   # load_cpu_s: a server's, while loaded
@@ -303,7 +304,8 @@ def _metric(c: _Checker, raw, where: tuple) -> MetricSpec:
     return MetricSpec(name, c.typed(m, "unit", where, str, "a string", ""),
                       bool(c.typed(m, "higher", where, bool, "true or false", True)),
                       bool(c.typed(m, "primary", where, bool, "true or false", False)),
-                      regex, json_path, ratio, progress, skip if progress else 0, scale)
+                      regex, json_path, ratio, progress, skip if progress else 0, scale,
+                      c.typed(m, "work", where, str, "a noun such as \"transaction\"", None) or None)
 
 
 def _check_placeholders(c: _Checker, ef: ExperimentFile, data: dict) -> None:

@@ -444,6 +444,9 @@ static uint32_t series_n, series_stride = 1, series_tick;
 static uint32_t s_t_ms[SERIES_MAX];
 static uint64_t s_live_kb[SERIES_MAX], s_rss_kb[SERIES_MAX], s_anon_kb[SERIES_MAX];
 static int64_t s_alloc_kb[SERIES_MAX], s_held_kb[SERIES_MAX];
+/* Allocation calls and requested bytes so far in this process (since its fork): the calls in a
+ * window, such as a client's measured load, are the difference of two readings. */
+static uint64_t s_allocs[SERIES_MAX], s_req_bytes[SERIES_MAX];
 static uint64_t peak_live, peak_rss_kb, peak_anon_kb, live_at_peak_anon;
 
 /* --- the allocator's own figures --------------------------------------------------------------- */
@@ -565,6 +568,18 @@ static void read_statm(uint64_t *rss_kb, uint64_t *anon_kb) {
     *anon_kb = (f[1] > f[2] ? f[1] - f[2] : 0) * page_kb;   /* resident less file-backed and shmem */
 }
 
+static void calls_so_far(uint64_t *allocs, uint64_t *bytes) {
+    static const int kinds[] = {K_MALLOC, K_CALLOC, K_REALLOC, K_MEMALIGN, K_POSIX_MEMALIGN, K_ALIGNED_ALLOC,
+                                K_VALLOC, K_NEW};
+    *allocs = *bytes = 0;
+    uint32_t n = __atomic_load_n(&nslots, __ATOMIC_RELAXED);
+    for (uint32_t i = 0; i <= n && i < MAX_SLOTS; i++) {
+        for (unsigned k = 0; k < sizeof kinds / sizeof kinds[0]; k++)
+            *allocs += __atomic_load_n(&slots[i].calls[kinds[k]], __ATOMIC_RELAXED);
+        *bytes += __atomic_load_n(&slots[i].bytes, __ATOMIC_RELAXED);
+    }
+}
+
 static void take_sample(void) {
     int64_t live = live_now();
     uint64_t rss, anon, live_u = live > 0 ? (uint64_t)live : 0;
@@ -579,6 +594,7 @@ static void take_sample(void) {
             s_t_ms[i] = s_t_ms[2 * i]; s_live_kb[i] = s_live_kb[2 * i];
             s_rss_kb[i] = s_rss_kb[2 * i]; s_anon_kb[i] = s_anon_kb[2 * i];
             s_alloc_kb[i] = s_alloc_kb[2 * i]; s_held_kb[i] = s_held_kb[2 * i];
+            s_allocs[i] = s_allocs[2 * i]; s_req_bytes[i] = s_req_bytes[2 * i];
         }
         series_n = SERIES_MAX / 2;
         series_stride *= 2;
@@ -588,6 +604,7 @@ static void take_sample(void) {
     s_rss_kb[series_n] = rss;
     s_alloc_kb[series_n] = as_allocated < 0 ? -1 : as_allocated / 1024;
     s_held_kb[series_n] = as_held < 0 ? -1 : as_held / 1024;
+    calls_so_far(&s_allocs[series_n], &s_req_bytes[series_n]);
     s_anon_kb[series_n++] = anon;
 }
 
@@ -686,7 +703,8 @@ static void write_file(int final) {
     for (uint32_t i = 0; i < series_n; i++) {
         if (i) put(",");
         put("["); put_u(s_t_ms[i]); put(","); put_u(s_live_kb[i]); put(","); put_u(s_rss_kb[i]);
-        put(","); put_u(s_anon_kb[i]); put(","); put_i(s_alloc_kb[i]); put(","); put_i(s_held_kb[i]); put("]");
+        put(","); put_u(s_anon_kb[i]); put(","); put_i(s_alloc_kb[i]); put(","); put_i(s_held_kb[i]);
+        put(","); put_u(s_allocs[i]); put(","); put_u(s_req_bytes[i]); put("]");
     }
     put("]}\n");
     int out = open(tmp_path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);

@@ -150,7 +150,11 @@ class ServiceExecutor(_FileLoad):
         tree.begin_window()
         timeout = timeout_s if timeout_s is not None else load.timeout
         t_load = time.perf_counter() - tree.t0
+        client_start = time.perf_counter()
         done = self._client(server, workdir, timeout, failure)
+        # CLOCK_MONOTONIC, the fingerprint interposer's clock: the calls made while the client
+        # ran can be read off its series (measure/fingerprint_work.py).
+        window = [round(client_start, 4), round(time.perf_counter(), 4)]
         result.wall_s = done.wall_s
         client_ok = done.code == 0
         died = self._idle(server) if client_ok else server.done.is_set()
@@ -176,6 +180,7 @@ class ServiceExecutor(_FileLoad):
         excluded = phase_excl if shared else _plus(warm_excl, phase_excl)
         self._account(server, shared, result, final_kb, excluded)
         summary = self._summary(server, shared, result, done, excluded, final_pss, load_cpu_s) | phase_info
+        summary["load_window_monotonic_s"] = window
         result.values = summary
         result.stdout = done.output.rstrip("\n") + "\n" + summary_line(summary) + "\n"
         result.stderr = _loader_lines(server)
