@@ -29,7 +29,6 @@ from pathlib import Path
 
 from alloclab.measure.fingerprint_memory import (  # noqa: F401 (phase_memory: imported from here)
     _merged_series, allocator_figures, phase_memory)
-from alloclab.measure.fingerprint_work import per_work
 from alloclab.workloads import build as cbuild
 
 FP_DIR_VAR = "ALLOCLAB_FP_DIR"
@@ -274,6 +273,7 @@ def run_cell(executor, env: dict[str, str], variant_env: dict[str, str], workdir
              timeout_s: float | None, mapped_marker: str | None) -> dict:
     """One fingerprint run of a workload under a variant, summarized; {"error": ...} if it failed."""
     from alloclab.measure.executors import CommandExecutor
+    from alloclab.measure.fingerprint_work import per_work   # it reads ALLOC_KINDS from here
     from alloclab.measure.run import run_once
 
     fp_dir = workdir / "fp"
@@ -281,8 +281,8 @@ def run_cell(executor, env: dict[str, str], variant_env: dict[str, str], workdir
     (workdir / "run").mkdir(exist_ok=True)   # executors write their files there, as in a timed run
     sys_file = workdir / "syscalls.txt"
     session = getattr(executor, "session", None)
-    unprivileged = bool(session is not None and getattr(session.identity, "wrapper", None))
-    fp_env = preload_env(variant_env, fp_dir, session.workdir if unprivileged else None)
+    run_as = bool(session is not None and getattr(session.identity, "wrapper", None))
+    fp_env = preload_env(variant_env, fp_dir, session.workdir if run_as else None)
     wrapper = syscall_wrapper(sys_file)
     tool, how = syscall_counter()
     timeout = max(timeout_s or 0, TIMEOUT_FLOOR_S) if timeout_s else None

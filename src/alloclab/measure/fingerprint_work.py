@@ -16,6 +16,8 @@ from __future__ import annotations
 
 from bisect import bisect_right
 
+from alloclab.measure.fingerprint import ALLOC_KINDS
+
 
 def _track(p: dict) -> list[tuple[int, int, int]] | None:
     """(monotonic ns, calls so far, requested bytes so far) of one process; None from an older
@@ -26,8 +28,7 @@ def _track(p: dict) -> list[tuple[int, int, int]] | None:
     start = p["start_ns"]
     pts = [(start, 0, 0)] + [(start + row[0] * 1_000_000, row[6], row[7]) for row in rows]
     if p.get("final"):
-        calls = sum(p["calls"].get(k, 0) for k in ("malloc", "calloc", "realloc", "memalign", "posix_memalign",
-                                                   "aligned_alloc", "valloc", "new"))
+        calls = sum(p["calls"].get(k, 0) for k in ALLOC_KINDS)
         pts.append((max(p["t_ns"], pts[-1][0]), calls, p.get("bytes", 0)))
     return pts
 

@@ -149,8 +149,8 @@ class ServiceExecutor(_FileLoad):
             warm_excl, failure, stage = self._warmup(server)
         tree.begin_window()
         timeout = timeout_s if timeout_s is not None else load.timeout
-        t_load = time.perf_counter() - tree.t0
         client_start = time.perf_counter()
+        t_load = client_start - tree.t0
         done = self._client(server, workdir, timeout, failure)
         # CLOCK_MONOTONIC, the fingerprint interposer's clock: the calls made while the client
         # ran can be read off its series (measure/fingerprint_work.py).
