@@ -144,7 +144,11 @@ def sequential_verdict(pairs: list[tuple[float, float]], design: decide.Design, 
 
 
 def resampled(sequences: list[list[tuple[float, float]]], draws: int, design: decide.Design, seed: int,
-              higher_is_better: bool) -> dict:
+              higher_is_better: bool, family: int = 2, swap: bool = False) -> dict:
+    """Sequential experiments rebuilt from segments of the real blocks. `swap`: each block's two labels
+    are swapped at random (an A/A pair's exact null: without it, the small difference the real
+    experiments happened to show becomes a true effect that every resample inherits, and the
+    false verdicts lean one way)."""
     segments = [seq[i:i + SEGMENT] for seq in sequences for i in range(0, len(seq) - SEGMENT + 1, SEGMENT)]
     if not segments:
         return {"draws": 0}
@@ -154,8 +158,12 @@ def resampled(sequences: list[list[tuple[float, float]]], draws: int, design: de
     for _ in range(draws):
         pairs: list[tuple[float, float]] = []
         while len(pairs) < design.looks[-1]:
-            pairs += segments[int(rng.integers(len(segments)))]
-        v, n = sequential_verdict(pairs, design, 2, higher_is_better)
+            seg = segments[int(rng.integers(len(segments)))]
+            if swap:
+                flip = rng.integers(2, size=len(seg))
+                seg = [(c, b) if f else (b, c) for (b, c), f in zip(seg, flip)]
+            pairs += seg
+        v, n = sequential_verdict(pairs, design, family, higher_is_better)
         counts[v] += 1
         used.append(n)
     return {"draws": draws, "segments": len(segments), "verdicts": counts, "median_runs": float(np.median(used))}
@@ -178,6 +186,9 @@ def parse_args(argv=None):
     p.add_argument("--param", action="append", default=[], metavar="KEY=VALUE",
                    help="workload parameter (default: the quick size)")
     p.add_argument("--experiments", type=int, default=8, help="real sequential experiments (default 8)")
+    p.add_argument("--aa-labels", type=int, default=1,
+                   help="A/A labels beside the baseline (default 1); 6 makes a family of seven A/A comparisons "
+                   "(plus the slowdown), the demo's shape")
     p.add_argument("--max-runs", type=int, default=300, help="runs per variant at most (compare's default: 300)")
     p.add_argument("--budget", type=float, default=600, help="seconds per experiment (compare's default: 600)")
     p.add_argument("--resamples", type=int, default=2000, help="resampled sequential experiments")
@@ -210,8 +221,11 @@ def benchmark(args, store: Store) -> dict:
                                                  args.seed)
         print(f"calibration: {report['calibration']['slowdown_per_unit']:+.2%} per unit; {extra} units", file=sys.stderr)
     ew = f"ew{extra}"
-    specs = ["glibc@a", "glibc@b", f"glibc:{ENV_VAR}={extra}@{ew}"]
-    real, aa_seqs, slow_seqs = [], [], []
+    aa_labels = [chr(ord("b") + i) for i in range(args.aa_labels)]
+    specs = ["glibc@a", *(f"glibc@{lab}" for lab in aa_labels), f"glibc:{ENV_VAR}={extra}@{ew}"]
+    family = len(specs) - 1
+    real, slow_seqs = [], []
+    aa_seqs: dict[str, list] = {lab: [] for lab in aa_labels}
     for i in range(args.experiments):
         t = time.monotonic()
         exp_id = run_core(store, workload, specs, args.seed + 100 + i, f"experiment {i + 1}", until_decided=True,
@@ -220,7 +234,8 @@ def benchmark(args, store: Store) -> dict:
         row = a.workloads[0].primary()
         cmp = {a.labels[c.variant_idx]: c.comparison for c in row.cells if c.comparison}
         blocks = primary_blocks(store, exp_id, metric.name)
-        aa_seqs.append([(b["a"], b["b"]) for b in blocks.values() if "a" in b and "b" in b])
+        for lab in aa_labels:
+            aa_seqs[lab].append([(b["a"], b[lab]) for b in blocks.values() if "a" in b and lab in b])
         slow_seqs.append([(b["a"], b[ew]) for b in blocks.values() if "a" in b and ew in b])
         rec = {"id": exp_id, "seconds": time.monotonic() - t, "stopped": a.experiment.config.get("stopped"),
                "runs": {lab: c.n_candidate for lab, c in cmp.items()},
@@ -236,9 +251,12 @@ def benchmark(args, store: Store) -> dict:
     realized = [b / a for seq in slow_seqs for a, b in seq]
     return report | {
         "extra_work": extra, "experiments": args.experiments, "design": design.to_config(), "real": real,
+        "aa_labels": aa_labels, "family": family,
         "realized_slowdown": slowdown(float(np.exp(np.mean(np.log(realized)))), hib) if realized else math.nan,
-        "resampled": {"aa": resampled(aa_seqs, args.resamples, design, args.seed, hib),
-                      "slow": resampled(slow_seqs, args.resamples, design, args.seed + 1, hib)},
+        # Every A/A label's blocks pooled: each is the same null, with labels swapped at random.
+        "resampled": {"aa": resampled([q for seqs in aa_seqs.values() for q in seqs], args.resamples, design,
+                                      args.seed, hib, family, swap=True),
+                      "slow": resampled(slow_seqs, args.resamples, design, args.seed + 1, hib, family)},
         "load_end": list(os.getloadavg()), "seconds": time.monotonic() - t0}
 
 
@@ -277,6 +295,11 @@ def print_report(r: dict) -> None:
         runs = [e["runs"][lab] for e in r["real"]]
         print(f"real, {lab}: " + ", ".join(f"{v} {vs.count(v)}" for v in decide.VERDICTS if vs.count(v))
               + f" of {len(vs)}; runs per variant median {np.median(runs):.0f} (range {min(runs)}-{max(runs)})")
+    aa = r.get("aa_labels", ["b"])
+    if len(aa) > 1 and r["real"]:
+        false = sum(any(e["verdicts"][lab] in ("better", "worse") for lab in aa) for e in r["real"])
+        print(f"real, the family of {len(aa)} A/A comparisons: an experiment with any false verdict "
+              f"{false} of {len(r['real'])}")
     injected = f"injected {r['realized_slowdown']:+.1%}"
     for key, what, bad in (("aa", "A/A (b vs a)", ("better", "worse")), ("slow", injected, ("worse",))):
         x = r["resampled"][key]
@@ -285,6 +308,8 @@ def print_report(r: dict) -> None:
         k = sum(x["verdicts"][v] for v in bad)
         lo, hi = wilson(k, x["draws"])
         name = "false-positive rate" if key == "aa" else "decided worse"
+        if key == "aa" and len(aa) > 1:
+            name += f" per comparison (x{len(aa)} bounds the family's: {min(1, len(aa) * k / x['draws']):.1%})"
         print(f"resampled {what}: {name} {k}/{x['draws']} = {k / x['draws']:.1%} [95% {lo:.1%}, {hi:.1%}]; "
               + ", ".join(f"{v} {n}" for v, n in x["verdicts"].items() if n)
               + f"; median runs to a verdict {x['median_runs']:.0f} (from {x['segments']} segments of {SEGMENT} blocks)")

@@ -58,11 +58,12 @@ def faults(pid: int) -> tuple[int, int]:
 
 class Sampler:
     """What alloclab's sampler reads while a client runs: /proc/PID/stat of the server's processes
-    every 50 ms, /proc/PID/smaps_rollup every 0.5 s (to test whether reading them changes anything)."""
+    every 50 ms ("stat"), /proc/PID/smaps_rollup every 0.5 s ("pss"), or both (to test whether reading
+    them changes anything)."""
 
-    def __init__(self, root: int):
+    def __init__(self, root: int, mode: str = "both"):
         import threading
-        self.root, self.stop = root, threading.Event()
+        self.root, self.mode, self.stop = root, mode, threading.Event()
         self.thread = threading.Thread(target=self.loop, daemon=True)
 
     def tree(self) -> list[int]:
@@ -82,8 +83,9 @@ class Sampler:
         while not self.stop.wait(0.05):
             for pid in self.tree():
                 try:
-                    Path(f"/proc/{pid}/stat").read_text()
-                    if n % 10 == 0:
+                    if self.mode in ("stat", "both"):
+                        Path(f"/proc/{pid}/stat").read_text()
+                    if self.mode in ("pss", "both") and n % 10 == 0:
                         Path(f"/proc/{pid}/smaps_rollup").read_text()
                 except OSError:
                     pass
@@ -139,6 +141,34 @@ class Server:
             self.proc.kill()
 
 
+def client_backends(postmaster: int) -> list[int]:
+    """The postmaster's children that serve a client connection ("postgres: USER DB 127.0.0.1(PORT) ..."),
+    and those that exited but are not reaped yet."""
+    out = []
+    for d in os.listdir("/proc"):
+        if not d.isdigit():
+            continue
+        try:
+            st = Path(f"/proc/{d}/stat").read_text()
+            state, ppid = st[st.rindex(")") + 2:].split()[:2]
+            if int(ppid) != postmaster:
+                continue
+            # an exited child not yet reaped (its cmdline is gone) still owes its faults to cminflt
+            if state == "Z" or b"127.0.0.1(" in Path(f"/proc/{d}/cmdline").read_bytes():
+                out.append(int(d))
+        except (OSError, ValueError):
+            pass
+    return out
+
+
+def settle(postmaster: int, timeout: float = 10.0) -> None:
+    """Wait until every client backend has exited and been reaped: a backend still exiting when the
+    postmaster's faults are read adds its faults to the next reading (cminflt grows when it is reaped)."""
+    deadline = time.monotonic() + timeout
+    while client_backends(postmaster) and time.monotonic() < deadline:
+        time.sleep(0.02)
+
+
 def psql(port: int, sql: str) -> None:
     subprocess.run(as_postgres() + ["psql", "-X", "-q", "-h", "127.0.0.1", "-p", str(port), "-U", "postgres",
                                     "-c", sql, "postgres"], check=True, capture_output=True)
@@ -148,7 +178,8 @@ def prewarm(port: int) -> None:
     psql(port, PREWARM_SQL)
 
 
-def one_repetition(data: Path, port: int, env: dict, args, script: Path, clients_list: list[int]) -> list[dict]:
+def one_repetition(data: Path, port: int, env: dict, args, script: Path, clients_list: list[int],
+                   sample: str = "none") -> list[dict]:
     with Server(data, port, env):
         postmaster = int(Path(data, "postmaster.pid").read_text().split()[0])
         if args.prewarm:
@@ -159,15 +190,23 @@ def one_repetition(data: Path, port: int, env: dict, args, script: Path, clients
             psql(port, "CHECKPOINT")
         rows = []
         for clients in clients_list:
+            # Read both ways, in the same run: right away (as this script did before 2026-11-25) and once
+            # the warm-up's backends are gone. A backend still exiting when the postmaster is read adds
+            # its faults to the postmaster's cminflt later, inside the measured window.
+            early = faults(postmaster)
+            settle(postmaster)
             before = faults(postmaster)
-            if args.sample:
-                with Sampler(postmaster):
+            if sample != "none":
+                with Sampler(postmaster, sample):
                     r = pgbench(port, clients, args.duration, script)
             else:
                 r = pgbench(port, clients, args.duration, script)
-            time.sleep(0.2)  # the backends exit and are reaped after pgbench returns
+            time.sleep(0.2)
+            after_early = faults(postmaster)
+            settle(postmaster)
             after = faults(postmaster)
-            r["faults"] = (after[0] + after[1]) - (before[0] + before[1])
+            r["faults"] = sum(after) - sum(before)
+            r["faults_unsettled"] = sum(after_early) - sum(early)
             r["clients"] = clients
             rows.append(r)
         return rows
@@ -185,7 +224,10 @@ def main() -> None:
     p.add_argument("--checkpoint", action="store_true", help="a CHECKPOINT after the warm-up")
     p.add_argument("--per-client-server", action="store_true",
                    help="a fresh server (and warm-up at that client count) per client count, as the recipe does")
-    p.add_argument("--sample", action="store_true", help="read the server's /proc files as alloclab's sampler does")
+    p.add_argument("--sample", nargs="?", const="both", default="none",
+                   help="read the server's /proc files while the client runs, as alloclab's sampler does: both "
+                   "(the default of a bare --sample), stat, pss or none; a comma-separated list runs every "
+                   "variant under each, in turn, within each repetition")
     p.add_argument("--pad", default="", help="comma-separated sizes of an extra environment variable (bytes), "
                    "cycled over the servers: alloclab pads every run's environment")
     p.add_argument("--port", type=int, default=55450)
@@ -200,12 +242,15 @@ def main() -> None:
     rows = []
     n_servers = 0
     with open(args.out, "w", newline="") as fh:
-        w = csv.DictWriter(fh, ["rep", "data", "variant", "clients", "tps", "transactions", "faults", "started", "pad"])
+        w = csv.DictWriter(fh, ["rep", "data", "variant", "clients", "tps", "transactions", "faults", "faults_unsettled", "sample",
+                                "started", "pad"])
         w.writeheader()
         for rep in range(args.reps):
             order = variants[rep % len(variants):] + variants[:rep % len(variants)]
             for name, data in datas.items():
-                for v in order:
+                modes = args.sample.split(",")
+                modes = modes[rep % len(modes):] + modes[:rep % len(modes)]
+                for v, sample in [(v, m) for v in order for m in modes]:
                     groups = [[c] for c in args.clients] if args.per_client_server else [args.clients]
                     for clients_list in groups:
                         started = time.strftime("%H:%M:%S")
@@ -213,27 +258,30 @@ def main() -> None:
                         pad = pads[n_servers % len(pads)]
                         n_servers += 1
                         env = VARIANTS[v] | ({"ALLOCLAB_PAD": "x" * pad} if pad else {})
-                        for r in one_repetition(Path(data), args.port, env, args, script, clients_list):
-                            row = {"rep": rep, "data": name, "variant": v, "started": started, "pad": pad, **r}
+                        for r in one_repetition(Path(data), args.port, env, args, script, clients_list, sample):
+                            row = {"rep": rep, "data": name, "variant": v, "sample": sample, "started": started,
+                                   "pad": pad, **r}
                             w.writerow(row)
                             fh.flush()
                             rows.append(row)
                             print(row, flush=True)
-    summarize(rows, variants)
+    summarize(rows, variants, args.sample.split(","))
 
 
-def summarize(rows: list[dict], variants: list[str]) -> None:
+def summarize(rows: list[dict], variants: list[str], modes: list[str]) -> None:
     for data in sorted({r["data"] for r in rows}):
         for c in sorted({r["clients"] for r in rows}):
             base = None
-            for v in variants:
-                sel = [r for r in rows if r["data"] == data and r["clients"] == c and r["variant"] == v]
+            for v, mode in [(v, m) for m in modes for v in variants]:
+                sel = [r for r in rows if r["data"] == data and r["clients"] == c and r["variant"] == v
+                       and r["sample"] == mode]
                 tps = [r["tps"] for r in sel]
                 fpt = statistics.median(r["faults"] / max(1, r["transactions"]) for r in sel)
+                fpt_early = statistics.median(r["faults_unsettled"] / max(1, r["transactions"]) for r in sel)
                 med = statistics.median(tps)
                 base = base or med
-                print(f"{data:8} c{c} {v:9} tps {med:6.2f} ({min(tps):.2f}-{max(tps):.2f}) x{med / base:.3f} "
-                      f"faults/tx {fpt:8.0f}  n={len(sel)}")
+                print(f"{data:8} c{c} {v:9} sampling {mode:4} tps {med:6.2f} ({min(tps):.2f}-{max(tps):.2f}) x{med / base:.3f} "
+                      f"faults/tx {fpt:8.0f} (read unsettled: {fpt_early:.0f})  n={len(sel)}")
 
 
 if __name__ == "__main__":

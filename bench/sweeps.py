@@ -24,6 +24,7 @@ from pathlib import Path
 
 from rich.console import Console
 
+from alloclab.catalog.variants import parse_variants
 from alloclab.cli import app as cli_app
 from alloclab.plan import param_sweep, sweep
 from alloclab.stats.analysis import analyze
@@ -41,7 +42,7 @@ def measure(store: Store, title: str, workloads, specs: list[str], sweeps: list[
     if "extra_config" in {f.name for f in dataclasses.fields(Settings)}:
         settings.extra_config = sweep.sweep_config(sweeps)
     started, load = time.monotonic(), os.getloadavg()[0]
-    exp_id = cli_app.run_experiment(store, workloads, specs, settings)
+    exp_id = cli_app.run_experiment(store, workloads, parse_variants(specs), settings)
     took = time.monotonic() - started
     # Other programs compete for the cores; the load says how much, next to the numbers.
     console.rule(f"{title}: {runs} runs x {len(specs)} variants x {len(workloads)} workloads, "

@@ -58,6 +58,11 @@ def test_oversized_size_classes_and_threshold(tmp_path):
         padded = _run(tmp_path / "c", [builtin.binary(builtin.get("oversized")), "--queries", "4"],
                       {"MALLOC_TOP_PAD_": str(64 << 20)})
         assert out["syscalls"]["brk"] > 4 * 10 and padded["syscalls"]["brk"] < 20, (out["syscalls"], padded["syscalls"])
+    if fp.syscall_counter()[0] == "perf":
+        # And the bytes behind the calls: each query's 27 MB grown and given back, against none.
+        glibc, pad = out["syscall_bytes"], padded["syscall_bytes"]
+        assert glibc["brk_shrunk"] >= 3 * 20 << 20 and glibc["brk_grown"] >= 3 * 20 << 20, glibc
+        assert pad["brk_shrunk"] < glibc["brk_shrunk"] / 10, (pad, glibc)
 
 
 def test_forked_children(tmp_path, build):

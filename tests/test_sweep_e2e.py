@@ -9,6 +9,7 @@ import os
 import pytest
 from rich.console import Console
 
+from alloclab.catalog.variants import parse_variants
 from alloclab.cli import app as cli_app
 from alloclab.plan import param_sweep, sweep
 from alloclab.stats import sweep as sweep_stats
@@ -30,7 +31,7 @@ def run(tmp_path, workloads, specs, runs, sweeps=None):
     settings = Settings(runs=runs, warmup=0, timeout_s=60)
     if sweeps:
         settings.extra_config = sweep.sweep_config(sweeps)
-    exp_id = cli_app.run_experiment(store, workloads, specs, settings)
+    exp_id = cli_app.run_experiment(store, workloads, parse_variants(specs), settings)
     return store, exp_id, analyze(store.load(exp_id))
 
 

@@ -21,6 +21,7 @@ from alloclab.store.db import DEFAULT_DB, Store
 # (scipy, numpy), the runner (psutil, pyelftools) and the exporters load inside the functions
 # that use them, so that starting the CLI costs a tenth of a second, not seconds.
 if TYPE_CHECKING:
+    from alloclab.catalog.variants import Variant
     from alloclab.measure.runner import Settings
     from alloclab.stats.analysis import Analysis
 
@@ -79,15 +80,13 @@ def timeout_option(default: float | None = None):
 
 # --- running experiments ----------------------------------------------------------------------
 
-def run_experiment(store: Store, workloads, variant_specs: list[str], settings: Settings) -> int:
+def run_experiment(store: Store, workloads, variants: list[Variant], settings: Settings) -> int:
     from rich.progress import (BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn,
                                TimeRemainingColumn)
 
     from alloclab.measure.runner import Runner, Progress as RunProgress
     from alloclab.stats.looks import Judge
-    from alloclab.catalog.variants import parse_variants
 
-    variants = parse_variants(variant_specs)
     with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
                   TimeElapsedColumn(), TextColumn("eta"), TimeRemainingColumn(),
                   console=err, transient=True) as bar:

@@ -77,8 +77,13 @@ def _check_profiling(opts: ExperimentOptions, workloads: list) -> None:
 
 
 def measure_and_show(opts: ExperimentOptions, plan: Plan) -> Analysis:
+    from alloclab.catalog.variants import parse_variants
+
     settings = settings_of(opts, plan)
     _check_profiling(opts, plan.workloads)
+    # Parsed once, here; a fleet's hosts get the specs as text and parse them against their own
+    # catalogs (an allocator need not be installed on this machine).
+    variants = [] if opts.fleet else parse_variants(plan.specs)
     store = Store(opts.db)
     err.print(f"Storing results in {store.path.resolve()}", highlight=False)
     if opts.fleet:
@@ -86,11 +91,11 @@ def measure_and_show(opts: ExperimentOptions, plan: Plan) -> Analysis:
                                plan.fleet_inputs, plan.specs, settings,
                                note=lambda text: err.print(text, highlight=False))
     else:
-        exp_id = run_experiment(store, plan.workloads, plan.specs, settings)
-    return _show_all(store, exp_id, opts, plan)
+        exp_id = run_experiment(store, plan.workloads, variants, settings)
+    return _show_all(store, exp_id, opts, plan, variants)
 
 
-def _show_all(store: Store, exp_id: int, opts: ExperimentOptions, plan: Plan) -> Analysis:
+def _show_all(store: Store, exp_id: int, opts: ExperimentOptions, plan: Plan, variants: list) -> Analysis:
     from alloclab.stats.analysis import analyze
 
     a = analyze(store.load(exp_id), min_effect=opts.min_effect)
@@ -105,7 +110,7 @@ def _show_all(store: Store, exp_id: int, opts: ExperimentOptions, plan: Plan) ->
         render_stored_sweeps(a)
     if opts.profile:
         from alloclab.cli.profile import profile_after
-        profile_after(store, a, plan.workloads, plan.specs, runs=opts.profile_runs, call_graph=opts.call_graph,
+        profile_after(store, a, plan.workloads, variants, runs=opts.profile_runs, call_graph=opts.call_graph,
                       timeout_s=opts.timeout)
     return a
 

@@ -26,6 +26,7 @@ from alloclab.store.db import Store
 # profile, callgrind and the runner load psutil, pyelftools and the service machinery: imported in
 # the functions that use them, so that registering these commands keeps `alloclab` starting fast.
 if TYPE_CHECKING:
+    from alloclab.catalog.variants import Variant
     from alloclab.measure.profile import summary
     from alloclab.stats.analysis import Analysis
 
@@ -85,7 +86,7 @@ def profile_command(
         err.print(f"[yellow]note:[/] {access.note}", highlight=False)
     settings = Settings(runs=timed_runs, warmup=1, timeout_s=timeout, seed=seed, verify=not no_verify,
                         kind="profile", title=" ".join(command))
-    exp_id = run_experiment(store, [workload], allocator, settings)
+    exp_id = run_experiment(store, [workload], variants, settings)
     exp = store.load(exp_id)
     with _bar(runs * len(variants) + (len(variants) if instructions else 0)) as advance:
         summaries = record.profile_experiment(store, exp, [workload], variants, runs=runs, frequency=frequency,
@@ -296,14 +297,12 @@ def _overhead_verdict(group: list[summary.ProfileSummary]) -> str:
             f"{verdict}.{noise}{fixed}")
 
 
-def profile_after(store: Store, a: Analysis, workloads, variant_specs: list[str], *, runs: int,
+def profile_after(store: Store, a: Analysis, workloads, variants: list[Variant], *, runs: int,
                   call_graph: bool = False, frequency: int = DEFAULT_FREQUENCY,
                   timeout_s: float | None = None) -> None:
     """`--profile` on compare/suite/run: profile the experiment just measured and analysed, and show it."""
     from alloclab.measure.profile import record
-    from alloclab.catalog.variants import parse_variants
 
-    variants = parse_variants(variant_specs)
     with _bar(runs * len(variants) * len(workloads)) as advance:
         summaries = record.profile_experiment(store, a.experiment, workloads, variants, runs=runs,
                                               frequency=frequency, call_graph=call_graph, timeout_s=timeout_s,

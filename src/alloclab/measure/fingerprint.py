@@ -4,8 +4,9 @@ never mixed into the timed ones.
 
 In that run, launcher/fingerprint.c is preloaded BEFORE the variant's allocator (it counts every
 call and forwards it to the next definition) and writes one file per process; the memory system
-calls of the whole tree are counted at the same time by `perf stat` on the syscall tracepoints, or
-`strace -f -c` where those are not available. `summarize` merges the processes' files into one
+calls of the whole tree are counted at the same time (measure/fingerprint_syscalls.py: perf record on
+the syscall tracepoints, with the bytes each call moved, or `strace -f -c` where those are not
+available). `summarize` merges the processes' files into one
 dict, stored with the experiment (store.set_fingerprint) and shown by report/fingerprint.py:
 
 * the demand: allocation calls per second of the run, a power-of-two size histogram (calls and
@@ -22,17 +23,15 @@ from __future__ import annotations
 
 import functools
 import json
-import re
 import shutil
-import subprocess
 from pathlib import Path
 
 from alloclab.measure.fingerprint_memory import (  # noqa: F401 (phase_memory: imported from here)
     _merged_series, allocator_figures, phase_memory)
+from alloclab.measure.fingerprint_syscalls import SYSCALL_FILE, parse_syscalls, syscall_counter, syscall_wrapper
 from alloclab.workloads import build as cbuild
 
 FP_DIR_VAR = "ALLOCLAB_FP_DIR"
-SYSCALLS = ("brk", "mmap", "munmap", "mremap", "madvise", "mprotect")
 BIG = 128 * 1024
 ALLOC_KINDS = ("malloc", "calloc", "realloc", "memalign", "posix_memalign", "aligned_alloc", "valloc", "new")
 FREE_KINDS = ("free", "delete")
@@ -64,60 +63,6 @@ def preload_env(variant_env: dict[str, str], fp_dir: Path, readable_in: Path | N
     return variant_env | {"LD_PRELOAD": preload, FP_DIR_VAR: str(fp_dir)}
 
 
-# --- the memory system calls ------------------------------------------------------------------------
-
-@functools.cache
-def syscall_counter() -> tuple[str | None, str]:
-    """('perf' | 'strace' | None, why): what can count the tree's memory system calls here."""
-    perf, strace = shutil.which("perf"), shutil.which("strace")
-    if perf:
-        try:
-            p = subprocess.run([perf, "stat", "-x,", "-e", "syscalls:sys_enter_brk", "--", "true"],
-                               capture_output=True, text=True, timeout=20)
-            if p.returncode == 0 and re.search(r"^\d+,.*sys_enter_brk", p.stderr, re.M):
-                return "perf", "perf stat on the syscalls:sys_enter_* tracepoints (the whole tree)"
-            why = " ".join(p.stderr.split())[:160] or f"status {p.returncode}"
-        except (OSError, subprocess.TimeoutExpired) as exc:
-            why = str(exc)
-    else:
-        why = "perf is not installed"
-    if strace:
-        return "strace", f"strace -f -c (perf's syscall tracepoints unavailable: {why})"
-    return None, (f"no way to count system calls here: perf's syscall tracepoints are unavailable ({why}) "
-                  f"and strace is not installed (apt-get install -y strace)")
-
-
-def syscall_wrapper(out: Path) -> list[str] | None:
-    """The argv prefix that counts the memory system calls of what it runs (and its children).
-    For a server run as another user (a recipe's run_as) it stays in front of the whole run_as
-    chain (measure/service/server.py), so it keeps alloclab's rights to perf's tracepoints."""
-    tool, _ = syscall_counter()
-    if tool == "perf":
-        events = ",".join(f"syscalls:sys_enter_{s}" for s in SYSCALLS)
-        return ["perf", "stat", "-x,", "-o", str(out), "-e", events, "--"]
-    if tool == "strace":
-        return ["strace", "-f", "-c", "-o", str(out), "-e", "trace=" + ",".join(SYSCALLS), "--"]
-    return None
-
-
-def parse_syscalls(path: Path) -> dict[str, int] | None:
-    """Counts per system call from perf stat's CSV or strace -c's table; None if unreadable."""
-    try:
-        text = path.read_text(errors="replace")
-    except OSError:
-        return None
-    counts: dict[str, int] = {}
-    for line in text.splitlines():
-        m = re.match(r"^(\d+),[^,]*,syscalls:sys_enter_(\w+)", line)
-        if m:
-            counts[m.group(2)] = int(m.group(1))
-            continue
-        f = line.split()
-        if len(f) >= 5 and f[-1] in SYSCALLS and f[3].isdigit():   # strace: % time, s, us/call, calls, [errors,] name
-            counts[f[-1]] = int(f[3])
-    return {s: counts.get(s, 0) for s in SYSCALLS} if counts else None
-
-
 # --- merging the per-process files -------------------------------------------------------------------
 
 def read_processes(fp_dir: Path) -> list[dict]:
@@ -145,7 +90,7 @@ def _size(n: int) -> str:
 
 
 def summarize(procs: list[dict], wall_s: float | None, syscalls: dict[str, int] | None = None,
-              syscall_note: str = "") -> dict:
+              syscall_note: str = "", syscall_bytes: dict[str, int] | None = None) -> dict:
     """One dict for the whole process tree of a fingerprint run."""
     calls, hist, tot, samp, life, still = _sums(procs)
     allocs = sum(calls[k] for k in ALLOC_KINDS)
@@ -192,6 +137,7 @@ def summarize(procs: list[dict], wall_s: float | None, syscalls: dict[str, int] 
     if sources and any(pt[4] is not None or pt[5] is not None for pt in series6):
         out["allocator"] = allocator_figures(series6, sources, out.get("memory"))
     out["syscalls"] = syscalls
+    out["syscall_bytes"] = syscall_bytes
     out["syscalls_how"] = syscall_note
     return out
 
@@ -279,7 +225,7 @@ def run_cell(executor, env: dict[str, str], variant_env: dict[str, str], workdir
     fp_dir = workdir / "fp"
     fp_dir.mkdir(parents=True, exist_ok=True)
     (workdir / "run").mkdir(exist_ok=True)   # executors write their files there, as in a timed run
-    sys_file = workdir / "syscalls.txt"
+    sys_file = workdir / SYSCALL_FILE
     session = getattr(executor, "session", None)
     run_as = bool(session is not None and getattr(session.identity, "wrapper", None))
     fp_env = preload_env(variant_env, fp_dir, session.workdir if run_as else None)
@@ -301,7 +247,7 @@ def run_cell(executor, env: dict[str, str], variant_env: dict[str, str], workdir
         elif hasattr(executor, "session") and getattr(executor.session.ef, "service", None):
             result = executor.execute(env | fp_env, fp_env, workdir / "run", timeout_s=timeout_s,
                                       mapped_marker=mapped_marker, perf_file=None,
-                                      server_wrap=(lambda d: wrapper[:4] + [str(d / "syscalls.txt")] + wrapper[5:])
+                                      server_wrap=(lambda d: syscall_wrapper(d / SYSCALL_FILE))
                                       if wrapper else None)
         else:
             result = executor.execute(env | fp_env, fp_env, workdir / "run", timeout_s=timeout_s,
@@ -314,13 +260,15 @@ def run_cell(executor, env: dict[str, str], variant_env: dict[str, str], workdir
         return {"error": f"the fingerprint run wrote nothing ({result.status}"
                          f"{': ' + result.error if result.error else ''}); the program may be static, setuid, "
                          f"or clear its environment"}
-    if tool is None:
-        syscalls = None
-    else:
-        syscalls = parse_syscalls(fp_dir / "syscalls.txt") or parse_syscalls(sys_file)
-        if syscalls is None:
+    syscalls = moved = None
+    if tool is not None:
+        parsed = parse_syscalls(fp_dir / SYSCALL_FILE) or parse_syscalls(sys_file)
+        if parsed is None:
             how = f"{how}: it wrote no counts"
-    out = summarize(procs, result.wall_s, syscalls, how)
+        else:
+            syscalls, moved, note = parsed
+            how = f"{how}; {note}" if note else how
+    out = summarize(procs, result.wall_s, syscalls, how, moved)
     phases = phase_memory(out["series"], result.stdout, out.get("allocator", {}).get("series"),
                           out.get("series_t0_monotonic_s"))
     load = getattr(executor, "load", None)

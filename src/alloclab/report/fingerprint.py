@@ -31,7 +31,7 @@ def _overhead(kb: float | None) -> str:
 
 
 def _size(n: float) -> str:
-    for unit, div in (("MiB", 1 << 20), ("KiB", 1 << 10)):
+    for unit, div in (("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)):
         if n >= div:
             return f"{n / div:,.1f} {unit}"
     return f"{n:,.0f} B"
@@ -67,6 +67,13 @@ def rows(fp_of: dict[int, dict], order: list[int]) -> list[list[str]]:
         s = fp.get("syscalls")
         return " / ".join(_count(s.get(k, 0)) for k in SYSCALL_ORDER[:5]) if s else "n/a"
 
+    def moved(fp):
+        b = fp.get("syscall_bytes")
+        if not b:
+            return "n/a"
+        return (f"brk +{_size(b['brk_grown'])} / -{_size(b['brk_shrunk'])}; mmap anon {_size(b['mmap_anon'])}, "
+                f"munmap {_size(b['munmap'])}; madvise'd away {_size(b['madvise_released'])}")
+
     out = [
         row("alloc calls (frees)", lambda fp: f"{_count(fp['allocs'])} ({_count(fp['frees'])})"),
         row("calls/s (alloc+free)", lambda fp: _count(fp.get("calls_per_s"))),
@@ -85,6 +92,7 @@ def rows(fp_of: dict[int, dict], order: list[int]) -> list[list[str]]:
                                                  f"{_mib(fp.get('memory', {}).get('end_anon_kb'))}"),
         row("overhead at end", lambda fp: _overhead(fp.get("memory", {}).get("overhead_at_end_kb"))),
         row("brk/mmap/munmap/madvise/mprotect", syscalls),
+        row("  bytes they moved", moved),
         row("allocator's own figures", lambda fp: fp.get("allocator", {}).get("source", "n/a")),
         row("  at peak live: allocated, held", lambda fp: _own(fp.get("allocator", {}).get("at_peak_live"))),
         row("  at end: allocated, held", lambda fp: _own(fp.get("allocator", {}).get("at_end"))),

@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Callable
 import psutil
 
 from alloclab.measure.fingerprint import FP_DIR_VAR
+from alloclab.measure.fingerprint_syscalls import SYSCALL_FILE
 from alloclab.measure.spawner import launcher
 from alloclab.errors import AlloclabError
 from alloclab.workloads.experiment_file import substitute_argv
@@ -243,7 +244,7 @@ class Server:
         """The fingerprint's files (and the system call counts of a wrapper) to where the run wants them."""
         if self.fp_target is None:
             return
-        for f in [*(self.dir / "fp").glob("fp-*.json"), self.dir / "syscalls.txt"]:
+        for f in [*(self.dir / "fp").glob("fp-*.json"), self.dir / SYSCALL_FILE]:
             with contextlib.suppress(OSError):
                 shutil.copyfile(f, Path(self.fp_target) / f.name)
 

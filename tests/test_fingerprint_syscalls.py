@@ -1,0 +1,62 @@
+"""The memory system calls' bytes, from `perf script` lines (measure/fingerprint_syscalls.tally):
+pure parsing on lines in perf's own format; tests/test_fingerprint_e2e.py checks it on a real run."""
+
+from __future__ import annotations
+
+from alloclab.measure.fingerprint_syscalls import parse_syscalls, tally
+
+LINES = """\
+  2090      syscalls:sys_enter_brk: brk: 0x00000000
+  2090       syscalls:sys_exit_brk: 0x55853f982000
+  2090      syscalls:sys_enter_brk: brk: 0x55853f9a3000
+  2090       syscalls:sys_exit_brk: 0x55853f9a3000
+  2090      syscalls:sys_enter_brk: brk: 0x55853f992000
+  2090       syscalls:sys_exit_brk: 0x55853f992000
+  2091      syscalls:sys_enter_brk: brk: 0x55853f9b3000
+  2091       syscalls:sys_exit_brk: 0x55853f9b3000
+  2091      syscalls:sys_enter_brk: brk: 0x55853f9a3000
+  2091       syscalls:sys_exit_brk: 0x55853f9a3000
+  2091/2091      syscalls:sys_enter_brk: brk: 0x00000000
+  2091/2091       syscalls:sys_exit_brk: 0x5612aa000000
+  2091      syscalls:sys_enter_brk: brk: 0x5612aa021000
+  2091       syscalls:sys_exit_brk: 0x5612aa021000
+  2090     syscalls:sys_enter_mmap: addr: 0x00000000, len: 0x00002000, prot: 0x00000003, flags: 0x00000022, fd: 0xffffffff, off: 0x00000000
+  2090     syscalls:sys_enter_mmap: addr: 0x00000000, len: 0x00009a4f, prot: 0x00000001, flags: 0x00000002, fd: 0x00000003, off: 0x00000000
+  2090   syscalls:sys_enter_munmap: addr: 0x7fd24e7e0000, len: 0x00001000
+  2090  syscalls:sys_enter_madvise: start: 0x7fd24e7e0000, len_in: 0x00010000, behavior: 0x00000004
+  2090  syscalls:sys_enter_madvise: start: 0x7fd24e7e0000, len_in: 0x00004000, behavior: 0x0000000e
+  2090 syscalls:sys_enter_mprotect: start: 0x7fd24e989000, len: 0x00004000, prot: 0x00000001
+"""
+
+
+def test_counts_and_bytes():
+    counts, moved = tally(LINES.splitlines())
+    assert counts == {"brk": 7, "mmap": 2, "munmap": 1, "mremap": 0, "madvise": 2, "mprotect": 1}
+    # 2090: brk(0) gives the break, then +0x21000 and -0x11000; 2091 (a forked child): its first
+    # call has no break of its own to start from, its second shrinks by 0x10000; then it execs
+    # (brk(0) in another address space: no bytes) and grows by 0x21000.
+    assert moved["brk_grown"] == 0x21000 + 0x21000
+    assert moved["brk_shrunk"] == 0x11000 + 0x10000
+    assert moved["mmap_anon"] == 0x2000 and moved["mmap_file"] == 0x9a4f
+    assert moved["munmap"] == 0x1000 and moved["mprotect"] == 0x4000
+    assert moved["madvise_released"] == 0x10000 and moved["madvise_other"] == 0x4000
+
+
+def test_strace_table_gives_counts_without_bytes(tmp_path):
+    f = tmp_path / "syscalls.out"
+    f.write_text("""% time     seconds  usecs/call     calls    errors syscall
+------ ----------- ----------- --------- --------- ----------------
+ 60.00    0.000030           1        24           brk
+ 40.00    0.000020           1        14           mmap
+------ ----------- ----------- --------- --------- ----------------
+100.00    0.000050           1        38           total
+""")
+    counts, moved, note = parse_syscalls(f)
+    assert counts["brk"] == 24 and counts["mmap"] == 14 and counts["munmap"] == 0
+    assert moved is None and note == ""
+
+
+def test_nothing_readable(tmp_path):
+    assert parse_syscalls(tmp_path / "missing") is None
+    (tmp_path / "empty").write_text("")
+    assert parse_syscalls(tmp_path / "empty") is None
