@@ -215,12 +215,37 @@ def run_all(exp, root: Path) -> None:
         exp.store.set_fingerprint(exp.exp_id, c.workload_idx, c.variant_idx, data)
 
 
+def _execute(executor, env: dict[str, str], fp_env: dict[str, str], workdir: Path, timeout_s: float | None,
+             mapped_marker: str | None, wrapper: list[str] | None):
+    """The untimed run itself, with the interposer (and the system-call counter where it can wrap
+    the program): (the RunResult, whether the counter ran)."""
+    from alloclab.measure.executors import CommandExecutor
+    from alloclab.measure.run import run_once
+
+    if isinstance(executor, CommandExecutor):
+        # The counter runs without the variant's settings; `env` hands them to the program alone.
+        clean = {k: v for k, v in env.items() if k not in fp_env}
+        argv = list(executor.argv)
+        if wrapper:
+            argv = [*wrapper, "env", *[f"{k}={v}" for k, v in fp_env.items()], *argv]
+            run_env = clean
+        else:
+            run_env = clean | fp_env
+        timeout = max(timeout_s or 0, TIMEOUT_FLOOR_S) if timeout_s else None
+        return run_once(argv, run_env, workdir / "run", timeout_s=timeout, cwd=executor.cwd,
+                        mapped_marker=mapped_marker), True
+    if hasattr(executor, "session") and getattr(executor.session.ef, "service", None):
+        return executor.execute(env | fp_env, fp_env, workdir / "run", timeout_s=timeout_s,
+                                mapped_marker=mapped_marker, perf_file=None,
+                                server_wrap=(lambda d: syscall_wrapper(d / SYSCALL_FILE)) if wrapper else None), True
+    return executor.execute(env | fp_env, fp_env, workdir / "run", timeout_s=timeout_s,
+                            mapped_marker=mapped_marker, perf_file=None), False
+
+
 def run_cell(executor, env: dict[str, str], variant_env: dict[str, str], workdir: Path, *,
              timeout_s: float | None, mapped_marker: str | None) -> dict:
     """One fingerprint run of a workload under a variant, summarized; {"error": ...} if it failed."""
-    from alloclab.measure.executors import CommandExecutor
     from alloclab.measure.fingerprint_work import per_work   # it reads ALLOC_KINDS from here
-    from alloclab.measure.run import run_once
 
     fp_dir = workdir / "fp"
     fp_dir.mkdir(parents=True, exist_ok=True)
@@ -231,30 +256,12 @@ def run_cell(executor, env: dict[str, str], variant_env: dict[str, str], workdir
     fp_env = preload_env(variant_env, fp_dir, session.workdir if run_as else None)
     wrapper = syscall_wrapper(sys_file)
     tool, how = syscall_counter()
-    timeout = max(timeout_s or 0, TIMEOUT_FLOOR_S) if timeout_s else None
     try:
-        if isinstance(executor, CommandExecutor):
-            # The counter runs without the variant's settings; `env` hands them to the program alone.
-            clean = {k: v for k, v in env.items() if k not in fp_env}
-            argv = list(executor.argv)
-            if wrapper:
-                argv = [*wrapper, "env", *[f"{k}={v}" for k, v in fp_env.items()], *argv]
-                run_env = clean
-            else:
-                run_env = clean | fp_env
-            result = run_once(argv, run_env, workdir / "run", timeout_s=timeout, cwd=executor.cwd,
-                              mapped_marker=mapped_marker)
-        elif hasattr(executor, "session") and getattr(executor.session.ef, "service", None):
-            result = executor.execute(env | fp_env, fp_env, workdir / "run", timeout_s=timeout_s,
-                                      mapped_marker=mapped_marker, perf_file=None,
-                                      server_wrap=(lambda d: syscall_wrapper(d / SYSCALL_FILE))
-                                      if wrapper else None)
-        else:
-            result = executor.execute(env | fp_env, fp_env, workdir / "run", timeout_s=timeout_s,
-                                      mapped_marker=mapped_marker, perf_file=None)
-            tool, how = None, "not counted for this kind of workload (a command of an experiment file)"
+        result, counted = _execute(executor, env, fp_env, workdir, timeout_s, mapped_marker, wrapper)
     except Exception as exc:   # noqa: BLE001 - the fingerprint must never stop an experiment
         return {"error": f"the fingerprint run could not run: {exc}"}
+    if not counted:
+        tool, how = None, "not counted for this kind of workload (a command of an experiment file)"
     procs = read_processes(fp_dir)
     if not procs:
         return {"error": f"the fingerprint run wrote nothing ({result.status}"

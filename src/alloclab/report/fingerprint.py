@@ -50,29 +50,32 @@ def top_sizes(fp: dict, n: int = 4) -> str:
     return ", ".join(f"{label} B {calls / total * 100:.0f}%" for _, label, calls, _ in best) or "n/a"
 
 
+def _lifetime(fp: dict) -> str:
+    lt = fp["lifetime"]
+    if not lt.get("sampled"):
+        return "n/a"
+    return (f"{_pct(lt['short_lt_1ms'])} / {_pct(lt['medium_1ms_1s'])} / "
+            f"{_pct((lt['long_ge_1s'] or 0) + (lt['live_at_exit'] or 0))}")
+
+
+def _syscalls(fp: dict) -> str:
+    s = fp.get("syscalls")
+    return " / ".join(_count(s.get(k, 0)) for k in SYSCALL_ORDER[:5]) if s else "n/a"
+
+
+def _moved(fp: dict) -> str:
+    b = fp.get("syscall_bytes")
+    if not b:
+        return "n/a"
+    return (f"brk +{_size(b['brk_grown'])} / -{_size(b['brk_shrunk'])}; mmap anon {_size(b['mmap_anon'])}, "
+            f"munmap {_size(b['munmap'])}; madvise'd away {_size(b['madvise_released'])}")
+
+
 def rows(fp_of: dict[int, dict], order: list[int]) -> list[list[str]]:
     """[figure, value per variant in `order`]; a failed fingerprint run says so in its column."""
     def row(name, f):
         return [name] + [("failed" if "error" in fp_of.get(vi, {}) else f(fp_of[vi])) if vi in fp_of else "n/a"
                          for vi in order]
-
-    def lifetime(fp):
-        lt = fp["lifetime"]
-        if not lt.get("sampled"):
-            return "n/a"
-        return (f"{_pct(lt['short_lt_1ms'])} / {_pct(lt['medium_1ms_1s'])} / "
-                f"{_pct((lt['long_ge_1s'] or 0) + (lt['live_at_exit'] or 0))}")
-
-    def syscalls(fp):
-        s = fp.get("syscalls")
-        return " / ".join(_count(s.get(k, 0)) for k in SYSCALL_ORDER[:5]) if s else "n/a"
-
-    def moved(fp):
-        b = fp.get("syscall_bytes")
-        if not b:
-            return "n/a"
-        return (f"brk +{_size(b['brk_grown'])} / -{_size(b['brk_shrunk'])}; mmap anon {_size(b['mmap_anon'])}, "
-                f"munmap {_size(b['munmap'])}; madvise'd away {_size(b['madvise_released'])}")
 
     out = [
         row("alloc calls (frees)", lambda fp: f"{_count(fp['allocs'])} ({_count(fp['frees'])})"),
@@ -83,7 +86,7 @@ def rows(fp_of: dict[int, dict], order: list[int]) -> list[list[str]]:
         row("processes / allocating threads", lambda fp: f"{fp['processes']} / {fp['threads']}"),
         row("cross-thread frees (sampled)", lambda fp: f"{_pct(fp['cross_thread_share'])} of "
                                                        f"{_count(fp['sampled']['frees'])}"),
-        row("lifetime <1ms / <1s / longer", lifetime),
+        row("lifetime <1ms / <1s / longer", _lifetime),
         row("at peak live: live, anon RSS", lambda fp: f"{_mib(fp.get('memory', {}).get('peak_live_kb'))}, "
                                                        f"{_mib(fp.get('memory', {}).get('anon_at_peak_live_kb'))}"),
         row("overhead at peak live", lambda fp: _overhead(fp.get("memory", {}).get("overhead_at_peak_kb"))),
@@ -91,8 +94,8 @@ def rows(fp_of: dict[int, dict], order: list[int]) -> list[list[str]]:
         row("at end: live, anon RSS", lambda fp: f"{_mib(fp.get('memory', {}).get('end_live_kb'))}, "
                                                  f"{_mib(fp.get('memory', {}).get('end_anon_kb'))}"),
         row("overhead at end", lambda fp: _overhead(fp.get("memory", {}).get("overhead_at_end_kb"))),
-        row("brk/mmap/munmap/madvise/mprotect", syscalls),
-        row("  bytes they moved", moved),
+        row("brk/mmap/munmap/madvise/mprotect", _syscalls),
+        row("  bytes they moved", _moved),
         row("allocator's own figures", lambda fp: fp.get("allocator", {}).get("source", "n/a")),
         row("  at peak live: allocated, held", lambda fp: _own(fp.get("allocator", {}).get("at_peak_live"))),
         row("  at end: allocated, held", lambda fp: _own(fp.get("allocator", {}).get("at_end"))),

@@ -211,28 +211,33 @@ def _decide(a: Analysis, scope: str, points: list[Point], metric: str, higher_is
                             f"({describe_speed(over)}), which is over the budget.{memory_note}")
     open_ = [p for p in candidates if p.speed_verdict == "undecided"]
     if open_:
-        most = max((p.more_runs or 0) for p in open_)
-        what = "; ".join(f"{p.label} {metric} {p.speed_text}" + (f" (~{p.more_runs} more runs per variant)"
-                                                                 if p.more_runs else "") for p in open_)
-        if most:
-            run = f" To decide, give it about {most} more runs per variant (a larger --budget or --max-runs)"
-        elif any(p.runs is not None and p.runs < 2 for p in open_):
-            run = (" One run per variant has no interval: leave --runs out so that alloclab measures until "
-                   "decided, or give --runs 10 or more")
-        else:
-            run = " More runs would not decide it at this margin; set --min-effect to the smallest difference that matters"
-        if keeps:
-            # Speed open, memory decided: say which is which, and why a lower peak is no saving.
-            tempted = [p for p in candidates if p.keeps_more and p.rss_verdict == "better"]
-            but = "".join(f"; {p.label}'s lower peak RSS ({p.rss_text}) does not make up for it" for p in tempted)
-            them = "none of them is" if sum(1 for p in candidates if p.keeps_more) > 1 else "it is not"
-            return None, None, (f"Decided on memory, undecided on speed for {scope}: {keeps}{but}, so {them} "
-                                f"recommended to save memory. No variant is decided faster than {base} yet: "
-                                f"{len(open_)} comparison(s) are still open: {what}.{run}.")
-        return None, None, (f"Undecided for {scope}: no variant is decided better than {base} yet, and "
-                            f"{len(open_)} comparison(s) are still open: {what}.{run}.")
+        return None, None, _still_open(base, scope, metric, candidates, open_, keeps)
     return None, None, (f"Nothing is worth changing for {scope}: every variant is decided equivalent to {base} "
                         f"(within ±{a.min_effect * 100:g}%) or worse on {metric}.{memory_note}")
+
+
+def _still_open(base: str, scope: str, metric: str, candidates: list[Point], open_: list[Point], keeps: str) -> str:
+    """The sentence when no variant is decided faster and some speed comparisons are still open."""
+    most = max((p.more_runs or 0) for p in open_)
+    what = "; ".join(f"{p.label} {metric} {p.speed_text}" + (f" (~{p.more_runs} more runs per variant)"
+                                                             if p.more_runs else "") for p in open_)
+    if most:
+        run = f" To decide, give it about {most} more runs per variant (a larger --budget or --max-runs)"
+    elif any(p.runs is not None and p.runs < 2 for p in open_):
+        run = (" One run per variant has no interval: leave --runs out so that alloclab measures until "
+               "decided, or give --runs 10 or more")
+    else:
+        run = " More runs would not decide it at this margin; set --min-effect to the smallest difference that matters"
+    if keeps:
+        # Speed open, memory decided: say which is which, and why a lower peak is no saving.
+        tempted = [p for p in candidates if p.keeps_more and p.rss_verdict == "better"]
+        but = "".join(f"; {p.label}'s lower peak RSS ({p.rss_text}) does not make up for it" for p in tempted)
+        them = "none of them is" if sum(1 for p in candidates if p.keeps_more) > 1 else "it is not"
+        return (f"Decided on memory, undecided on speed for {scope}: {keeps}{but}, so {them} "
+                f"recommended to save memory. No variant is decided faster than {base} yet: "
+                f"{len(open_)} comparison(s) are still open: {what}.{run}.")
+    return (f"Undecided for {scope}: no variant is decided better than {base} yet, and "
+            f"{len(open_)} comparison(s) are still open: {what}.{run}.")
 
 
 def _held_less(a: Analysis, p: Point, scope: str) -> str:

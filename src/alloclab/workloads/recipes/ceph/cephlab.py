@@ -84,7 +84,21 @@ def init(d: str, osds: int, memory_target: int, block_size: int) -> None:
     # Each OSD binds 4 messengers (public, cluster, 2 heartbeats); a restarted OSD may need a
     # fresh set while the old sockets linger, so the range leaves room for that.
     osd_base = free_range(8 * max(osds, 1) + 8)
-    conf = f"""# Written by alloclab's cephlab.py: a private, throwaway cluster in this directory.
+    with open(conf_path(d), "w") as fh:
+        fh.write(conf_text(d, fsid, mon_port, osd_base, osds, memory_target, block_size))
+    with open(os.path.join(d, "keyring"), "w") as fh:
+        fh.write("")
+    monmap = os.path.join(d, "monmap")
+    run(["monmaptool", "--create", "--clobber", "--fsid", fsid, "--addv", MON_ID,
+         f"[v2:127.0.0.1:{mon_port}]", monmap])
+    mon_keyring = os.path.join(d, "mon.keyring")
+    run(["ceph-authtool", "--create-keyring", mon_keyring, "--gen-key", "-n", "mon.", "--cap", "mon", "allow *"])
+    run(["ceph-mon", "--conf", conf_path(d), "--mkfs", "-i", MON_ID, "--monmap", monmap, "--keyring", mon_keyring])
+
+
+def conf_text(d: str, fsid: str, mon_port: int, osd_base: int, osds: int, memory_target: int,
+              block_size: int) -> str:
+    return f"""# Written by alloclab's cephlab.py: a private, throwaway cluster in this directory.
 [global]
 fsid = {fsid}
 mon host = v2:127.0.0.1:{mon_port}
@@ -137,16 +151,6 @@ debug rocksdb = 0/0
 debug mon = 0/0
 debug paxos = 0/0
 """
-    with open(conf_path(d), "w") as fh:
-        fh.write(conf)
-    with open(os.path.join(d, "keyring"), "w") as fh:
-        fh.write("")
-    monmap = os.path.join(d, "monmap")
-    run(["monmaptool", "--create", "--clobber", "--fsid", fsid, "--addv", MON_ID,
-         f"[v2:127.0.0.1:{mon_port}]", monmap])
-    mon_keyring = os.path.join(d, "mon.keyring")
-    run(["ceph-authtool", "--create-keyring", mon_keyring, "--gen-key", "-n", "mon.", "--cap", "mon", "allow *"])
-    run(["ceph-mon", "--conf", conf_path(d), "--mkfs", "-i", MON_ID, "--monmap", monmap, "--keyring", mon_keyring])
 
 
 def wait_mon(d: str, seconds: float = 60.0) -> None:
