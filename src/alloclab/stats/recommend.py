@@ -195,7 +195,7 @@ def _decide(a: Analysis, scope: str, points: list[Point], metric: str, higher_is
             text += f" Mind the memory: {_keeps(a, ws, scope, [best])}."
         elif fastest is not best:
             text += (f" {fastest.label} is faster ({describe_speed(fastest)}) but {_keeps(a, ws, scope, [fastest])}.")
-        return best.variant_idx, "speed", text
+        return best.variant_idx, "speed", text + _to_save_memory(candidates, best, budget, describe_memory)
     leaner = [p for p in candidates if (p.rss_verdict == "better" or p.holds_less)
               and (p.rss_verdict != "worse" or (p.holds_less and memory.outweighs(p.holds_less.ratio, p.rss_ratio)))
               and p.keeps_more is None and p.speed_verdict != "worse" and _within(p, budget)]
@@ -214,6 +214,20 @@ def _decide(a: Analysis, scope: str, points: list[Point], metric: str, higher_is
         return None, None, _still_open(base, scope, metric, candidates, open_, keeps)
     return None, None, (f"Nothing is worth changing for {scope}: every variant is decided equivalent to {base} "
                         f"(within ±{a.min_effect * 100:g}%) or worse on {metric}.{memory_note}")
+
+
+def _to_save_memory(candidates: list[Point], pick: Point, budget: float | None, describe_memory) -> str:
+    """A speed pick that gives back no memory after a phase, beside another variant decided to hold
+    less there: the other is named, with its speed, so that the trade is the user's to make (redis:
+    mimalloc fills faster, jemalloc holds 81% less RSS after FLUSHALL)."""
+    if pick.holds_less:
+        return ""
+    lean = [p for p in candidates if p.holds_less and p.keeps_more is None and p.speed_verdict != "worse"
+            and _within(p, budget)]
+    if not lean:
+        return ""
+    other = min(lean, key=lambda p: p.holds_less.ratio)
+    return f" To save memory instead: {other.label}: {describe_memory(other)}."
 
 
 def _still_open(base: str, scope: str, metric: str, candidates: list[Point], open_: list[Point], keeps: str) -> str:
