@@ -89,17 +89,25 @@ def test_futility_projection_uses_the_final_level():
     assert decide.futile(10, 1.0, lo, hi, 0.02, confidence=0.99, final_confidence=0.99, df=5, reachable=5000) is None
 
 
-def test_what_a_stopped_sequential_run_left_undecided_reads_as_its_bound():
+def test_what_a_stopped_sequential_run_left_undecided_reads_as_what_stopped_it():
     # Not decidable at its look, and more runs were possible: while running it is open ...
     d = Design.sequential(4, 30)
     exp = experiment([100.0, 103.0], n=8, spread=0.05, design=d, seed=5)
     exp.row["status"] = "running"
     c = analyze(exp).workloads[0].primary().cells[1].comparison
-    assert c.verdict == "undecided" and not c.futile
+    assert c.verdict == "undecided" and not c.futile and c.stopped is None
     assert ", no difference beyond" not in estimates.format_comparison(c)
-    # ... once the run stopped (budget, --max-runs) no run will come: said as the bound, with the runs it needed.
+    # ... once the budget stopped the run no run will come, but the futility rule did not close it:
+    # said as stopped by the budget (not as a bound), with the runs a verdict would need (issue 34).
     exp.row["status"] = "complete"
-    exp.config["until_decided"] = True
+    exp.config.update({"until_decided": True, "stopped": "budget", "runs_done": 8})
+    c = analyze(exp).workloads[0].primary().cells[1].comparison
+    assert c.verdict == "undecided" and not c.futile and c.stopped == "budget" and c.more_runs
+    text = estimates.format_comparison(c)
+    assert text.startswith(f"? {(c.ratio - 1) * 100:+.1f}% [") and ", stopped by the budget; " in text
+    assert f"would need ~{c.more_runs} more runs" in text and "no difference beyond" not in text
+    # Where the futility rule ended it, it reads as the bound its interval is.
+    exp.config["stopped"] = "bounded"
     c = analyze(exp).workloads[0].primary().cells[1].comparison
     assert c.verdict == "undecided" and c.futile and c.more_runs
     text = estimates.format_comparison(c)

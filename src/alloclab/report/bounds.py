@@ -3,9 +3,11 @@ same cells (`--profile`, or the one-run profile a sequential run makes of what i
 
 from __future__ import annotations
 
+import math
 import statistics
 
 from alloclab.report.common import metric_title, primary_rows, variant_order
+from alloclab.stats import estimates as stats
 from alloclab.stats.analysis import Analysis
 
 
@@ -18,30 +20,100 @@ def _allocator_share(profile: dict) -> float | None:
     return statistics.median(shares) if shares else None
 
 
+def gain_bound(share: float, higher_is_better: bool) -> float:
+    """The most an allocator could improve a metric of runs that spent `share` of their CPU in the
+    allocator and the kernel's memory management (all of it gone, at best), as a relative change:
+    a time (lower is better) falls by at most the share (-0.611 for 61.1%); a rate (higher is
+    better: ops/s, tps) rises by at most 1/(1 - share) - 1 (+1.571 for 61.1%, inf for 100%)."""
+    if not higher_is_better:
+        return -share
+    return math.inf if share >= 1 else 1 / (1 - share) - 1
+
+
+def _pct(x: float) -> str:
+    return f"{x * 100:+.0f}%" if abs(x) >= 1 else f"{x * 100:+.1f}%"
+
+
+def _beyond(a: Analysis, row, top: float) -> list[str]:
+    """The decided comparisons of `row` larger than the profile allows: with every profiled variant
+    spending at most `top` of its CPU where an allocator acts, any two of them differ by at most a
+    factor 1/(1 - top) either way (the bound's gain, or the mirror loss). An effect beyond it was
+    carried by something the profiled runs did not capture (or those runs were not typical)."""
+    lo, hi = 1 - top, (math.inf if top >= 1 else 1 / (1 - top))
+    over = []
+    for vi in variant_order(a)[1:]:
+        c = row.cells[vi].comparison
+        if c is not None and c.verdict in ("better", "worse") and 0 < c.ratio < math.inf and not lo <= c.ratio <= hi:
+            over.append((abs(math.log(c.ratio)), f"{a.labels[vi]} is decided {stats.format_comparison(c)}"))
+    return [text for _, text in sorted(over, key=lambda x: -x[0])]
+
+
+def _bound_text(row, top: float) -> str | None:
+    """What the profile bounds on one metric: the gain of a time or of a rate; None for a size (the
+    CPU's share bounds no memory)."""
+    if row.unit.strip().lower() in SIZE_UNITS:
+        return None
+    name = row.name
+    gain = gain_bound(top, row.higher_is_better)
+    if not row.higher_is_better:
+        return f"no allocator could cut {name} by much more than {-gain * 100:.1f}%"
+    if not math.isfinite(gain):
+        return f"{name} is not bounded (a rate, with all of the CPU in the allocator and the kernel)"
+    return (f"no allocator could raise {name} by much more than {_pct(gain)} "
+            f"(for a rate, 1/(1 - share) - 1)")
+
+
+SIZE_UNITS = {"b", "bytes", "kb", "kib", "mb", "mib", "gb", "gib", "pages"}
+
+
 def bound_answers(a: Analysis) -> list[str]:
     """Beside a primary comparison that stayed undecided (or was closed as a bound), what a profile
-    of the same cells says: the allocator's share of the CPU bounds what any allocator could gain."""
+    of the same cells says: the allocator's share of the CPU bounds what any allocator could gain,
+    in the profiled runs (one run per variant bounds nothing for certain), per metric kind (a time
+    by the share, a rate by 1/(1 - share) - 1), and never beside a decided effect larger than it."""
     out = []
     for w in a.workloads:
-        open_ = [(row, vi) for row in primary_rows(w) for vi in variant_order(a)[1:]
-                 if (c := row.cells[vi].comparison) is not None and c.verdict == "undecided"]
+        rows = [row for row in primary_rows(w)
+                if any((c := row.cells[vi].comparison) is not None and c.verdict == "undecided"
+                       for vi in variant_order(a)[1:])]
         shares = {vi: _allocator_share(p) for (wi, vi), p in a.experiment.profiles.items() if wi == w.idx}
         shares = {vi: x for vi, x in shares.items() if x is not None}
-        if not open_ or not shares:
+        if not rows or not shares:
             continue
         top = max(shares.values())
         per = ", ".join(f"{a.labels[vi]} {shares[vi] * 100:.1f}%" for vi in variant_order(a) if vi in shares)
-        metrics = ", ".join(sorted({metric_title(row)[0] for row, _ in open_}))
+        metrics = ", ".join(sorted({metric_title(row)[0] for row in rows}))
         where = f"{w.name}: " if len(a.workloads) > 1 else ""
         kernel = all(p.get("kernel_visible", True) for (wi, _), p in a.experiment.profiles.items() if wi == w.idx)
         if kernel:
-            out.append(f"{where}{metrics} undecided, and the allocator's functions and the kernel's memory "
-                       f"management took at most {top * 100:.1f}% of the CPU in the profiled runs ({per}): "
-                       f"no allocator can change it by much more than that")
+            bounds, missed = [], []
+            for row in rows:
+                text = _bound_text(row, top)
+                if text is None:
+                    continue   # a size: the CPU's share says nothing of it
+                over = _beyond(a, row, top)
+                if over:
+                    others = f" (and {len(over) - 1} more variant(s) beyond it)" if len(over) > 1 else ""
+                    missed.append(f"{row.name}: {over[0]}{others}")
+                else:
+                    bounds.append(text)
+            if not bounds and not missed:
+                continue
+            line = (f"{where}{metrics} undecided; the allocator's functions and the kernel's memory "
+                    f"management took at most {top * 100:.1f}% of the CPU in the profiled runs ({per})")
+            if bounds:
+                line += ": in those runs " + ", and ".join(bounds)
+            if missed:
+                line += ("; " if bounds else ", but ") + (
+                    f"they did not capture what changes {'; and '.join(missed)}, more than a "
+                    f"{top * 100:.1f}% share allows, so they bound nothing there")
+            out.append(line)
             continue
         # Without the kernel's share the profile bounds only the allocator's own code: an allocator
         # that changes the page faults (glibc's trimming against a pad) moves what perf did not see.
-        faults = _fault_changes(w, [vi for _, vi in open_], a.labels)
+        faults = _fault_changes(w, [vi for row in rows for vi in variant_order(a)[1:]
+                                    if (c := row.cells[vi].comparison) is not None and c.verdict == "undecided"],
+                                a.labels)
         out.append(f"{where}{metrics} undecided; the allocator's functions took at most {top * 100:.1f}% of the "
                    f"CPU in the profiled runs ({per}), but the kernel's share (page faults, brk, mmap) was not "
                    f"visible to perf, so this bounds only the allocator's own code, not what it changes through "

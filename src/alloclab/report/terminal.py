@@ -3,8 +3,11 @@
 from __future__ import annotations
 
 import io
+import re
 
+from rich.cells import cell_len
 from rich.console import Console, Group
+from rich.padding import Padding
 from rich.table import Table
 from rich.text import Text
 
@@ -99,25 +102,100 @@ def recommendation(rec: Recommendation) -> list[Text]:
     return out
 
 
+# The answer's layout: one line per comparison with its names, verdict and the effect's short form
+# (change and interval); under it, indented and wrapped to the console, what does not fit a column
+# at 80 columns: the effect's full sentence where it is longer, and the mechanism.
+EFFECT_CAP = 26        # the longest effect kept whole in its column ("≈ within ±2% [-0.8, +1.1]")
+NAME_FLOOR = 8         # the narrowest a name column folds to
+NAME_WORD = 20         # the longest word a name column widens for, to wrap between words
+DETAIL_INDENT = 4
+ANSWER_HEADERS = ("workload", "metric", "variant", "verdict", "effect [interval]")
+
+
+def short_effect(text: str, cap: int = EFFECT_CAP) -> str:
+    """The effect as its column shows it: the whole text when short, else the change and its
+    interval ("? -2.8%, no difference beyond [-10.8, +5.9]; a verdict would need ~639 more runs"
+    gives "? -2.8% [-10.8, +5.9]"); the whole text is then shown under the row."""
+    if len(text) <= cap:
+        return text
+    interval = re.search(r"\[[^\]]*\]", text)
+    cut, depth = len(text), 0
+    for i, ch in enumerate(text):
+        depth += (ch == "[") - (ch == "]")
+        if depth == 0 and (text.startswith(", ", i) or text.startswith("; ", i)):
+            cut = i
+            break
+    if interval:
+        cut = min(cut, interval.end())
+    head = text[:cut].rstrip(" ,;")
+    if interval and "[" not in head:
+        head += " " + interval.group()
+    return head
+
+
+def _fill(want: list[int], room: int, start: list[int], fair: bool) -> list[int]:
+    """Share `room` among columns that need `want` each, on top of `start`, the smallest needs
+    first: met whole while the room lasts, or (`fair`) to equal shares of what is left."""
+    widths = list(start)
+    left = sorted(range(len(want)), key=lambda j: want[j] - start[j])
+    room -= sum(start)
+    while left:
+        i = left.pop(0)
+        share = -(-room // (len(left) + 1)) if fair else room
+        extra = max(0, min(want[i] - start[i], share))
+        widths[i] += extra
+        room -= extra
+    return widths
+
+
+def _name_widths(names: list[list[str]], room: int) -> list[int]:
+    """Widths of the name columns sharing `room`: each whole where it fits, else wide enough for
+    its longest word (to NAME_WORD at most) so that it wraps between words, else folded to equal
+    shares (never under NAME_FLOOR)."""
+    natural = [max(cell_len(v) for v in col) for col in names]
+    words = [min(n, max(NAME_FLOOR, min(NAME_WORD, max(cell_len(w) for v in col for w in v.split() or [""]))))
+             for n, col in zip(natural, names)]
+    if sum(words) <= room:
+        return _fill(natural, room, words, fair=False)
+    floor = [min(n, NAME_FLOOR) for n in natural]
+    return _fill(words, max(room, sum(floor)), floor, fair=True)
+
+
+def _answer_row(cells: list[Text], widths: list[int]) -> Table:
+    g = Table.grid(padding=(0, 2, 0, 0))
+    for w in widths:
+        g.add_column(width=w, overflow="fold")
+    g.add_row(*cells)
+    return g
+
+
 def answer_table(a: Analysis, console: Console) -> None:
-    """The answer first: one line per primary comparison (workload, metric, variant, verdict, effect,
-    interval), with the deterministic counts that explain it."""
-    t = Table(title="[bold]Answer[/] (primary metrics against " + baseline_ran(a) + ")",
-              title_justify="left", show_edge=False, box=None, pad_edge=False)
+    """The answer first: one line per primary comparison (workload, metric, variant, verdict, effect
+    and interval), under it the effect's full sentence where it is long and the mechanism (the
+    decided counts that explain it), so every row reads whole at 80 columns as at 160."""
     rows = answers(a)
-    # The verdict and its interval are the answer: never cut them; the names fold, the mechanism wraps.
-    widest = lambda f: max((len(f(x)) for x in rows), default=0)  # noqa: E731
-    t.add_column("workload", overflow="fold", min_width=min(24, widest(lambda x: x.workload)))
-    t.add_column("metric", overflow="fold", min_width=min(16, widest(lambda x: x.metric)))
-    t.add_column("variant", overflow="fold", min_width=min(20, widest(lambda x: x.variant)))
-    t.add_column("verdict", no_wrap=True, min_width=widest(lambda x: x.verdict))
-    t.add_column("effect [interval]", no_wrap=True, min_width=widest(lambda x: x.text))
-    t.add_column("mechanism (decided)")
-    for x in rows:
-        t.add_row(x.workload, x.metric, x.variant, Text(x.verdict, style=VERDICT_STYLE.get(x.verdict, "")),
-                  x.text, ", ".join(x.mechanism))
     if rows:
-        console.print(t)
+        effects = [short_effect(x.text) for x in rows]
+        columns = [[x.workload for x in rows], [x.metric for x in rows], [x.variant for x in rows],
+                   [x.verdict for x in rows], effects]
+        columns = [[h, *col] for h, col in zip(ANSWER_HEADERS, columns)]
+        # The verdict and its interval are the answer: never cut them; the names wrap.
+        fixed = [max(cell_len(v) for v in col) for col in columns[3:]]
+        room = console.width - sum(fixed) - 2 * (len(columns) - 1)
+        widths = _name_widths(columns[:3], room) + fixed
+        parts = [Text.assemble(("Answer", "bold"), f" (primary metrics against {baseline_ran(a)})"),
+                 _answer_row([Text(h, style="bold") for h in ANSWER_HEADERS], widths)]
+        for x, effect in zip(rows, effects):
+            style = VERDICT_STYLE.get(x.verdict, "")
+            parts.append(_answer_row([Text(x.workload), Text(x.metric), Text(x.variant),
+                                      Text(x.verdict, style=style), Text(effect, style=style)], widths))
+            details = []
+            if effect != x.text:
+                details.append(Text.assemble(("effect: ", "dim"), (x.text, style)))
+            if x.mechanism:
+                details.append(Text.assemble(("mechanism (decided): ", "dim"), ", ".join(x.mechanism)))
+            parts += [Padding(d, (0, 0, 0, DETAIL_INDENT), expand=False) for d in details]
+        console.print(Group(*parts))
     # The named program is not what ran: said with the answer, since it changes what the answer means.
     for line in wrapper_answers(a):
         console.print(Text(line, style="bold yellow"))

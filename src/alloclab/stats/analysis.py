@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import math
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
@@ -206,9 +207,10 @@ def analyze(exp: Experiment, baseline: str | int | None = None, alpha: float = d
             verification={vi: exp.verifications.get((wi, vi), {"status": "unknown", "reasons": [], "notes": []})
                           for vi in range(len(labels))}))
     # A sequential experiment that has stopped adds no more runs: what it left undecided is said as
-    # the bound it is, with the runs a verdict would have needed.
-    stopped = exp.row.get("status") == "complete" and bool(exp.config.get("until_decided"))
-    _judge(pending, base, design, min_effect, stopped,
+    # what ended it (closed by the futility rule: a bound; cut short by the budget or --max-runs:
+    # stopped by it), with the runs a verdict would have needed.
+    stop = _stop(exp, base, min_effect)
+    _judge(pending, base, design, min_effect, stop,
            reachable if reachable is not None else (design.looks[-1] if len(design.looks) > 1 else None))
     return Analysis(exp, base, labels, workloads, alpha, min_effect, design)
 
@@ -229,7 +231,51 @@ def _row(d: dict, cell_runs: dict, blocks_of: dict, facts: dict, *, only_primary
                      bool(d["primary_metric"]), cells)
 
 
-def _judge(pending: list[tuple], base: int, design, margin: float, stopped: bool, reachable: int | None) -> None:
+@dataclass(frozen=True)
+class Stop:
+    """Why a sequential experiment stopped adding blocks (the runner's config["stopped"]: decided,
+    bounded, budget, max-runs), after how many, and whether this analysis asks what its looks asked
+    (the same baseline and margin), so that what its looks closed can be told from the runs."""
+    reason: str | None
+    blocks: int
+    same_question: bool
+
+
+def _stop(exp: Experiment, base: int, margin: float) -> Stop | None:
+    """None while the experiment may still add runs (running, interrupted, or fixed --runs)."""
+    if exp.row.get("status") != "complete" or not exp.config.get("until_decided"):
+        return None
+    done = exp.config.get("runs_done") or max((measured_blocks(exp.cell_runs(w["idx"], vi))
+                                               for w in exp.workloads for vi in range(len(exp.variants))), default=0)
+    # The runner judges against the first variant at the margin it was given.
+    same = base == 0 and math.isclose(margin, float(exp.config.get("margin", defaults.MARGIN)), abs_tol=1e-12)
+    return Stop(exp.config.get("stopped"), int(done), same)
+
+
+def stopped_as(stop: Stop | None, primary: bool, blocks: int, looks: tuple | list) -> str | None:
+    """How an undecided comparison whose candidate ran `blocks` blocks was ended, as far as the runs
+    tell: "bounded" (closed by the futility rule: its interval is the bound it is), "budget" or
+    "max-runs" (still open when that stopped the experiment), None (nothing to say beyond undecided).
+
+    The runner closes a variant at a look once each of its primary comparisons is decided or futile
+    (stats/looks.py), and then runs it no more: an undecided primary comparison whose candidate
+    stopped at a look before the end was futile there. One that ran to the end was open at the
+    stop, unless the stop itself was "bounded" (every comparison left was futile at the last look).
+    A metric the runner did not judge (not primary), or a question it did not ask (another baseline
+    or margin), was never closed as futile: it is stopped by the budget or --max-runs, or plainly
+    undecided."""
+    if stop is None:
+        return None
+    judged = primary and stop.same_question
+    if blocks < stop.blocks:
+        return "bounded" if judged and blocks in looks else None
+    if stop.reason == "bounded":
+        return "bounded" if judged else None
+    return stop.reason if stop.reason in ("budget", "max-runs") else None
+
+
+def _judge(pending: list[tuple], base: int, design, margin: float, stop: Stop | None,
+           reachable: int | None) -> None:
     """Each comparison judged once its family's size is known (the families span workloads)."""
     sizes: dict[tuple, int] = {}
     for key, *_ in pending:
@@ -237,8 +283,15 @@ def _judge(pending: list[tuple], base: int, design, margin: float, stopped: bool
     for key, row, c, blocks in pending:
         c.comparison = comparison(row.cells[base], c, row.higher_is_better, design=design, blocks=blocks,
                                   family_size=sizes[key], margin=margin, reachable=reachable)
-        if stopped and c.comparison.verdict == "undecided" and c.comparison.more_runs:
+        if c.comparison.verdict != "undecided" or c.comparison.futile:
+            continue   # decided, or futile by the rule itself at this analysis: a bound
+        how = stopped_as(stop, row.primary, blocks, design.looks)
+        # A bound only where the rule could have closed it: an interval it calls informative.
+        if how == "bounded" and c.comparison.more_runs and decide.narrow(c.comparison.ci_low,
+                                                                          c.comparison.ci_high, margin):
             c.comparison = dataclasses.replace(c.comparison, futile=True)
+        elif how in ("budget", "max-runs"):
+            c.comparison = dataclasses.replace(c.comparison, stopped=how)
 
 
 def _baseline_index(labels: list[str], baseline: str | int | None) -> int:

@@ -93,7 +93,9 @@ class Comparison:
     method: str = "unpaired"  # "paired" (within-block trimmed mean) | "unpaired" (ratio of medians)
     more_runs: int | None = None  # undecided: runs per variant likely to decide it
     futile: bool = False    # undecided, and more_runs is beyond what --max-runs or the budget leave:
-                            # stopped early, reported as the bound its interval is
+                            # closed by the futility rule, reported as the bound its interval is
+    stopped: str | None = None  # undecided and still open when the experiment stopped, not futile:
+                                # "budget" | "max-runs", said as stopped by it, with more_runs
 
 
 @dataclass(frozen=True)
@@ -288,8 +290,10 @@ def format_comparison(c: Comparison) -> str:
         better/worse   "+4.0% [+2.1, +5.9]"
         equivalent     "≈ within ±2% [-0.8, +1.1]"
         undecided      "? +3.1% [-8.0, +15.2] ~40 more runs"
-        closed         "? +2.1%, no difference beyond [-8.6, +13.4]; equivalence within ±2% would need
-                        ~440 more runs" (futile, or left undecided when a sequential run stopped)
+        bounded        "? +2.1%, no difference beyond [-8.6, +13.4]; equivalence within ±2% would need
+                        ~440 more runs" (futile: closed by the futility rule, its interval a bound)
+        cut short      "? +8.2% [-1.5, +18.9], stopped by the budget; a verdict would need ~25 more
+                        runs" (still open when the budget or --max-runs stopped the experiment)
 
     The sign is the raw change of the metric, not its goodness; the verdict carries goodness."""
     with np.errstate(all="ignore"):
@@ -305,13 +309,30 @@ def format_comparison(c: Comparison) -> str:
     if c.verdict == "equivalent":
         return f"≈ within ±{c.margin * 100:g}% {interval}"
     if c.futile and c.more_runs:
-        # The nearer decision: equivalence where the effect is closer to zero than to the margin.
-        est = abs(math.log(c.ratio)) if c.ratio > 0 else math.inf
-        what = (f"equivalence within ±{c.margin * 100:g}%" if c.margin > 0 and math.log1p(c.margin) - est > est
-                else "a verdict")
-        return f"? {delta:+.1f}%, no difference beyond {interval}; {what} would need ~{c.more_runs} more runs"
-    more = f" ~{c.more_runs} more run{'s' if c.more_runs != 1 else ''}" if c.more_runs else ""
+        need = f"{_nearer_decision(c)} would need {_runs(c.more_runs)}"
+        return f"? {delta:+.1f}%, no difference beyond {interval}; {need}"
+    if c.stopped:
+        # Not a bound: the budget (or --max-runs) ended it while more runs could still decide it.
+        need = f"; {_nearer_decision(c)} would need {_runs(c.more_runs)}" if c.more_runs else ""
+        return f"? {delta:+.1f}% {interval}, stopped {STOPPED_BY.get(c.stopped, 'by ' + c.stopped)}{need}"
+    more = f" {_runs(c.more_runs)}" if c.more_runs else ""
     return f"? {delta:+.1f}% {interval}{more}"
+
+
+def _runs(n: int) -> str:
+    return f"~{n} more run{'s' if n != 1 else ''}"
+
+
+STOPPED_BY = {"budget": "by the budget", "max-runs": "at --max-runs"}
+
+
+def _nearer_decision(c: Comparison) -> str:
+    """What more runs would most likely decide (decide.more_runs projects the nearer of the two):
+    equivalence where the effect is closer to zero than to the margin, else a verdict."""
+    est = abs(math.log(c.ratio)) if c.ratio > 0 else math.inf
+    return (f"equivalence within ±{c.margin * 100:g}%" if c.margin > 0 and math.log1p(c.margin) - est > est
+            else "a verdict")
+
 
 def geomean_ratio(pairs: Sequence[tuple[Sequence[float], Sequence[float], bool]],
                   n_boot: int = 2000, confidence: float = 0.95) -> GeoMean:
