@@ -28,6 +28,15 @@ def missing_prerequisite(reason: str) -> NoReturn:
     pytest.skip(reason)
 
 
+def need_program(name: str, package: str | None = None) -> str:
+    """The path of program `name`, which `make test` installs (`package`, when not named `name`):
+    where it is not on PATH the test skips, or fails under CI=true (missing_prerequisite)."""
+    path = shutil.which(name)
+    if path is None:
+        missing_prerequisite(f"{name} is not installed (apt-get install -y {package or name})")
+    return path
+
+
 def installed_allocators() -> list[str]:
     c = cat.load_catalog()
     return [n for n, a in c.allocators.items() if a.default and cat.is_installed(a)]
@@ -68,7 +77,7 @@ def cli(tmp_path):
 
     def _cli(*args: str, timeout: float = 240, check: bool | None = None) -> subprocess.CompletedProcess:
         proc = subprocess.run([*ALLOCLAB, *args[:1], *(["--db", str(db)] if args and args[0] in
-                                                     ("compare", "report", "experiments", "suite", "run", "diff", "profile", "sweep") else []),
+                                                     ("compare", "report", "experiments", "suite", "run", "diff", "profile", "sweep", "tune") else []),
                                *args[1:]], capture_output=True, text=True, timeout=timeout,
                               env={**os.environ, "COLUMNS": "200"})
         if check:

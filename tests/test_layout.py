@@ -8,7 +8,7 @@ from pathlib import Path
 
 SRC = Path(__file__).resolve().parent.parent / "src" / "alloclab"
 # The stages in the order data flows through them; a stage may import itself and earlier ones.
-STAGES = ("catalog", "workloads", "plan", "measure", "store", "stats", "report", "fleet", "cli")
+STAGES = ("catalog", "workloads", "plan", "measure", "store", "stats", "tune", "report", "fleet", "cli")
 # Used by every stage: the error type, the default settings, the version.
 SHARED = ("errors", "defaults", "__init__", "__version__")
 LONG = 400

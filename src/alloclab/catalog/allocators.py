@@ -48,6 +48,7 @@ class Allocator:
     forward: str = ""      # the system allocator: source of its forwarding preload (allocators.toml)
     default: bool = True   # among the variants run when none is given
     same_as: str = ""      # the entry it copies (its settings are that one's, not named twice)
+    race_in_tune: bool = True   # raced by `alloclab tune` as a plain allocator (not a near-copy of another)
 
     @property
     def is_system(self) -> bool:
@@ -123,6 +124,7 @@ def load_catalog(path: str | None = None) -> Catalog:
             forward=entry.get("forward", ""),
             default=entry.get("default", True),
             same_as=entry.get("same_as", ""),
+            race_in_tune=entry.get("race_in_tune", True),
         )
     combine = {var: (fmt, sep) for var, (fmt, sep) in data.get("combine", {}).items()}
     return Catalog(allocators, combine)

@@ -41,6 +41,11 @@ class Settings:
     seed: int = defaults.SEED
     verify: bool = True
     fingerprint: bool = False            # an untimed allocation-fingerprint run per cell (measure/fingerprint.py)
+    # Only the fingerprint runs, no timed ones: tune's diagnosis (the race that follows times them).
+    fingerprint_only: bool = False
+    # Leave the workloads' set-up (a loaded database) up at the end: the caller runs another
+    # experiment on it (tune's race after its diagnosis) and tears it down itself.
+    keep_prepared: bool = False
     kind: str = "compare"
     title: str = ""
     until_precise: float | None = None   # stop adding blocks when every CI half-width is below this
@@ -276,10 +281,10 @@ class Runner(MoreBlocks):
             for w in self.workloads:
                 prepared.append(w)
                 w.executor.prepare()
-            if s.fingerprint:
+            if s.fingerprint or s.fingerprint_only:
                 from alloclab.measure import fingerprint
                 fingerprint.run_all(self, root)
-            for job in self._jobs(planner, jobs, started):
+            for job in ([] if s.fingerprint_only else self._jobs(planner, jobs, started)):
                 self._run_job(job, root, shared_dir, block0)
             status = "complete"
             if s.until_decided and s.auto_profile and self._open_at_end:
@@ -294,7 +299,7 @@ class Runner(MoreBlocks):
                 f"{self.store.path} as experiment {self.exp_id}. See them with "
                 f"`alloclab report --db {self.store.path} {self.exp_id}`.") from None
         finally:
-            for w in prepared:
+            for w in ([] if s.keep_prepared and status == "complete" else prepared):
                 w.executor.cleanup()
             if self.exp_id is not None:
                 self._save_verification()

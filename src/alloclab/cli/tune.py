@@ -1,0 +1,245 @@
+"""`alloclab tune`: diagnose the program from its fingerprint, prescribe settings by the rules in
+catalog/tune_rules.toml, race them against the default on the real program, answer.
+
+Two experiments are stored: the diagnosis (one untimed fingerprint run per plain allocator, and,
+where no rule fires, one profiled look) and the race (measured until decided, like compare's).
+The budget covers both.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import time
+from typing import TYPE_CHECKING, Optional
+
+import typer
+
+from alloclab import defaults
+from alloclab.catalog import allocators as cat
+from alloclab.cli import experiment_flow as flow
+from alloclab.cli.app import MetricOption, ShellOption, app, console, err, run_experiment, seconds, show
+from alloclab.cli.experiment_options import ExperimentOptions, budget_option, experiment_options
+from alloclab.errors import AlloclabError
+from alloclab.store.db import Store
+
+if TYPE_CHECKING:
+    from alloclab.catalog.variants import Variant
+    from alloclab.tune.diagnosis import Reading
+
+# Where no rule fires, one profiled run per plain allocator bounds what any of them could change.
+QUIET_RATE = 20000   # allocations a second below which tune looks for that bound before racing
+QUIET_FREQUENCY = 4999   # samples a second: a program of a tenth of a second still gives hundreds
+
+
+@app.command(context_settings={"allow_interspersed_args": False})
+@experiment_options(budget=budget_option(None, f"default: a command's {defaults.COMPARE.budget}, a file's own"))
+def tune(
+    target: list[str] = typer.Argument(..., metavar="recipe:NAME | FILE.toml | -- CMD [ARGS]...",
+                                       help="A recipe or experiment file, or the program to run after --."),
+    metric: list[str] = MetricOption,
+    shell: bool = ShellOption,
+    param: list[str] = typer.Option([], "--param", "-p", help="A file's parameter: NAME=VALUE; repeat."),
+    *, opts: ExperimentOptions,
+) -> None:
+    """Find the allocator and the tuning for your program: fingerprint it under each allocator, turn
+    what it does (heap trimmed and regrown, blocks mapped and unmapped, memory held beyond live) into
+    settings to try, race them on the real program, and say which is best and why."""
+    flow.check_first(opts)
+    for flag, given in (("--fleet", opts.fleet), ("--ablate", opts.ablate), ("--runs", opts.runs is not None)):
+        if given:
+            raise AlloclabError(f"tune does not take {flag}: it races its candidates until decided on this machine. "
+                                f"Use compare or run with the variants tune proposed.")
+    is_file = len(target) == 1 and (target[0].startswith("recipe:") or target[0].endswith(".toml"))
+    started = time.monotonic()
+    if is_file:
+        workloads, session, plan_defaults, title = _file_workloads(target[0], param)
+    else:
+        workloads, session, plan_defaults, title = _command_workloads(target, metric, shell, param), None, \
+            defaults.COMPARE, " ".join(target)
+    try:
+        _tune(opts, workloads, plan_defaults, title, started)
+    finally:
+        if session is not None:
+            session.cleanup()
+        else:
+            for w in workloads:
+                w.executor.cleanup()
+
+
+def _command_workloads(command: list[str], metric: list[str], shell: bool, param: list[str]) -> list:
+    from alloclab.plan import param_sweep
+    from alloclab.workloads.metrics import parse_metric_option
+    if param:
+        raise AlloclabError("tune takes --param for an experiment file only; write the command's arguments as "
+                            "they should run.")
+    metrics = [parse_metric_option(m) for m in metric]
+    return param_sweep.command_workloads(command, param_sweep.expand_params([]), metrics, shell)
+
+
+def _file_workloads(target: str, param: list[str]):
+    from alloclab.cli.service import file_defaults
+    from alloclab.measure.service import executors as service_executors
+    from alloclab.workloads import experiment_file
+
+    ef = experiment_file.resolve(target)
+    ef.check_requirements()
+    params = ef.with_params(experiment_file.param_options(param))
+    workloads, session = service_executors.workloads(
+        ef, params, note=lambda text: err.print(f"[yellow]{text}[/]", highlight=False))
+    return workloads, session, file_defaults(ef), ef.name
+
+
+def _plain_variants(opts: ExperimentOptions) -> list[Variant]:
+    """The baseline and each installed allocator tune races plainly; -a NAME restricts them."""
+    from alloclab.catalog.variants import installed_variants, parse_variant
+
+    catalog = cat.load_catalog()
+    if opts.allocator:
+        names = [a.strip() for a in opts.allocator]
+        odd = [n for n in names if ":" in n or "@" in n or n not in catalog.allocators]
+        if odd:
+            raise AlloclabError(f"tune's -a names allocators to consider ({', '.join(catalog.allocators)}), not "
+                                f"variants with settings: {', '.join(odd)}. tune proposes the settings itself; "
+                                f"race your own with `alloclab compare -a ...`.")
+        names = [cat.BASELINE] + [n for n in names if n != cat.BASELINE]
+        return [parse_variant(n, catalog) for n in names]
+    return [v for v in installed_variants(catalog) if v.allocator is None or v.allocator.race_in_tune]
+
+
+def _diagnose(store: Store, opts: ExperimentOptions, workloads: list, plain: list[Variant], title: str):
+    """The fingerprint of the first workload under each plain allocator, untimed."""
+    from alloclab.measure.runner import Settings
+    from alloclab.tune.diagnosis import reading
+
+    settings = Settings(runs=1, warmup=0, verify=False, fingerprint_only=True, keep_prepared=True,
+                        kind="tune-diagnosis", title=title, timeout_s=opts.timeout, seed=opts.seed)
+    exp_id = run_experiment(store, workloads[:1], plain, settings)
+    exp = store.load(exp_id)
+    readings: dict[str, Reading] = {}
+    for vi, v in enumerate(plain):
+        fp = exp.fingerprints.get((0, vi))
+        if fp and "error" not in fp:
+            readings[v.allocator.name if v.allocator else v.label] = reading(
+                v.allocator.name if v.allocator else v.label, v.label, fp)
+        elif fp:
+            err.print(f"[yellow]{v.label}: no fingerprint ({fp['error']})[/]", highlight=False)
+    return exp_id, exp, readings
+
+
+def _refusal(spec: str) -> str | None:
+    from alloclab.catalog.variants import parse_variant
+    try:
+        parse_variant(spec)
+    except AlloclabError as exc:
+        return str(exc)
+    return None
+
+
+def _tune(opts: ExperimentOptions, workloads: list, plan_defaults, title: str, started: float) -> None:
+    from alloclab.catalog.variants import parse_variant
+    from alloclab.report import tune as tune_report
+    from alloclab.tune.prescribe import prescribe
+
+    budget_s = seconds(opts.budget or plan_defaults.budget)
+    plain = _plain_variants(opts)
+    store = Store(opts.db)
+    err.print(f"Storing results in {store.path.resolve()}", highlight=False)
+    diag_id, diag, readings = _diagnose(store, opts, workloads, plain, title)
+    versions = {v.allocator.name: diag.variants[i].get("version", "") for i, v in enumerate(plain) if v.allocator}
+    others = [v.spec for v in plain[1:]]
+    rx = prescribe(readings, others, versions, check=_refusal)
+    console.print(f"[bold]Diagnosis[/] (experiment {diag_id}: one untimed fingerprint run of "
+                  f"{workloads[0].name[:60]} per allocator)", highlight=False)
+    for line in tune_report.diagnosis_lines(readings, rx):
+        console.print(f"  {line}", highlight=False)
+    candidates = [c for c in rx.candidates if not c.refused]
+    if not rx.fired:
+        stop = _quiet_bound(store, diag_id, diag, workloads[0], plain, readings, opts)
+        if stop is not None:
+            console.print(f"[bold green]Nothing to tune:[/] {stop}", highlight=False)
+            console.print(f"Results stored in {store.path} (diagnosis: experiment {diag_id}).", highlight=False)
+            return
+        candidates = [c for c in _plain_candidates(others) if not c.refused]
+    if not candidates:
+        console.print("[bold yellow]No candidate to race[/]: every proposed setting was refused by the installed "
+                      "allocators (listed above).", highlight=False)
+        return
+    left = budget_s - (time.monotonic() - started)
+    if left <= 0:
+        raise AlloclabError(f"The diagnosis took the whole --budget ({budget_s:g} s): nothing is left to race the "
+                            f"{len(candidates)} candidates. Give a longer --budget.")
+    variants = [plain[0]] + [parse_variant(c.spec) for c in candidates]
+    _race(store, opts, workloads, variants, candidates, rx, readings, diag_id, plan_defaults, title, left)
+
+
+def _plain_candidates(specs: list[str]):
+    from alloclab.tune.prescribe import Candidate
+    return [Candidate(s, "allocator-bound", "faster", "the allocator's share of the CPU is large enough to matter",
+                      "the allocator as installed, with its defaults", _refusal(s)) for s in specs]
+
+
+def _quiet_bound(store: Store, diag_id: int, diag, workload, plain: list[Variant], readings: dict, opts) -> str | None:
+    """Where no rule fired and the program allocates little: one profiled run per plain allocator
+    (with an unprofiled run beside each: the one look). The sentence that stops tune when their
+    allocator and kernel memory-management share bounds every change below the margin; None to race."""
+    from alloclab.measure import auto_profile
+    from alloclab.measure.profile.perf import read_int
+    from alloclab.measure.profile.record import profile_workload
+    from alloclab.measure.profile.summary import store_profiles
+    from alloclab.workloads.primary import primary_metric
+
+    base = readings.get(cat.BASELINE)
+    if base is None or (base.get("allocs_per_s") or 0) >= QUIET_RATE:
+        return None
+    if why := auto_profile.unavailable():
+        err.print(f"[yellow]No profile to bound the allocator's share ({why}); racing the plain allocators.[/]",
+                  highlight=False)
+        return None
+    limit = read_int("/proc/sys/kernel/perf_event_max_sample_rate") or QUIET_FREQUENCY
+    summaries = profile_workload(workload, plain, runs=1, baseline=None, timeout_s=opts.timeout,
+                                 keep_session=True, seed=opts.seed, frequency=min(QUIET_FREQUENCY, limit))
+    store_profiles(store, diag_id, summaries)
+    base_profile = summaries[0]   # the default's: what any change could take away from it
+    if not (base_profile.kernel_visible and base_profile.allocator and base_profile.ok_runs):
+        return None   # without the kernel's share, a fault-driven change would go unseen: race instead
+    share = base_profile.allocator[0] + base_profile.kernel_mm[0]
+    samples = sum(r.samples for r in base_profile.ok_runs)
+    m = primary_metric(workload.metrics)
+    rate = m is not None and m.higher
+    bound = 1 / (1 - share) - 1 if rate else share
+    what = f"{m.name} (a rate: at most 1/(1 - share) - 1)" if rate else f"{m.name if m else 'wall time'} (a time: at most the share)"
+    if bound >= opts.min_effect:
+        return None
+    return (f"the program makes {base.get('allocs_per_s') or 0:,.0f} allocation calls a second, no rule of the "
+            f"catalog fired, and the allocator's functions and the kernel's memory management took at most "
+            f"{share * 100:.2f}% of {plain[0].label}'s CPU in the profiled runs ({samples} samples): no allocator or "
+            f"setting can improve {what} by more than about {bound * 100:.2f}%, below the {opts.min_effect * 100:g}% "
+            f"margin.")
+
+
+def _race(store: Store, opts: ExperimentOptions, workloads: list, variants: list[Variant], candidates, rx, readings,
+          diag_id: int, plan_defaults, title: str, left_s: float) -> None:
+    from alloclab.report import tune as tune_report
+    from alloclab.stats.analysis import analyze
+    from alloclab.tune.answer import answer
+
+    plan = flow.Plan("tune", title, workloads, [v.spec for v in variants], [], {}, plan_defaults)
+    settings = dataclasses.replace(
+        flow.settings_of(opts, plan), max_seconds=left_s, kind="tune",
+        extra_config={"tune": {"diagnosis_experiment": diag_id, "fired": rx.fired, "silent": rx.silent,
+                               "candidates": [dataclasses.asdict(c) for c in candidates],
+                               "refused": [dataclasses.asdict(c) for c in rx.candidates if c.refused],
+                               "readings": {k: r.values for k, r in readings.items()}}})
+    err.print(f"Racing {len(variants) - 1} candidate(s) against {variants[0].label} for at most {left_s:.0f} s: "
+              + ", ".join(v.label for v in variants[1:]), highlight=False)
+    race_id = run_experiment(store, workloads, variants, settings)
+    a = analyze(store.load(race_id), min_effect=opts.min_effect)
+    ans = answer(a, [c for c in candidates], opts.max_rss_increase)
+    ans.refused += [f"{c.spec} ({c.rule}): {c.refused}" for c in rx.candidates if c.refused]
+    tune_report.render(ans, console, title=f"Tune answer (race: experiment {race_id}, diagnosis: experiment {diag_id})")
+    console.print()
+    show(a, store.path, details=opts.details, export_json=opts.export_json, report_format=opts.report,
+         report_file=opts.report_file, max_rss_increase=opts.max_rss_increase)
+
+
+__all__ = ["tune", "Optional"]

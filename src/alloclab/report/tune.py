@@ -1,0 +1,82 @@
+"""tune's answer in the terminal and as Markdown: what to use for speed, for memory and after each
+phase, the mechanism behind each, how to apply it, and what was ruled out. Renders only: the
+choices were made by tune/answer.py."""
+
+from __future__ import annotations
+
+from rich.console import Console
+from rich.markup import escape
+
+from alloclab.tune.answer import TuneAnswer
+from alloclab.tune.diagnosis import Reading, size_text
+from alloclab.tune.prescribe import Prescription
+
+_GOAL = {"speed": "Best for speed", "memory": "Best for memory"}
+
+
+def diagnosis_lines(readings: dict[str, Reading], rx: Prescription) -> list[str]:
+    """What the fingerprint read, per allocator, and which rules it fired."""
+    out = []
+    for name, r in readings.items():
+        v = r.values
+        parts = []
+        if "allocs_per_s" in v:
+            parts.append(f"{v['allocs_per_s']:,.0f} allocations/s")
+        if v.get("threads"):
+            parts.append(f"{v['threads']:.0f} threads")
+        if v.get("trim_bytes"):
+            parts.append(f"heap trimmed {size_text(v['trim_bytes'])} ({v.get('brk_calls', 0):,.0f} brk calls)")
+        if "heap_swing" in v:
+            parts.append(f"heap swing {size_text(v['heap_swing'])} a {r.per}")
+        if v.get("munmap_bytes"):
+            parts.append(f"unmapped {size_text(v['munmap_bytes'])}")
+        if v.get("madvise_bytes"):
+            parts.append(f"madvise'd away {size_text(v['madvise_bytes'])}")
+        if "overhead_peak" in v:
+            parts.append(f"held beyond live {size_text(v['overhead_peak'])} at the peak")
+        if "held_after_phase" in v:
+            parts.append(f"{size_text(v['held_after_phase'])} {r.held_where}")
+        out.append(f"{r.label}: " + ", ".join(parts))
+    out.append("rules fired: " + (", ".join(rx.fired) or "none")
+               + (f"; silent: {', '.join(rx.silent)}" if rx.silent else ""))
+    return out
+
+
+def answer_lines(ans: TuneAnswer) -> list[tuple[str, str]]:
+    """(style, text) lines, the picks first."""
+    out: list[tuple[str, str]] = []
+    for p in ans.picks:
+        out.append(("bold green", f"{_GOAL.get(p.goal, 'Best for ' + p.goal)}: {p.label}: {p.effect}"))
+        if p.mechanism:
+            out.append(("", f"  why: {p.mechanism}"))
+        if p.cost:
+            out.append(("", f"  beside it: {p.cost}"))
+        out.append(("", f"  run:     {p.apply.env_line}"))
+        out += [("", ("  systemd: " if i == 0 else "           ") + line)
+                for i, line in enumerate(p.apply.systemd.splitlines())]
+    if ans.nothing:
+        out.append(("bold yellow", f"Nothing to change: {ans.nothing}"))
+    for title, lines in (("Also decided better (its difference from the pick is not tested)", ans.also_better),
+                         ("Ruled out (decided worse or equivalent)", ans.ruled_out),
+                         ("Not decided within the budget", ans.open)):
+        if lines:
+            out.append(("bold", f"{title}:"))
+            out += [("", f"  {line}") for line in lines]
+    for title, lines in (("Not in effect", ans.not_in_effect), ("Refused by the installed allocators", ans.refused)):
+        if lines:
+            out.append(("bold yellow", f"{title}:"))
+            out += [("", f"  {line}") for line in lines]
+    return out
+
+
+def render(ans: TuneAnswer, console: Console, title: str = "Tune") -> None:
+    console.print(f"[bold]{escape(title)}[/]", highlight=False)
+    for style, text in answer_lines(ans):
+        console.print(f"[{style}]{escape(text)}[/]" if style else escape(text), highlight=False, soft_wrap=False)
+
+
+def markdown(ans: TuneAnswer, title: str = "Tune") -> str:
+    lines = [f"## {title}", ""]
+    for style, text in answer_lines(ans):
+        lines.append(f"**{text}**" if "bold" in style else text)
+    return "\n".join(lines) + "\n"

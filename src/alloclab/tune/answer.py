@@ -1,0 +1,192 @@
+"""From the race to tune's answer: the best setting for speed, the best for memory, the best after
+each memory phase, each with the mechanism that explains it and how to apply it; what was ruled
+out, with its interval; what the installed allocators refused or did not take.
+
+In: the race's Analysis (stats.analysis), the candidates (tune/prescribe.py). Out: a TuneAnswer,
+which report/tune.py renders. Only decided verdicts pick: "best" is the largest decided effect
+among the candidates decided better and decided worse nowhere.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from dataclasses import dataclass, field
+
+from alloclab.stats.analysis import Analysis, WorkloadResult
+from alloclab.stats.apply import HowToApply, how_to_apply
+from alloclab.stats.estimates import Comparison, format_comparison
+from alloclab.tune.prescribe import Candidate
+
+RSS = "peak_rss_mb"
+PHASE = re.compile(r"^rss_after_(.+)_mb$")
+FAULTS = "minflt"
+BAD_STATUS = ("ineffective",)   # measure/verify.py: the setting or allocator was not in effect
+
+
+@dataclass(frozen=True)
+class Pick:
+    goal: str                  # "speed" | "memory" | "memory after PHASE"
+    variant_idx: int
+    label: str
+    effect: str                # the deciding metric's change per workload, with intervals
+    mechanism: str             # the rule's reading, and the decided change of page faults
+    cost: str                  # the other axis: what the pick costs or saves, decided or not
+    apply: HowToApply
+
+
+@dataclass
+class TuneAnswer:
+    picks: list[Pick] = field(default_factory=list)
+    also_better: list[str] = field(default_factory=list)   # decided better too, below the pick's estimate
+    ruled_out: list[str] = field(default_factory=list)     # decided worse or equivalent on speed
+    open: list[str] = field(default_factory=list)          # speed still undecided at the stop
+    not_in_effect: list[str] = field(default_factory=list)
+    refused: list[str] = field(default_factory=list)
+    nothing: str | None = None   # why nothing is recommended, when nothing is
+
+
+def _comp(w: WorkloadResult, metric: str, vi: int) -> Comparison | None:
+    row = w.row(metric)
+    return row.cells[vi].comparison if row is not None and vi < len(row.cells) else None
+
+
+def _primary(w: WorkloadResult) -> str | None:
+    row = w.primary()
+    return row.name if row is not None else None
+
+
+def _gain(c: Comparison) -> float:
+    """Above 1 when better, whatever the metric's direction."""
+    return c.ratio if c.higher_is_better else 1 / c.ratio
+
+
+def _texts(a: Analysis, metric_of, vi: int, say: str | None = None) -> str:
+    """The metric's change per workload: 'tps +6.2% [+2.9, +9.6]' (`say` names the metric instead)."""
+    parts = []
+    for w in a.workloads:
+        name = metric_of(w)
+        c = _comp(w, name, vi) if name else None
+        if c is not None:
+            where = f"{w.name}: " if len(a.workloads) > 1 else ""
+            parts.append(f"{where}{say or name} {format_comparison(c)}")
+    return "; ".join(parts)
+
+
+def _verdicts(a: Analysis, metric_of, vi: int) -> set[str]:
+    return {c.verdict for w in a.workloads if (name := metric_of(w)) and (c := _comp(w, name, vi)) is not None}
+
+
+def _faults(a: Analysis, vi: int) -> str:
+    """'faults -93%' where the page faults' change is decided in every workload that has them."""
+    cs = [c for w in a.workloads if (c := _comp(w, FAULTS, vi)) is not None]
+    if not cs or any(c.verdict not in ("better", "worse") for c in cs):
+        return ""
+    lo, hi = min(c.ratio for c in cs), max(c.ratio for c in cs)
+    span = f"{(lo - 1) * 100:+.0f}%" if abs(hi - lo) < 0.01 else f"{(lo - 1) * 100:+.0f}% to {(hi - 1) * 100:+.0f}%"
+    return f"minor page faults {span}"
+
+
+def _usable(a: Analysis, vi: int) -> bool:
+    return all(w.verification.get(vi, {}).get("status", "") not in BAD_STATUS for w in a.workloads)
+
+
+def _decided_best(a: Analysis, metric_of, candidates: list[int], exclude=lambda vi: False) -> int | None:
+    """The candidate decided better on the metric in at least one workload and worse in none, with the
+    largest geometric-mean gain."""
+    best, best_gain = None, 0.0
+    for vi in candidates:
+        cs = [c for w in a.workloads if (name := metric_of(w)) and (c := _comp(w, name, vi)) is not None]
+        if not cs or not any(c.verdict == "better" for c in cs) or any(c.verdict == "worse" for c in cs):
+            continue
+        if exclude(vi):
+            continue
+        gain = math.exp(sum(math.log(_gain(c)) for c in cs) / len(cs))
+        if gain > best_gain:
+            best, best_gain = vi, gain
+    return best
+
+
+def _mechanism(a: Analysis, vi: int, by_label: dict[str, Candidate]) -> str:
+    cand = by_label.get(a.labels[vi])
+    parts = [f"{cand.mechanism}; {cand.why}"] if cand else []
+    if f := _faults(a, vi):
+        parts.append(f"measured: {f}")
+    return ". ".join(parts)
+
+
+def _apply(a: Analysis, vi: int) -> HowToApply:
+    w = a.workloads[0]
+    return how_to_apply(a, vi, w.argv, w.info)
+
+
+def _phases(a: Analysis) -> list[str]:
+    names = []
+    for w in a.workloads:
+        for row in w.rows:
+            if PHASE.match(row.name) and row.name not in names:
+                names.append(row.name)
+    return names
+
+
+def answer(a: Analysis, candidates: list[Candidate], max_rss_increase: float | None = None) -> TuneAnswer:
+    out = TuneAnswer()
+    by_label = {}
+    for c in candidates:
+        if c.refused:
+            out.refused.append(f"{c.spec} ({c.rule}): {c.refused}")
+    spec_of = {v["label"]: v.get("spec", v["label"]) for v in a.experiment.variants}
+    for c in candidates:
+        for label, spec in spec_of.items():
+            if spec == c.spec:
+                by_label[label] = c
+    racers = [vi for vi in range(len(a.labels)) if vi != a.baseline_idx]
+    for vi in racers:
+        if not _usable(a, vi):
+            out.not_in_effect.append(f"{a.labels[vi]}: the verification found the setting or allocator not in "
+                                     f"effect, so it was left out of the answer")
+    usable = [vi for vi in racers if _usable(a, vi)]
+
+    def too_big(vi: int) -> bool:
+        if max_rss_increase is None:
+            return False
+        return any((c := _comp(w, RSS, vi)) is not None and c.verdict == "worse" and c.ratio - 1 > max_rss_increase
+                   for w in a.workloads)
+
+    picked: set[int] = set()
+    speed = _decided_best(a, _primary, usable, too_big)
+    if speed is not None:
+        out.picks.append(Pick("speed", speed, a.labels[speed], _texts(a, _primary, speed),
+                              _mechanism(a, speed, by_label), _texts(a, lambda w: RSS, speed, "peak RSS"),
+                              _apply(a, speed)))
+        picked.add(speed)
+    memory = _decided_best(a, lambda w: RSS, usable)
+    if memory is not None:
+        out.picks.append(Pick("memory", memory, a.labels[memory], _texts(a, lambda w: RSS, memory, "peak RSS"),
+                              _mechanism(a, memory, by_label), _texts(a, _primary, memory), _apply(a, memory)))
+        picked.add(memory)
+    for metric in _phases(a):
+        vi = _decided_best(a, lambda w, m=metric: m if w.row(m) else None, usable)
+        if vi is not None:
+            phase = PHASE.match(metric).group(1)
+            out.picks.append(Pick(f"memory after {phase}", vi, a.labels[vi],
+                                  _texts(a, lambda w, m=metric: m if w.row(m) else None, vi, f"RSS after {phase}"),
+                                  _mechanism(a, vi, by_label), _texts(a, _primary, vi), _apply(a, vi)))
+            picked.add(vi)
+    for vi in usable:
+        if vi in picked:
+            continue
+        cand = by_label.get(a.labels[vi])
+        rule = f" ({cand.rule}, expected {cand.expect})" if cand else ""
+        line = f"{a.labels[vi]}{rule}: {_texts(a, _primary, vi)}; {_texts(a, lambda w: RSS, vi, 'peak RSS')}"
+        speed_v, rss_v = _verdicts(a, _primary, vi), _verdicts(a, lambda w: RSS, vi)
+        if ("better" in speed_v and "worse" not in speed_v) or ("better" in rss_v and "worse" not in rss_v):
+            out.also_better.append(line)
+        elif "undecided" in speed_v:
+            out.open.append(line)
+        else:
+            out.ruled_out.append(line)
+    if not out.picks:
+        out.nothing = ("no candidate was decided better than the baseline, on speed or on memory, and decided "
+                       "worse nowhere: keep the default" + (" (see what stayed open below)" if out.open else ""))
+    return out

@@ -1,0 +1,127 @@
+"""From readings to candidates: each rule of catalog/tune_rules.toml whose conditions hold in its
+allocator's reading proposes settings, with values computed from the same reading.
+
+In: Readings per allocator (tune/diagnosis.py), the installed plain allocators and their versions.
+Out: Candidates (a variant spec, the rule, its expected direction, the mechanism and the reason,
+in words with the measured figures), and the rules that stayed silent.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from alloclab.catalog.tune_rules import Rule, ValueRule, load_rules
+from alloclab.tune.diagnosis import Reading, size_text, value_text
+
+
+@dataclass(frozen=True)
+class Candidate:
+    spec: str
+    rule: str
+    expect: str            # faster | less memory
+    mechanism: str         # what the fingerprint read, in words
+    why: str               # how the settings act on it
+    refused: str | None = None   # why the installed allocator cannot take it (never raced)
+
+
+@dataclass(frozen=True)
+class Prescription:
+    candidates: list[Candidate]
+    fired: list[str]       # rules whose conditions held
+    silent: list[str]      # rules read and not fired (their allocator's reading was there)
+
+
+def compute_value(v: ValueRule, reading: Reading) -> int | None:
+    x = reading.get(v.reading)
+    if x is None:
+        return None
+    x *= v.times
+    if v.round == "pow2":
+        x = float(2 ** math.ceil(math.log2(x))) if x > 1 else 1.0
+    x = float(round(x))
+    if v.min is not None:
+        x = max(x, v.min)
+    if v.max is not None:
+        x = min(x, v.max)
+    return int(x)
+
+
+def setting_text(n: int) -> str:
+    """A size as a variant spec writes it: 64M rather than 67108864 (the catalog expands it)."""
+    for unit, div in (("G", 1 << 30), ("M", 1 << 20), ("K", 1 << 10)):
+        if n >= div and n % div == 0:
+            return f"{n // div}{unit}"
+    return str(n)
+
+
+def fill(text: str, reading: Reading, values: dict[str, str]) -> str:
+    """A rule's sentence with the reading's figures and the computed values in its {braces}."""
+    names = {k: value_text(k, x) for k, x in reading.values.items()}
+    names |= {"per": reading.per, "held_where": reading.held_where} | values
+    out = text
+    for key, val in names.items():
+        out = out.replace("{" + key + "}", str(val))
+    return out
+
+
+def _values(rule: Rule, reading: Reading) -> dict[str, str] | None:
+    out = {}
+    for v in rule.values:
+        n = compute_value(v, reading)
+        if n is None:
+            return None
+        out[v.name] = setting_text(n) if v.round == "pow2" else str(n)
+    return out
+
+
+def _spec_for(rule: Rule, spec: str, versions: dict[str, str]) -> str:
+    version = versions.get(rule.reads, "")
+    for prefix, other in rule.versions.items():
+        if version.startswith(prefix):
+            return other
+    return spec
+
+
+def prescribe(readings: dict[str, Reading], allocators: list[str], versions: dict[str, str] | None = None,
+              rules: tuple[Rule, ...] | None = None, check=None) -> Prescription:
+    """Candidates from the rules that fire. `allocators`: the plain allocators to race when a rule
+    names {allocators} (the installed ones other than the baseline); `check(spec)` returns why the
+    installed allocator refuses a spec (None when it takes it)."""
+    rules = rules if rules is not None else load_rules()
+    versions = versions or {}
+    out: list[Candidate] = []
+    fired, silent = [], []
+    seen: set[str] = set()
+    for rule in rules:
+        reading = readings.get(rule.reads)
+        if reading is None:
+            continue
+        if not all(c.holds(reading.get(c.reading)) for c in rule.when):
+            silent.append(rule.name)
+            continue
+        values = _values(rule, reading)
+        if values is None:
+            silent.append(rule.name)
+            continue
+        fired.append(rule.name)
+        mechanism, why = fill(rule.mechanism, reading, values), fill(rule.why, reading, values)
+        for template in rule.tries:
+            specs = allocators if template == "{allocators}" else [fill(_spec_for(rule, template, versions), reading, values)]
+            for spec in specs:
+                if spec in seen:
+                    continue
+                seen.add(spec)
+                out.append(Candidate(spec, rule.name, rule.expect, mechanism, why, check(spec) if check else None))
+    # Another allocator may fix a mechanism that one of glibc's settings fixes: once any rule
+    # fired, the plain allocators race too.
+    if fired:
+        for spec in allocators:
+            if spec not in seen:
+                seen.add(spec)
+                out.append(Candidate(spec, "allocator-bound", "faster", "another allocator's policy may avoid it",
+                                     "the allocator as installed, with its defaults", check(spec) if check else None))
+    return Prescription(out, fired, silent)
+
+
+__all__ = ["Candidate", "Prescription", "prescribe", "compute_value", "setting_text", "size_text"]

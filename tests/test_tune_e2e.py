@@ -1,0 +1,113 @@
+"""tune on real programs and real allocators: each rule fires on a C program built for its
+mechanism and stays silent on a control, values follow the measurement, and `alloclab tune` runs
+end to end (a churn program raced to a decided pick; a program that barely allocates stopped with
+its bound)."""
+
+from __future__ import annotations
+
+import sys
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from alloclab.store.db import Store
+from alloclab.tune.diagnosis import reading
+from alloclab.tune.prescribe import prescribe
+from alloclab.workloads import builtin
+
+from conftest import ALLOCLAB, require_allocator
+
+GLIBC_RULES = {"glibc-trim-churn", "glibc-mmap-churn", "glibc-arena-bloat"}
+
+
+def fingerprint(tmp_path: Path, argv: list[str], allocators=("glibc",)) -> dict:
+    """Readings of one untimed fingerprint run per allocator (compare --fingerprint --runs 1)."""
+    db = tmp_path / f"fp-{Path(argv[0]).name}-{'-'.join(argv[1:])}.db"
+    cmd = [*ALLOCLAB, "compare", "--db", str(db), "--fingerprint", "--runs", "1", "--no-verify"]
+    for a in allocators:
+        cmd += ["-a", a]
+    proc = subprocess.run(cmd + ["--", *argv], capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    e = Store(db).load(1)
+    return {v["allocator"]: reading(v["allocator"], v["label"], e.fingerprints[(0, i)]) for i, v in enumerate(e.variants)}
+
+
+@pytest.mark.parametrize("program,args,rule", [
+    ("heapswing", ["8", "40"], "glibc-trim-churn"),
+    ("mmapchurn", ["40", "16"], "glibc-mmap-churn"),
+    ("arenabloat", ["16", "16"], "glibc-arena-bloat"),
+])
+def test_each_glibc_rule_fires_on_its_program_and_no_other_glibc_rule_does(tmp_path, build, program, args, rule):
+    rx = prescribe(fingerprint(tmp_path, [str(build(program, "-pthread")), *args]), [])
+    assert set(rx.fired) & GLIBC_RULES == {rule}, rx.fired
+
+
+def test_no_rule_fires_on_a_program_that_barely_allocates(tmp_path, build):
+    require_allocator("jemalloc")
+    rx = prescribe(fingerprint(tmp_path, [str(build("compute")), "20000000"], ("glibc", "jemalloc")), [])
+    assert rx.fired == [] and rx.candidates == []
+    assert "glibc-trim-churn" in rx.silent and "jemalloc-decay-churn" in rx.silent
+
+
+def test_the_jemalloc_decay_rule_fires_on_jemallocs_purge_churn(tmp_path):
+    require_allocator("jemalloc")
+    oversized = builtin.get("oversized")
+    rx = prescribe(fingerprint(tmp_path, [str(builtin.binary(oversized)), "--queries=6"], ("glibc", "jemalloc")), [])
+    assert "jemalloc-decay-churn" in rx.fired
+    assert "jemalloc:dirty_decay_ms=30000,muzzy_decay_ms=30000" in [c.spec for c in rx.candidates]
+
+
+def test_pads_follow_each_programs_measured_heap_growth(tmp_path, build):
+    exe = str(build("heapswing"))
+    pads = {}
+    for mib, iters in ((3, 80), (30, 8)):
+        r = fingerprint(tmp_path, [exe, str(mib), str(iters)])["glibc"]
+        c = next(c for c in prescribe({"glibc": r}, []).candidates if c.rule == "glibc-trim-churn")
+        pad = int(c.spec.split("=")[1].rstrip("M")) << 20
+        assert pad > r.get("heap_swing") >= mib * 0.9 * (1 << 20), (c.spec, r.get("heap_swing"))
+        pads[mib] = pad
+    assert pads[3] < pads[30]
+
+
+def test_tune_end_to_end_on_a_churn_program(cli, build, store_of):
+    require_allocator("tcmalloc")
+    proc = cli("tune", "--budget", "4m", "-a", "tcmalloc", "--", str(build("heapswing")), "8", "30", timeout=400)
+    out = proc.stdout
+    assert proc.returncode == 0, out + proc.stderr
+    assert "rules fired: glibc-trim-churn" in out
+    assert out.index("Best for speed") < out.index("Answer (primary metrics")   # the answer comes first
+    # The pad the fingerprint sized, raced and decided faster: the pick or decided better beside it.
+    pad_lines = [line for line in out.splitlines() if "glibc TOP_PAD=" in line and ("Best for speed" in line or
+                                                                                   "better" in line)]
+    assert pad_lines, out
+    if "Best for speed: glibc TOP_PAD" in out:
+        assert "brk calls" in out and "minor page faults -" in out
+    store = store_of(cli.db)
+    kinds = [store.load(i).row["kind"] for i in (1, 2)]
+    assert kinds == ["tune-diagnosis", "tune"]
+    assert store.load(2).config["tune"]["fired"] == ["glibc-trim-churn"]
+
+
+def test_tune_stops_with_a_bound_on_a_program_that_barely_allocates(cli, build, store_of):
+    proc = cli("tune", "--", str(build("compute")), "30000000", timeout=300)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "Nothing to tune" in proc.stdout and "in the profiled runs" in proc.stdout
+    assert "Racing" not in proc.stderr
+    e = store_of(cli.db).load(1)
+    assert e.row["kind"] == "tune-diagnosis" and e.profiles
+
+
+def test_tune_refuses_variants_with_settings_in_a(cli, build):
+    proc = cli("tune", "-a", "glibc:MALLOC_TOP_PAD_=1M", "--", str(build("compute")))
+    assert proc.returncode != 0 and "tune proposes the settings itself" in proc.stderr
+
+
+def test_a_setting_the_installed_allocator_does_not_know_is_refused():
+    from alloclab.cli.tune import _refusal
+    assert _refusal("glibc:MALLOC_TOP_PAD_=8M") is None
+    assert "does not read it" in _refusal("glibc:MALLOC_TOP_PADD_=8M")
+
+
+if __name__ == "__main__":
+    sys.exit(pytest.main([__file__, "-q"]))

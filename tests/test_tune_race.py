@@ -1,0 +1,53 @@
+"""tune's race on the fake executor: a candidate decided worse leaves the race at the look that
+decides it, so the remaining blocks go to the candidates still open."""
+
+from __future__ import annotations
+
+import pytest
+
+from alloclab.catalog.variants import parse_variants
+from alloclab.measure import machine
+from alloclab.measure.fake import FakeExecutor
+from alloclab.measure.runner import Runner, Settings
+from alloclab.stats.analysis import analyze
+from alloclab.stats.looks import Judge
+from alloclab.store.db import Store
+from alloclab.tune.answer import answer
+from alloclab.tune.prescribe import Candidate
+from alloclab.workloads.command import Workload
+
+VARIANTS = ["glibc", "glibc:MALLOC_ARENA_MAX=1", "glibc:MALLOC_TOP_PAD_=8M"]
+
+
+@pytest.fixture(autouse=True)
+def no_perf(monkeypatch):
+    monkeypatch.setattr(machine, "perf_counters", lambda: (False, "fake executor"))
+
+
+def mean_s(env: dict, n: int) -> float:
+    """ARENA_MAX=1 is 40% slower (decided at once); TOP_PAD is 3% faster with 6% run-to-run swings."""
+    if "MALLOC_ARENA_MAX" in env:
+        return 0.14
+    if "MALLOC_TOP_PAD_" in env:
+        return 0.1 * (0.97 + (0.06 if n % 2 else -0.06))
+    return 0.1
+
+
+def test_a_decided_loser_leaves_the_race_early_and_the_answer_rules_it_out(tmp_path):
+    store = Store(tmp_path / "race.db")
+    s = Settings(warmup=0, verify=False, until_decided=True, runs=4, first_look=4, max_runs=40, max_seconds=1e9,
+                 kind="tune")
+    runner = Runner(store, [Workload("fake", ["fake"], executor=FakeExecutor(mean_s, noise=0.01))],
+                    parse_variants(VARIANTS), s, judge=Judge())
+    runner.run()
+    e = store.load(runner.exp_id)
+    runs = {}
+    for r in e.runs:
+        runs[r["variant_idx"]] = runs.get(r["variant_idx"], 0) + 1
+    assert runs[1] == 4, runs          # decided worse at the first look: no more blocks
+    assert runs[2] > runs[1], runs     # the open candidate got the blocks that followed
+    cands = [Candidate(VARIANTS[1], "glibc-arena-bloat", "less memory", "m", "w"),
+             Candidate(VARIANTS[2], "glibc-trim-churn", "faster", "m", "w")]
+    ans = answer(analyze(e), cands)
+    assert any(line.startswith("glibc ARENA_MAX=1") and "worse" not in line.split(":")[0] for line in ans.ruled_out)
+    assert all(p.label != "glibc ARENA_MAX=1" for p in ans.picks)

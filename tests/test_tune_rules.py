@@ -1,0 +1,115 @@
+"""tune's rules as pure logic: each fires on the reading of its mechanism and stays silent on a
+control; values come from the reading; the answer picks only decided effects."""
+
+from __future__ import annotations
+
+from alloclab.catalog.tune_rules import load_rules, number
+from alloclab.tune.diagnosis import Reading, reading
+from alloclab.tune.prescribe import prescribe
+
+MiB = 1 << 20
+
+
+def _glibc(**values) -> Reading:
+    return Reading("glibc", "glibc", {"cpus": 2.0, "threads": 1.0, "allocs_per_s": 1000.0} | values)
+
+
+def _fired(readings, allocators=("tcmalloc", "jemalloc")):
+    rx = prescribe(readings, list(allocators))
+    return rx, {c.rule for c in rx.candidates}
+
+
+def test_every_rule_loads_with_its_fields():
+    rules = load_rules()
+    assert {r.name for r in rules} >= {"glibc-trim-churn", "glibc-mmap-churn", "glibc-arena-bloat",
+                                       "jemalloc-decay-hold", "jemalloc-decay-churn", "tcmalloc-thread-cache",
+                                       "mimalloc-purge", "allocator-bound"}
+    assert all(r.expect in ("faster", "less memory") and r.tries for r in rules)
+    assert number("4M") == 4 * MiB and number("128K") == 131072 and number(0.5) == 0.5
+
+
+def test_trim_churn_fires_with_a_pad_above_the_measured_swing_and_the_allocators_join():
+    r = _glibc(trim_bytes_per_s=200.0 * MiB, trim_share=0.99, heap_swing=28.0 * MiB, trim_bytes=4e9, brk_calls=27832)
+    rx, rules = _fired({"glibc": r})
+    pad = next(c for c in rx.candidates if c.rule == "glibc-trim-churn")
+    assert pad.spec == "glibc:MALLOC_TOP_PAD_=64M"
+    assert "28 MiB" in pad.mechanism and "27,832 brk calls" in pad.mechanism
+    assert [c.spec for c in rx.candidates if c.rule == "allocator-bound"] == ["tcmalloc", "jemalloc"]
+
+
+def test_pads_follow_the_measured_growth():
+    small = prescribe({"glibc": _glibc(trim_bytes_per_s=50.0 * MiB, trim_share=1.0, heap_swing=3.0 * MiB)}, [])
+    large = prescribe({"glibc": _glibc(trim_bytes_per_s=50.0 * MiB, trim_share=1.0, heap_swing=30.0 * MiB)}, [])
+    assert small.candidates[0].spec == "glibc:MALLOC_TOP_PAD_=8M"
+    assert large.candidates[0].spec == "glibc:MALLOC_TOP_PAD_=64M"
+
+
+def test_a_quiet_program_fires_nothing():
+    rx, rules = _fired({"glibc": _glibc(trim_bytes_per_s=0.0, trim_share=0.0, big_bytes_per_s=0.0,
+                                        overhead_peak=1.0 * MiB, overhead_peak_share=0.1)})
+    assert rx.fired == [] and rx.candidates == []
+    assert "glibc-trim-churn" in rx.silent
+
+
+def test_a_missing_reading_fails_the_condition_rather_than_guessing():
+    rx, _ = _fired({"glibc": _glibc(trim_share=1.0)})   # no system-call counts: no trim rate
+    assert "glibc-trim-churn" not in rx.fired
+
+
+def test_mmap_churn_caps_the_threshold_at_glibcs_largest():
+    r = _glibc(big_bytes_per_s=500.0 * MiB, big_unmapped_share=1.1, big_block=64.0 * MiB, munmap_calls=40,
+               munmap_bytes=2.5e9)
+    rx, _ = _fired({"glibc": r}, ())
+    specs = [c.spec for c in rx.candidates]
+    assert specs[0] == "glibc:MALLOC_MMAP_THRESHOLD_=32M,MALLOC_TOP_PAD_=256M"
+    assert specs[1] == "glibc:MALLOC_MMAP_MAX_=0,MALLOC_TRIM_THRESHOLD_=256M"
+
+
+def test_arena_bloat_needs_threads_and_memory_held_beyond_live():
+    bloated = _glibc(threads=16.0, overhead_peak=200.0 * MiB, overhead_peak_share=0.9, peak_live=20.0 * MiB)
+    rx, _ = _fired({"glibc": bloated}, ())
+    assert [c.spec for c in rx.candidates] == ["glibc:MALLOC_ARENA_MAX=2"]
+    assert rx.candidates[0].expect == "less memory"
+    one_thread = _glibc(threads=1.0, overhead_peak=200.0 * MiB, overhead_peak_share=0.9)
+    assert "glibc-arena-bloat" not in _fired({"glibc": one_thread}, ())[0].fired
+
+
+def test_jemalloc_decay_rules_read_jemallocs_own_fingerprint():
+    held = Reading("jemalloc", "jemalloc", {"held_after_phase": 80.0 * MiB, "held_after_phase_share": 0.6},
+                   held_where="after flush")
+    rx, _ = _fired({"jemalloc": held}, ())
+    assert [c.spec for c in rx.candidates] == ["jemalloc:dirty_decay_ms=0,muzzy_decay_ms=0"]
+    assert "after flush" in rx.candidates[0].mechanism
+    quiet = Reading("jemalloc", "jemalloc", {"held_after_phase": 2.0 * MiB, "held_after_phase_share": 0.05})
+    assert _fired({"jemalloc": quiet}, ())[0].fired == []
+
+
+def test_a_version_specific_spelling_is_chosen_from_the_installed_version():
+    held = Reading("mimalloc", "mimalloc", {"held_after_phase": 80.0 * MiB, "held_after_phase_share": 0.6})
+    old = prescribe({"mimalloc": held}, [], {"mimalloc": "2.0.9"})
+    new = prescribe({"mimalloc": held}, [], {"mimalloc": "2.1.2"})
+    assert old.candidates[0].spec == "mimalloc:MIMALLOC_DECOMMIT_DELAY=0"
+    assert new.candidates[0].spec == "mimalloc:MIMALLOC_PURGE_DELAY=0"
+
+
+def test_a_refused_candidate_is_kept_with_its_reason_not_raced():
+    r = _glibc(trim_bytes_per_s=200.0 * MiB, trim_share=1.0, heap_swing=8.0 * MiB)
+    rx = prescribe({"glibc": r}, [], check=lambda spec: "not known to this glibc" if "TOP_PAD" in spec else None)
+    assert rx.candidates[0].refused == "not known to this glibc"
+
+
+def test_reading_of_a_stored_fingerprint_per_unit_of_work():
+    fp = {"wall_s": 30.0, "threads": 3, "allocs": 500000, "allocs_per_s": 16666.0,
+          "memory": {"peak_live_kb": 50000, "end_live_kb": 1000, "overhead_at_peak_kb": 4000, "overhead_at_end_kb": 20000,
+                     "peak_anon_kb": 60000, "end_anon_kb": 21000, "anon_at_peak_live_kb": 54000},
+          "syscalls": {"brk": 27832, "mmap": 10, "munmap": 5, "madvise": 0},
+          "syscall_bytes": {"brk_grown": 4.5e9, "brk_shrunk": 4.4e9, "munmap": 1e6, "madvise_released": 0},
+          "per_work": {"work": "transaction", "rate": 12.0, "window_s": 13.0, "calls": 2030.0, "calls_in_window": 316680},
+          "phases": [{"name": "disconnect", "overhead_kb": 30000, "anon_kb": 40000, "live_kb": 10000}],
+          "hist": [[18, "128K-256K", 10, 2000000]]}
+    r = reading("glibc", "glibc", fp)
+    assert r.per == "transaction"
+    assert abs(r.get("heap_swing") - 4.4e9 / 156) < 1
+    assert r.get("trim_share") > 0.97 and r.get("brk_calls") == 27832
+    assert r.get("held_after_phase") == 30000 * 1024 and r.held_where == "after disconnect"
+    assert r.get("big_block") == float(1 << 18)
