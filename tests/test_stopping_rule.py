@@ -169,3 +169,21 @@ def test_a_decided_experiment_makes_no_profile(tmp_path, monkeypatch):
     monkeypatch.setattr(auto_profile, "profile_open", lambda exp, idxs: calls.append(idxs))
     e, error = run(tmp_path, FakeExecutor(lambda env, n: 0.08 if env else 0.1, noise=0.01), auto_profile=True)
     assert error is None and e.config["stopped"] == "decided" and calls == []
+
+
+def test_a_first_look_that_cannot_fit_the_budget_is_sized_down_and_said(tmp_path):
+    # 4 s a run, 2 variants, a first look of 10 runs: 80 s of measured blocks after an 8 s warm-up
+    # block against a 40 s budget. The warm-up block shows the pace; the first look shrinks to fit.
+    clock = FakeClock()
+    notes: list[str] = []
+    from alloclab.measure.runner import Progress
+    store = Store(tmp_path / "fit.db")
+    s = Settings(warmup=1, verify=False, until_decided=True, runs=10, first_look=10, max_runs=40, max_seconds=40)
+    exp = Runner(store, [Workload("fake", ["fake"], executor=FakeExecutor(lambda env, n: 4.0, noise=0.01, clock=clock))],
+                 parse_variants(VARIANTS), s, judge=Judge(), clock=clock, progress=Progress(note=notes.append))
+    exp.run()
+    e = store.load(exp.exp_id)
+    assert clock.now <= 8 + 40 + 1e-6, clock.now
+    assert any("sized down to 4 runs" in n and "> the 40 s budget" in n for n in notes), notes
+    assert e.config["runs"] == 4 and e.config["design"]["looks"][0] == 4
+    assert measured(e) == {0: 4, 1: 4}

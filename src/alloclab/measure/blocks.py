@@ -19,9 +19,21 @@ PROFILE_COST = 1.5   # a profiled run against a timed one: perf record, then per
 class MoreBlocks:
     def _jobs(self, planner: Planner, jobs: list[Job], started: float):
         """The planned jobs, then, until decided or with --until-precise, more interleaved blocks
-        while needed."""
-        yield from jobs
+        while needed. Until decided, the first look is sized to the budget once the warm-up block
+        has shown what a block costs. The budget starts here: after the set-up (a recipe's data
+        load) and any --fingerprint runs, which are not measured blocks."""
         s = self.settings
+        started = self.clock()
+        warm = [j for j in jobs if j.warmup]
+        yield from warm
+        measured = [j for j in jobs if not j.warmup]
+        if s.until_decided and warm and measured:
+            measured = self._fit_first_look(measured, self.clock() - started, started)
+        t_measured = self.clock()
+        yield from measured
+        # The pace of a block, for the first decision to add one (before it, none was timed).
+        n_blocks = len({j.block for j in measured})
+        self._pace_s = (self.clock() - t_measured) / n_blocks if n_blocks else 0.0
         if s.until_decided:
             yield from self._until_decided(planner, started)
             return
@@ -42,6 +54,33 @@ class MoreBlocks:
         self.progress.note(f"stopped at {measured} runs per cell (--max-runs {s.max_runs} / "
                            f"{s.max_seconds:g} s) before every interval was within ±{s.until_precise:.1%}")
 
+    def _fit_first_look(self, measured: list[Job], warm_s: float, started: float) -> list[Job]:
+        """The first look's blocks, fewer where they would overrun the budget at the warm-up
+        block's pace (a warm-up block runs every cell, as a measured one does); said either way
+        when the plan does not fit. The budget covers the warm-up and the measured blocks, not a
+        --fingerprint run (the fingerprint is timed apart)."""
+        s = self.settings
+        blocks = sorted({j.block for j in measured})
+        warm_blocks = max(1, measured[0].block)
+        block_s = max(warm_s / warm_blocks, 1e-9)
+        left = s.max_seconds - (self.clock() - started)
+        fits = int(left // block_s)
+        if fits >= len(blocks):
+            return measured
+        keep = max(2, fits)
+        plan = (f"{len(blocks)} runs x {len(self.variants)} variants x {block_s / len(self.variants):.1f} s a run "
+                f"= {len(blocks) * block_s:.0f} s > the {s.max_seconds:g} s budget")
+        if keep >= len(blocks):
+            return measured
+        self.progress.note(f"{plan}: the first look sized down to {keep} runs per variant"
+                           + ("" if fits >= 2 else f" (2 is the fewest that can decide anything: about "
+                                                   f"{2 * block_s:.0f} s)"))
+        self.design = type(self.design).sequential(keep, s.max_runs, s.alpha)
+        self._measured = keep
+        self.config |= {"runs": keep, "design": self.design.to_config(), "first_look_sized": plan}
+        self.recorder.set_config(self.config)
+        return [j for j in measured if j.block < blocks[0] + keep]
+
     def _until_decided(self, planner: Planner, started: float):
         """Blocks until every primary comparison has a verdict, the budget is spent, or --max-runs.
 
@@ -52,7 +91,7 @@ class MoreBlocks:
         s, design = self.settings, self.design
         base = 0
         open_: dict[int, set[int]] = {wi: set(range(1, len(self.variants))) for wi in range(len(self.workloads))}
-        measured, block_s, t_block = design.looks[0], 0.0, self.clock()
+        measured, block_s, t_block = design.looks[0], getattr(self, "_pace_s", 0.0), self.clock()
         run_s = 0.0   # a run's share of the last block's time
         bounded: set[tuple[int, int]] = set()   # closed as futile: no answer beyond their interval
         self._stopped = "max-runs"
