@@ -6,10 +6,12 @@ BIN := $(VENV)/bin
 DEB_PACKAGES := gcc libc6-dev libgoogle-perftools4 libtcmalloc-minimal4 libjemalloc2 libmimalloc2.0 linux-perf
 # What bench/overhead.py measures alloclab's per-run cost against.
 DEB_BENCH_PACKAGES := hyperfine
-# Real programs the recipes and end-to-end tests drive, and Chromium for the HTML report test.
+# Real programs the recipes and end-to-end tests drive, Chromium for the HTML report test,
+# heaptrack, whose counts the fingerprint's are checked against, and strace, which counts the
+# fingerprint's system calls where perf's syscall tracepoints are unavailable (a VM, a container).
 DEB_TEST_PACKAGES := postgresql postgresql-contrib redis-server redis-tools qemu-utils chromium valgrind \
-	sqlite3 xz-utils git perl python3 ceph-mon ceph-osd ceph-common librbd1 fio qemu-block-extra \
-	$(DEB_BENCH_PACKAGES)
+	sqlite3 xz-utils git perl python3 ceph-mon ceph-osd ceph-common librbd1 fio qemu-block-extra heaptrack \
+	strace $(DEB_BENCH_PACKAGES)
 DB ?= demo.db
 
 .PHONY: setup setup-test setup-bench setup-deb setup-deb-test setup-deb-all setup-deb-bench venv demo test bench clean
@@ -33,7 +35,8 @@ setup-bench:
 	@$(VENV_PREREQ)
 	@$(MAKE) --no-print-directory -j2 setup-deb-bench venv
 
-# apt-get when root and something is missing; otherwise print the exact line and go on.
+# apt-get when root and something is missing (a failed install stops make, naming the packages);
+# otherwise print the exact line and go on.
 setup-deb:
 	@./scripts/setup-deb $(DEB_PACKAGES)
 

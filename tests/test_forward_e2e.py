@@ -7,14 +7,13 @@ redis-server (linked against it too), run under the real preload through the rea
 from __future__ import annotations
 
 import re
-import shutil
 import sys
 from pathlib import Path
 
 import pytest
 
 from alloclab.catalog.variants import parse_variant
-from conftest import require_allocator
+from conftest import need_program, require_allocator
 
 pytestmark = pytest.mark.e2e
 
@@ -97,9 +96,8 @@ metrics = [
 
 
 def test_debian_redis_server_runs_glibcs_malloc_under_glibc(tmp_path, scratch):  # noqa: F811
-    redis = shutil.which("redis-server")
-    if not redis or not shutil.which("redis-cli"):
-        pytest.skip("redis-server is not installed (apt-get install -y redis-server)")
+    redis = need_program("redis-server")
+    need_program("redis-cli", "redis-tools")
     from alloclab.measure.forward import linked_allocator
 
     linked = linked_allocator(Path(redis))
