@@ -30,7 +30,7 @@ def test_an_open_comparison_is_profiled_inside_the_recipes_setup(cli, scratch, s
     names = ", ".join(a.workloads[i].name for i in open_)
     assert f"one profiled run per variant of {names}," in " ".join(p.stderr.split())
     out = " ".join(p.stdout.split())
-    assert "undecided, and the allocator's functions and the kernel's memory management took at most" in out
+    assert "undecided; the allocator's functions and the kernel's memory management took at most" in out
     # One run per variant of each open workload (and no other), profiled in the set-up the timed runs used.
     assert sorted(exp.profiles) == [(w, v) for w in open_ for v in (0, 1)]
     assert all(len(p["runs"]) == 1 and p["runs"][0]["status"] == "ok" for p in exp.profiles.values())
