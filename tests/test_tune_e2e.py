@@ -65,7 +65,9 @@ def test_pads_follow_each_programs_measured_heap_growth(tmp_path, build):
         r = fingerprint(tmp_path, [exe, str(mib), str(iters)])["glibc"]
         c = next(c for c in prescribe({"glibc": r}, []).candidates if c.rule == "glibc-trim-churn")
         pad = int(c.spec.split("=")[1].rstrip("M")) << 20
-        assert pad > r.get("heap_swing") >= mib * 0.9 * (1 << 20), (c.spec, r.get("heap_swing"))
+        # The reading may fall short of the true swing (the live bytes are read between allocations),
+        # so the pad is checked against both the reading and the growth the program is built to make.
+        assert pad > r.get("heap_swing") and pad > mib << 20, (c.spec, r.get("heap_swing"))
         pads[mib] = pad
     assert pads[3] < pads[30]
 

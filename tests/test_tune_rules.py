@@ -66,11 +66,11 @@ def test_mmap_churn_caps_the_threshold_at_glibcs_largest():
 
 
 def test_arena_bloat_needs_threads_and_memory_held_beyond_live():
-    bloated = _glibc(threads=16.0, overhead_peak=200.0 * MiB, overhead_peak_share=0.9, peak_live=20.0 * MiB)
+    bloated = _glibc(threads=16.0, overhead_most=200.0 * MiB, overhead_most_share=0.9, peak_live=20.0 * MiB)
     rx, _ = _fired({"glibc": bloated}, ())
     assert [c.spec for c in rx.candidates] == ["glibc:MALLOC_ARENA_MAX=2"]
     assert rx.candidates[0].expect == "less memory"
-    one_thread = _glibc(threads=1.0, overhead_peak=200.0 * MiB, overhead_peak_share=0.9)
+    one_thread = _glibc(threads=1.0, overhead_most=200.0 * MiB, overhead_most_share=0.9)
     assert "glibc-arena-bloat" not in _fired({"glibc": one_thread}, ())[0].fired
 
 

@@ -56,6 +56,8 @@ def answer_lines(ans: TuneAnswer) -> list[tuple[str, str]]:
                 for i, line in enumerate(p.apply.systemd.splitlines())]
     if ans.nothing:
         out.append(("bold yellow", f"Nothing to change: {ans.nothing}"))
+    if ans.undecided:
+        out.append(("bold yellow", f"Not decided yet: {ans.undecided}"))
     for title, lines in (("Also decided better (its difference from the pick is not tested)", ans.also_better),
                          ("Ruled out (decided worse or equivalent)", ans.ruled_out),
                          ("Not decided within the budget", ans.open)):

@@ -43,7 +43,8 @@ class TuneAnswer:
     open: list[str] = field(default_factory=list)          # speed still undecided at the stop
     not_in_effect: list[str] = field(default_factory=list)
     refused: list[str] = field(default_factory=list)
-    nothing: str | None = None   # why nothing is recommended, when nothing is
+    nothing: str | None = None   # every candidate decided, none better: keep the default
+    undecided: str | None = None # no pick, and candidates still open: what stayed open, not "keep"
 
 
 def _comp(w: WorkloadResult, metric: str, vi: int) -> Comparison | None:
@@ -173,6 +174,7 @@ def answer(a: Analysis, candidates: list[Candidate], max_rss_increase: float | N
                                   _texts(a, lambda w, m=metric: m if w.row(m) else None, vi, f"RSS after {phase}"),
                                   _mechanism(a, vi, by_label), _texts(a, _primary, vi), _apply(a, vi)))
             picked.add(vi)
+    leads: list[int] = []   # speed still undecided: the answer may not say "keep the default"
     for vi in usable:
         if vi in picked:
             continue
@@ -184,9 +186,21 @@ def answer(a: Analysis, candidates: list[Candidate], max_rss_increase: float | N
             out.also_better.append(line)
         elif "undecided" in speed_v:
             out.open.append(line)
+            leads.append(vi)
         else:
             out.ruled_out.append(line)
-    if not out.picks:
-        out.nothing = ("no candidate was decided better than the baseline, on speed or on memory, and decided "
-                       "worse nowhere: keep the default" + (" (see what stayed open below)" if out.open else ""))
+    if not out.picks and leads:
+        top = max(leads, key=lambda vi: _mean_gain(a, vi))
+        out.undecided = (f"nothing decided better within the budget, and {len(leads)} candidate(s) still open; the "
+                         f"largest estimate is {a.labels[top]} ({_texts(a, _primary, top)}). Keeping the default is "
+                         f"not shown to be right: a larger --budget (or --max-runs) decides it.")
+    elif not out.picks:
+        out.nothing = ("every candidate was decided worse or equivalent on speed, and none decided to hold less "
+                       "memory: keep the default")
     return out
+
+
+def _mean_gain(a: Analysis, vi: int) -> float:
+    cs = [c for w in a.workloads if (name := _primary(w)) and (c := _comp(w, name, vi)) is not None
+          and math.isfinite(c.ratio) and c.ratio > 0]
+    return math.exp(sum(math.log(_gain(c)) for c in cs) / len(cs)) if cs else 0.0

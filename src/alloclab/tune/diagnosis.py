@@ -67,6 +67,12 @@ def reading(allocator: str, label: str, fp: dict, cpus: int | None = None) -> Re
         v["overhead_end_share"] = mem["overhead_at_end_kb"] / mem["end_anon_kb"]
     if mem.get("anon_at_peak_live_kb"):
         v["overhead_peak_share"] = mem["overhead_at_peak_kb"] / mem["anon_at_peak_live_kb"]
+    series = fp.get("series") or []   # (t, live KiB, RSS KiB, anonymous KiB) every 20 ms
+    if series:
+        most = max(series, key=lambda pt: pt[3] - pt[1])
+        v["overhead_most"] = (most[3] - most[1]) * 1024.0
+        if most[3] > 0:
+            v["overhead_most_share"] = (most[3] - most[1]) / most[3]
     held, share, where = _held(fp)
     if held is not None:
         v["held_after_phase"] = held
@@ -128,6 +134,6 @@ def value_text(name: str, value: float) -> str:
     if name.endswith("_per_s") and "bytes" in name:
         return size_text(value)
     if name in ("heap_swing", "big_block", "trim_bytes", "munmap_bytes", "madvise_bytes", "overhead_end",
-                "overhead_peak", "end_live", "peak_live", "peak_anon", "held_after_phase"):
+                "overhead_peak", "overhead_most", "end_live", "peak_live", "peak_anon", "held_after_phase"):
         return size_text(value)
     return f"{value:,.0f}"
