@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import dataclasses
 import time
-from typing import TYPE_CHECKING, Optional
+from typing import TYPE_CHECKING
 
 import typer
 
@@ -138,7 +138,7 @@ def _refusal(spec: str) -> str | None:
 def _tune(opts: ExperimentOptions, workloads: list, plan_defaults, title: str, started: float) -> None:
     from alloclab.catalog.variants import parse_variant
     from alloclab.report import tune as tune_report
-    from alloclab.tune.prescribe import prescribe
+    from alloclab.tune.prescribe import plain_candidates, prescribe
 
     budget_s = seconds(opts.budget or plan_defaults.budget)
     plain = _plain_variants(opts)
@@ -159,7 +159,8 @@ def _tune(opts: ExperimentOptions, workloads: list, plan_defaults, title: str, s
             console.print(f"[bold green]Nothing to tune:[/] {stop}", highlight=False)
             console.print(f"Results stored in {store.path} (diagnosis: experiment {diag_id}).", highlight=False)
             return
-        candidates = [c for c in _plain_candidates(others) if not c.refused]
+        candidates = [c for c in plain_candidates(others, "the allocator's share of the CPU is large enough to "
+                                                  "matter", _refusal) if not c.refused]
     if not candidates:
         console.print("[bold yellow]No candidate to race[/]: every proposed setting was refused by the installed "
                       "allocators (listed above).", highlight=False)
@@ -170,12 +171,6 @@ def _tune(opts: ExperimentOptions, workloads: list, plan_defaults, title: str, s
                             f"{len(candidates)} candidates. Give a longer --budget.")
     variants = [plain[0]] + [parse_variant(c.spec) for c in candidates]
     _race(store, opts, workloads, variants, candidates, rx, readings, diag_id, plan_defaults, title, left)
-
-
-def _plain_candidates(specs: list[str]):
-    from alloclab.tune.prescribe import Candidate
-    return [Candidate(s, "allocator-bound", "faster", "the allocator's share of the CPU is large enough to matter",
-                      "the allocator as installed, with its defaults", _refusal(s)) for s in specs]
 
 
 def _quiet_bound(store: Store, diag_id: int, diag, workload, plain: list[Variant], readings: dict, opts) -> str | None:
@@ -234,12 +229,9 @@ def _race(store: Store, opts: ExperimentOptions, workloads: list, variants: list
               + ", ".join(v.label for v in variants[1:]), highlight=False)
     race_id = run_experiment(store, workloads, variants, settings)
     a = analyze(store.load(race_id), min_effect=opts.min_effect)
-    ans = answer(a, [c for c in candidates], opts.max_rss_increase)
-    ans.refused += [f"{c.spec} ({c.rule}): {c.refused}" for c in rx.candidates if c.refused]
+    ans = answer(a, candidates + [c for c in rx.candidates if c.refused], opts.max_rss_increase)
     tune_report.render(ans, console, title=f"Tune answer (race: experiment {race_id}, diagnosis: experiment {diag_id})")
     console.print()
     show(a, store.path, details=opts.details, export_json=opts.export_json, report_format=opts.report,
          report_file=opts.report_file, max_rss_increase=opts.max_rss_increase)
 
-
-__all__ = ["tune", "Optional"]

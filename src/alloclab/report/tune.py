@@ -17,25 +17,20 @@ _GOAL = {"speed": "Best for speed", "memory": "Best for memory"}
 def diagnosis_lines(readings: dict[str, Reading], rx: Prescription) -> list[str]:
     """What the fingerprint read, per allocator, and which rules it fired."""
     out = []
-    for name, r in readings.items():
+    for r in readings.values():
         v = r.values
-        parts = []
-        if "allocs_per_s" in v:
-            parts.append(f"{v['allocs_per_s']:,.0f} allocations/s")
+        parts = [f"{v['allocs_per_s']:,.0f} allocations/s"] if "allocs_per_s" in v else []
         if v.get("threads"):
             parts.append(f"{v['threads']:.0f} threads")
         if v.get("trim_bytes"):
             parts.append(f"heap trimmed {size_text(v['trim_bytes'])} ({v.get('brk_calls', 0):,.0f} brk calls)")
-        if "heap_swing" in v:
-            parts.append(f"heap swing {size_text(v['heap_swing'])} a {r.per}")
-        if v.get("munmap_bytes"):
-            parts.append(f"unmapped {size_text(v['munmap_bytes'])}")
-        if v.get("madvise_bytes"):
-            parts.append(f"madvise'd away {size_text(v['madvise_bytes'])}")
-        if "overhead_peak" in v:
-            parts.append(f"held beyond live {size_text(v['overhead_peak'])} at the peak")
-        if "held_after_phase" in v:
-            parts.append(f"{size_text(v['held_after_phase'])} {r.held_where}")
+        # (reading, words before its size, words after): each shown where the fingerprint gave it.
+        for key, before, after in (("heap_swing", "heap swing", f"a {r.per}"), ("munmap_bytes", "unmapped", ""),
+                                   ("madvise_bytes", "madvise'd away", ""),
+                                   ("overhead_peak", "held beyond live", "at the peak"),
+                                   ("held_after_phase", "", r.held_where)):
+            if v.get(key) or (key in v and key in ("heap_swing", "overhead_peak", "held_after_phase")):
+                parts.append(" ".join(x for x in (before, size_text(v[key]), after) if x))
         out.append(f"{r.label}: " + ", ".join(parts))
     out.append("rules fired: " + (", ".join(rx.fired) or "none")
                + (f"; silent: {', '.join(rx.silent)}" if rx.silent else ""))

@@ -12,7 +12,7 @@ import math
 from dataclasses import dataclass
 
 from alloclab.catalog.tune_rules import Rule, ValueRule, load_rules
-from alloclab.tune.diagnosis import Reading, size_text, value_text
+from alloclab.tune.diagnosis import Reading, value_text
 
 
 @dataclass(frozen=True)
@@ -116,12 +116,12 @@ def prescribe(readings: dict[str, Reading], allocators: list[str], versions: dic
     # Another allocator may fix a mechanism that one of glibc's settings fixes: once any rule
     # fired, the plain allocators race too.
     if fired:
-        for spec in allocators:
-            if spec not in seen:
-                seen.add(spec)
-                out.append(Candidate(spec, "allocator-bound", "faster", "another allocator's policy may avoid it",
-                                     "the allocator as installed, with its defaults", check(spec) if check else None))
+        out += plain_candidates([spec for spec in allocators if spec not in seen],
+                                "another allocator's policy may avoid it", check)
     return Prescription(out, fired, silent)
 
 
-__all__ = ["Candidate", "Prescription", "prescribe", "compute_value", "setting_text", "size_text"]
+def plain_candidates(specs: list[str], mechanism: str, check=None) -> list[Candidate]:
+    """The installed allocators with their defaults, raced for speed."""
+    return [Candidate(spec, "allocator-bound", "faster", mechanism, "the allocator as installed, with its defaults",
+                      check(spec) if check else None) for spec in specs]
