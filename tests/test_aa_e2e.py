@@ -43,7 +43,7 @@ def _slowdown(simple, units: int, rounds: int = 5) -> float:
     return statistics.median(extra) / statistics.median(base)
 
 
-def calibrated_extra_work(simple, target: float = 2.0) -> int:
+def calibrated_extra_work(simple, target: float = 3.0) -> int:
     """Units of extra work that make a malloc+free pair of `simple` cost about `target` times as much
     on this host. What a unit costs against a pair depends on the CPU: 48 units about doubled the
     time on the development VM and made it x4.5 on a 2-core Xeon VM. Medians of interleaved runs
@@ -99,8 +99,9 @@ def test_same_allocator_under_two_labels_is_no_significant_difference(cli, store
 
 @pytest.mark.e2e
 def test_injected_slowdown_is_worse_with_the_right_sign(cli, store_of, simple):
-    # The extra work is sized on this host to about double the time per pair (calibrated_extra_work);
-    # the test requires at least x1.3, measured, so that it says nothing about effects the noise
+    # The extra work is sized on this host to about triple the time per pair (calibrated_extra_work);
+    # the test requires at least x1.3, measured (a calibration to x2 re-measured x1.28 beside the other
+    # pytest worker in a clean-clone make test), so that it says nothing about effects the noise
     # could hide, and allows any larger factor (a miscalibration beside a busy worker).
     # 8 runs: the trimmed t has h - 2 degrees of freedom (docs/statistics.md), 2 at 6 runs, and one
     # slow block on a shared CI machine then leaves the interval across 1.
@@ -159,5 +160,5 @@ def test_what_is_not_a_decided_slowdown_fails(c, at_least):
 def test_calibration_sizes_the_work_for_the_target(simple):
     # Cheap (30 runs of about 30 ms): the units found slow `simple` down by about the target here,
     # with room for a competing worker's noise on either measurement.
-    units = calibrated_extra_work(simple, target=2.0)
-    assert 1.3 <= _slowdown(simple, units) <= 3.5, units
+    units = calibrated_extra_work(simple, target=3.0)
+    assert 1.3 <= _slowdown(simple, units) <= 6.0, units
