@@ -1,12 +1,16 @@
 #!/usr/bin/env python3
-"""tune's race against measuring every candidate to the end, same candidates, one sitting.
+"""tune's time to its answer against measuring every candidate to the end, same candidates.
 
-1. `alloclab tune` on the program (its diagnosis and its race, timed as a whole);
-2. `alloclab compare --runs N` with the race's own variants, N = the most runs any variant got in
-   the race: what the same verdicts would cost if no candidate left the race early.
-Prints both wall times and their ratio (the issue's target: the race at most half).
+1. `alloclab tune` on the program (diagnosis, screen where it screens, race), timed as a whole;
+2. what the same verdicts would cost if no candidate left early: every candidate the rules
+   proposed, measured to N runs (N = the most runs any variant got in the race) after a warm-up
+   block, beside the same diagnosis. With --measure, `alloclab compare --runs N` (or `run`) with all
+   of them is run and timed; without it (a server whose runs cost 20 s: an hour), the cost is the
+   race's own mean time per run (from its runs' start times, server start and stop included) times
+   the runs that plan needs.
+Prints both, and their ratio (the issue's target: tune at most half).
 
-Usage: python bench/tune_race.py [--budget 10m] -- CMD [ARGS]...
+Usage: python bench/tune_race.py [--budget 10m] [--measure] -- CMD [ARGS]...
        python bench/tune_race.py recipe:NAME
 """
 
@@ -17,6 +21,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from datetime import datetime
 from pathlib import Path
 
 ALLOCLAB = [sys.executable, "-m", "alloclab.cli"]
@@ -27,12 +32,19 @@ def timed(argv: list[str]) -> float:
     proc = subprocess.run(argv, capture_output=True, text=True)
     if proc.returncode != 0:
         sys.exit(f"{' '.join(argv)} failed:\n{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}")
+    print(proc.stdout[-6000:])
     return time.monotonic() - t
+
+
+def seconds_between(a: str, b: str) -> float:
+    return (datetime.fromisoformat(b) - datetime.fromisoformat(a)).total_seconds()
 
 
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--budget", default=None)
+    ap.add_argument("--measure", action="store_true", help="run the every-candidate comparison instead of "
+                                                           "estimating it from the race's time per run")
     ap.add_argument("target", nargs="+")
     args = ap.parse_args()
     from alloclab.store.db import Store
@@ -43,18 +55,34 @@ def main() -> None:
     target = args.target if is_file else ["--", *args.target]
     t_tune = timed([*ALLOCLAB, "tune", "--db", str(tmp / "tune.db"), *budget, *target])
     store = Store(tmp / "tune.db")
-    race = store.load(2)
+    exps = {e["kind"]: store.load(e["id"]) for e in store.experiments()}
+    diag, race = exps["tune-diagnosis"], exps["tune"]
+    tune_cfg = race.config["tune"]
+    every = [race.variants[0]["spec"]] + [c["spec"] for c in tune_cfg["candidates"]]
+    if "tune-screen" in exps:
+        every = [v["spec"] for v in exps["tune-screen"].variants]
     runs: dict[int, int] = {}
     for r in race.runs:
         if not r["warmup"]:
             runs[r["variant_idx"]] = runs.get(r["variant_idx"], 0) + 1
     n = max(runs.values())
-    specs = [a for v in race.variants for a in ("-a", v["spec"])]
-    command = ["run", args.target[0]] if is_file else ["compare", *target]
-    t_all = timed([*ALLOCLAB, command[0], "--db", str(tmp / "all.db"), "--runs", str(n), *specs, *command[1:]])
-    print(f"race: {len(race.variants) - 1} candidates, runs per variant {dict(sorted(runs.items()))}")
-    print(f"tune (diagnosis + race): {t_tune:.0f} s; every candidate to {n} runs: {t_all:.0f} s; "
-          f"ratio {t_tune / t_all:.2f}")
+    starts = sorted(r["started"] for r in race.runs)
+    per_run = seconds_between(starts[0], race.row["finished"]) / len(race.runs)
+    diag_s = seconds_between(diag.row["created"], diag.row["finished"])
+    cells = len(every) * len(race.workloads)
+    warm = sum(1 for r in race.runs if r["warmup"]) // max(1, len(race.variants) * len(race.workloads))
+    estimate = diag_s + (n + warm) * cells * per_run
+    print(f"race: {len(race.variants) - 1} of {len(every) - 1} candidates, runs per variant {dict(sorted(runs.items()))}; "
+          f"{per_run:.1f} s a run")
+    line = (f"tune (diagnosis + screen + race): {t_tune:.0f} s; every candidate to {n} runs, estimated: "
+            f"{estimate:.0f} s (diagnosis {diag_s:.0f} s + {n + warm} blocks x {cells} cells x {per_run:.1f} s); "
+            f"ratio {t_tune / estimate:.2f}")
+    if args.measure:
+        specs = [a for spec in every for a in ("-a", spec)]
+        command = ["run", args.target[0]] if is_file else ["compare", *target]
+        t_all = timed([*ALLOCLAB, command[0], "--db", str(tmp / "all.db"), "--runs", str(n), *specs, *command[1:]])
+        line += f"; measured: {t_all:.0f} s + diagnosis {diag_s:.0f} s, ratio {t_tune / (t_all + diag_s):.2f}"
+    print(line)
 
 
 if __name__ == "__main__":

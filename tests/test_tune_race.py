@@ -74,3 +74,43 @@ def test_an_open_candidate_is_never_answered_with_keep_the_default(tmp_path):
 def test_keep_the_default_only_when_every_candidate_is_decided_not_better(tmp_path):
     ans = _race(tmp_path, lambda env, n: 0.14 if env else 0.1, 12)
     assert ans.picks == [] and ans.undecided is None and "keep the default" in ans.nothing
+
+
+def test_a_screen_is_planned_only_when_the_full_race_would_not_fit():
+    from alloclab.plan.design import Design
+    from alloclab.tune import screen
+    # PostgreSQL under tune: 6 candidates, 2 client counts, about 22 s a run, 23.5 min left.
+    sp = screen.plan(6, 2, 22.0, 1410.0, first_look=4, warmup=1)
+    assert sp is not None and sp.runs == 1 and "6 candidates" in sp.why
+    # A program of a tenth of a second: every candidate races.
+    assert screen.plan(9, 1, 0.1, 600.0, first_look=10, warmup=1) is None
+    # Two candidates: nothing to choose between.
+    assert screen.plan(2, 2, 22.0, 100.0, first_look=4, warmup=1) is None
+    design = Design.sequential(4, 12)
+    assert screen.finalists_per_goal(2, 22.0, 1130.0, design) == 1      # 3 variants to 12 runs: 29 min
+    assert screen.finalists_per_goal(1, 0.5, 600.0, design) == 2
+
+
+def test_the_screen_keeps_the_leaders_and_the_race_decides_on_its_own_runs(tmp_path):
+    from alloclab.tune import screen
+    specs = ["glibc", "glibc:MALLOC_ARENA_MAX=1", "glibc:MALLOC_TOP_PAD_=8M", "glibc:MALLOC_TRIM_THRESHOLD_=8M",
+             "glibc:MALLOC_MMAP_MAX_=0"]
+    speed = {"MALLOC_ARENA_MAX": 0.14, "MALLOC_TOP_PAD_": 0.08, "MALLOC_TRIM_THRESHOLD_": 0.09,
+             "MALLOC_MMAP_MAX_": 0.12}
+
+    def mean(env, n):
+        return next((t for k, t in speed.items() if k in env), 0.1)
+
+    store = Store(tmp_path / "s.db")
+    workload = Workload("fake", ["fake"], executor=FakeExecutor(mean, noise=0.01))
+    runner = Runner(store, [workload], parse_variants(specs), Settings(runs=1, warmup=0, verify=False,
+                                                                       kind="tune-screen"), judge=Judge())
+    runner.run()
+    cands = [Candidate(specs[1], "glibc-arena-bloat", "less memory", "m", "w")] + \
+        [Candidate(s, "glibc-trim-churn", "faster", "m", "w") for s in specs[2:]]
+    chosen = screen.finalists(analyze(store.load(runner.exp_id)), cands, keep=2)
+    # The two fastest go on; the memory candidate is kept only where it held less than the default.
+    assert [c.spec for c in chosen.kept] == [specs[2], specs[3]]
+    assert len(chosen.screened_out) == 2
+    assert any("MMAP_MAX=0" in line and "speed x0.8" in line for line in chosen.screened_out), chosen.screened_out
+    assert all("verdict" not in line for line in chosen.screened_out)

@@ -169,8 +169,44 @@ def _tune(opts: ExperimentOptions, workloads: list, plan_defaults, title: str, s
     if left <= 0:
         raise AlloclabError(f"The diagnosis took the whole --budget ({budget_s:g} s): nothing is left to race the "
                             f"{len(candidates)} candidates. Give a longer --budget.")
+    run_s = float(diag.config.get("fingerprint_s") or 0) / max(1, len(plain))
+    candidates, screened, screen_id = _screen(store, opts, workloads, plain[0], candidates, plan_defaults, title,
+                                              run_s, left)
+    left = budget_s - (time.monotonic() - started)
     variants = [plain[0]] + [parse_variant(c.spec) for c in candidates]
-    _race(store, opts, workloads, variants, candidates, rx, readings, diag_id, plan_defaults, title, left)
+    _race(store, opts, workloads, variants, candidates, rx, readings, diag_id, plan_defaults, title, left,
+          screened, screen_id)
+
+
+def _screen(store: Store, opts: ExperimentOptions, workloads: list, baseline: Variant, candidates: list,
+            plan_defaults, title: str, run_s: float, left_s: float):
+    """Where the race of every candidate would not reach its first look in half the budget: a short
+    screen of all of them (no warm-up, no verification: it only ranks), then the finalists. Returns
+    (finalists, lines for the screened out, the screen's experiment or None)."""
+    from alloclab.catalog.variants import parse_variant
+    from alloclab.measure.runner import Settings
+    from alloclab.plan.design import Design
+    from alloclab.stats.analysis import analyze
+    from alloclab.tune import screen
+
+    sp = screen.plan(len(candidates), len(workloads), run_s, left_s, plan_defaults.first_look,
+                     opts.warmup if opts.warmup is not None else plan_defaults.warmup)
+    if sp is None:
+        return candidates, [], None
+    err.print(f"Screening: {sp.why}; {sp.runs} run(s) of each first, then only the finalists race.",
+              highlight=False)
+    t = time.monotonic()
+    settings = Settings(runs=sp.runs, warmup=0, verify=False, keep_prepared=True, kind="tune-screen", title=title,
+                        timeout_s=opts.timeout, seed=opts.seed)
+    screen_id = run_experiment(store, workloads, [baseline] + [parse_variant(c.spec) for c in candidates], settings)
+    spent = time.monotonic() - t
+    limit = opts.max_runs if opts.max_runs is not None else plan_defaults.max_runs
+    design = Design.sequential(min(plan_defaults.first_look, limit), limit)
+    keep = screen.finalists_per_goal(len(workloads), run_s, left_s - spent, design)
+    chosen = screen.finalists(analyze(store.load(screen_id), min_effect=opts.min_effect), candidates, keep)
+    err.print(f"Screened in {spent:.0f} s (experiment {screen_id}); racing "
+              + ", ".join(c.spec for c in chosen.kept), highlight=False)
+    return chosen.kept, chosen.screened_out, screen_id
 
 
 def _quiet_bound(store: Store, diag_id: int, diag, workload, plain: list[Variant], readings: dict, opts) -> str | None:
@@ -213,7 +249,7 @@ def _quiet_bound(store: Store, diag_id: int, diag, workload, plain: list[Variant
 
 
 def _race(store: Store, opts: ExperimentOptions, workloads: list, variants: list[Variant], candidates, rx, readings,
-          diag_id: int, plan_defaults, title: str, left_s: float) -> None:
+          diag_id: int, plan_defaults, title: str, left_s: float, screened: list[str], screen_id: int | None) -> None:
     from alloclab.report import tune as tune_report
     from alloclab.stats.analysis import analyze
     from alloclab.tune.answer import answer
@@ -221,7 +257,8 @@ def _race(store: Store, opts: ExperimentOptions, workloads: list, variants: list
     plan = flow.Plan("tune", title, workloads, [v.spec for v in variants], [], {}, plan_defaults)
     settings = dataclasses.replace(
         flow.settings_of(opts, plan), max_seconds=left_s, kind="tune",
-        extra_config={"tune": {"diagnosis_experiment": diag_id, "fired": rx.fired, "silent": rx.silent,
+        extra_config={"tune": {"diagnosis_experiment": diag_id, "screen_experiment": screen_id,
+                               "screened_out": screened, "fired": rx.fired, "silent": rx.silent,
                                "candidates": [dataclasses.asdict(c) for c in candidates],
                                "refused": [dataclasses.asdict(c) for c in rx.candidates if c.refused],
                                "readings": {k: r.values for k, r in readings.items()}}})
@@ -229,7 +266,7 @@ def _race(store: Store, opts: ExperimentOptions, workloads: list, variants: list
               + ", ".join(v.label for v in variants[1:]), highlight=False)
     race_id = run_experiment(store, workloads, variants, settings)
     a = analyze(store.load(race_id), min_effect=opts.min_effect)
-    ans = answer(a, candidates + [c for c in rx.candidates if c.refused], opts.max_rss_increase)
+    ans = answer(a, candidates + [c for c in rx.candidates if c.refused], opts.max_rss_increase, screened)
     tune_report.render(ans, console, title=f"Tune answer (race: experiment {race_id}, diagnosis: experiment {diag_id})")
     console.print()
     show(a, store.path, details=opts.details, export_json=opts.export_json, report_format=opts.report,

@@ -283,7 +283,11 @@ class Runner(MoreBlocks):
                 w.executor.prepare()
             if s.fingerprint or s.fingerprint_only:
                 from alloclab.measure import fingerprint
+                t_fp = self.clock()
                 fingerprint.run_all(self, root)
+                # What a run costs here, set-up apart: tune sizes its screen and its race from it.
+                self.config["fingerprint_s"] = self.clock() - t_fp
+                self.recorder.set_config(self.config)
             for job in ([] if s.fingerprint_only else self._jobs(planner, jobs, started)):
                 self._run_job(job, root, shared_dir, block0)
             status = "complete"

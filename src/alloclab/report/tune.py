@@ -55,7 +55,8 @@ def answer_lines(ans: TuneAnswer) -> list[tuple[str, str]]:
         out.append(("bold yellow", f"Not decided yet: {ans.undecided}"))
     for title, lines in (("Also decided better (its difference from the pick is not tested)", ans.also_better),
                          ("Ruled out (decided worse or equivalent)", ans.ruled_out),
-                         ("Not decided within the budget", ans.open)):
+                         ("Not decided within the budget", ans.open),
+                         ("Screened out before the race (a short screen's estimate, not a verdict)", ans.screened_out)):
         if lines:
             out.append(("bold", f"{title}:"))
             out += [("", f"  {line}") for line in lines]

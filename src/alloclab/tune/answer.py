@@ -43,6 +43,7 @@ class TuneAnswer:
     open: list[str] = field(default_factory=list)          # speed still undecided at the stop
     not_in_effect: list[str] = field(default_factory=list)
     refused: list[str] = field(default_factory=list)
+    screened_out: list[str] = field(default_factory=list)   # ranked below the finalists by the screen
     nothing: str | None = None   # every candidate decided, none better: keep the default
     undecided: str | None = None # no pick, and candidates still open: what stayed open, not "keep"
 
@@ -130,8 +131,9 @@ def _phases(a: Analysis) -> list[str]:
     return names
 
 
-def answer(a: Analysis, candidates: list[Candidate], max_rss_increase: float | None = None) -> TuneAnswer:
-    out = TuneAnswer()
+def answer(a: Analysis, candidates: list[Candidate], max_rss_increase: float | None = None,
+           screened_out: list[str] | None = None) -> TuneAnswer:
+    out = TuneAnswer(screened_out=list(screened_out or []))
     by_label = {}
     for c in candidates:
         if c.refused:
@@ -195,7 +197,8 @@ def answer(a: Analysis, candidates: list[Candidate], max_rss_increase: float | N
                          f"largest estimate is {a.labels[top]} ({_texts(a, _primary, top)}). Keeping the default is "
                          f"not shown to be right: a larger --budget (or --max-runs) decides it.")
     elif not out.picks:
-        out.nothing = ("every candidate was decided worse or equivalent on speed, and none decided to hold less "
+        who = "every finalist of the screen" if out.screened_out else "every candidate"
+        out.nothing = (f"{who} was decided worse or equivalent on speed, and none decided to hold less "
                        "memory: keep the default")
     return out
 

@@ -1,0 +1,130 @@
+"""Screening: where racing every candidate to its first look would not fit the budget (a server
+whose every run costs 20 s, six candidates), a short screen of every candidate ranks them, and only
+the finalists are raced. The screen's runs only choose; every verdict in the answer comes from the
+race's own, later runs (a split sample: choosing on the screen cannot bias the race's intervals,
+and the race's family is its finalists).
+
+In: the candidates, what a run costs (the diagnosis's fingerprint runs, which overestimate it), the
+budget left, the race's design; after the screen, its Analysis. Out: a ScreenPlan (or None: race
+everything), then the finalists and a line for each candidate screened out.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from alloclab.plan.design import Design
+from alloclab.stats.analysis import Analysis
+from alloclab.tune.prescribe import Candidate
+
+RSS = "peak_rss_mb"
+PHASE_PREFIX, PHASE_SUFFIX = "rss_after_", "_mb"
+FIT = 0.5          # race everything when its warm-up and first look take at most this share of the budget
+SCREEN_SHARE = 0.25   # the screen takes at most this share of the budget left (at least one run a cell)
+MAX_SCREEN_RUNS = 3
+
+
+@dataclass(frozen=True)
+class ScreenPlan:
+    runs: int          # runs per cell in the screen
+    why: str           # the projected cost that called for it, in words
+
+
+@dataclass(frozen=True)
+class Finalists:
+    kept: list[Candidate]
+    screened_out: list[str]   # "label: estimate ..." (not verdicts)
+
+
+def plan(n_candidates: int, n_workloads: int, run_s: float, left_s: float, first_look: int,
+         warmup: int) -> ScreenPlan | None:
+    """A screen when the race of every candidate could not reach its first look within half the
+    budget left; None otherwise (or when there are at most two candidates: nothing to choose)."""
+    if n_candidates <= 2 or run_s <= 0:
+        return None
+    block_s = (n_candidates + 1) * n_workloads * run_s
+    race_s = (max(warmup, 1) + first_look) * block_s
+    if race_s <= FIT * left_s:
+        return None
+    runs = max(1, min(MAX_SCREEN_RUNS, int(SCREEN_SHARE * left_s // block_s)))
+    return ScreenPlan(runs, f"racing all {n_candidates} candidates to their first look would take about "
+                            f"{duration(race_s)} ({first_look} runs and a warm-up of {n_candidates + 1} variants x "
+                            f"{n_workloads} workload(s) x {run_s:.1f} s, a fingerprint run's time) of the "
+                            f"{duration(left_s)} left")
+
+
+def duration(s: float) -> str:
+    return f"{s:.0f} s" if s < 120 else f"{s / 60:.1f} min"
+
+
+def finalists_per_goal(n_workloads: int, run_s: float, left_s: float, design: Design) -> int:
+    """How many candidates of each goal (speed, memory) the race can take to its last look in the
+    budget left: two where that fits (the leader may lose to the runner-up), else one (a family of
+    one decides soonest)."""
+    last = design.looks[-1] if design.looks else 1
+    two = 3 * n_workloads * run_s * (1 + last)
+    return 2 if two <= left_s else 1
+
+
+def _gain(ratio: float, higher: bool) -> float:
+    return ratio if higher else 1 / ratio
+
+
+def _mean_gain(a: Analysis, vi: int, metrics_of) -> float | None:
+    logs = []
+    for w in a.workloads:
+        for name in metrics_of(w):
+            row = w.row(name)
+            if row is None or vi >= len(row.cells):
+                continue
+            c = row.cells[vi].comparison
+            if c is not None and math.isfinite(c.ratio) and c.ratio > 0:
+                logs.append(math.log(_gain(c.ratio, c.higher_is_better)))
+    return math.exp(sum(logs) / len(logs)) if logs else None
+
+
+def _primary(w) -> list[str]:
+    row = w.primary()
+    return [row.name] if row is not None else []
+
+
+def _memory(w) -> list[str]:
+    """After each phase where the workload has phases (what a service holds once its load is gone),
+    else the peak."""
+    phases = [r.name for r in w.rows if r.name.startswith(PHASE_PREFIX) and r.name.endswith(PHASE_SUFFIX)]
+    return phases or [RSS]
+
+
+def finalists(a: Analysis, candidates: list[Candidate], keep: int) -> Finalists:
+    """The `keep` candidates expected faster with the largest screened gain on the primary metric,
+    and the `keep` expected to hold less memory with the largest screened gain in memory, these only
+    where they screened below the default's; at least one."""
+    by_spec = {c.spec: c for c in candidates}
+    spec_of = {i: v.get("spec", v["label"]) for i, v in enumerate(a.experiment.variants)}
+    scored = []
+    for vi, spec in spec_of.items():
+        if vi == a.baseline_idx or spec not in by_spec:
+            continue
+        cand = by_spec[spec]
+        metrics = _memory if cand.expect == "less memory" else _primary
+        scored.append((cand, a.labels[vi], _mean_gain(a, vi, metrics), _mean_gain(a, vi, _primary)))
+    speed = sorted((s for s in scored if s[0].expect != "less memory"), key=lambda s: -(s[2] or 0))
+    memory = sorted((s for s in scored if s[0].expect == "less memory"), key=lambda s: -(s[2] or 0))
+    kept = [s[0] for s in speed[:keep]] + [s[0] for s in memory[:keep] if (s[2] or 0) > 1]
+    if not kept:   # nothing screened better on its own axis: the race still decides the leader
+        kept = [(speed or memory)[0][0]]
+    out = []
+    for cand, label, gain, speed_gain in scored:
+        if cand in kept:
+            continue
+        words = [_factor("speed", speed_gain)]
+        if cand.expect == "less memory":
+            words.insert(0, _factor("memory", 1 / gain if gain else None))
+        out.append(f"{label} ({cand.rule}, expected {cand.expect}): screened at {', '.join(words)}")
+    return Finalists(kept, out)
+
+
+def _factor(axis: str, x: float | None) -> str:
+    """'speed x0.71 the default's' (a gain: above 1 is faster), 'memory x1.30 the default's'."""
+    return f"{axis}: no estimate" if x is None else f"{axis} x{x:.2f} the default's"
