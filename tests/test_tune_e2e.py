@@ -113,3 +113,33 @@ def test_a_setting_the_installed_allocator_does_not_know_is_refused():
 
 if __name__ == "__main__":
     sys.exit(pytest.main([__file__, "-q"]))
+
+
+def test_tune_finds_the_arena_setting_for_memory_on_a_program_whose_arenas_bloat(cli, build, store_of):
+    # 16 threads take turns on 16 MiB of small objects: under glibc each thread's arena keeps what it
+    # freed (about 250 MiB beyond 16 MiB live); with 2 arenas the next thread reuses it.
+    proc = cli("tune", "--budget", "4m", "--screen", "never", "-a", "tcmalloc", "--", str(build("arenabloat")),
+               "16", "16", timeout=400)
+    out = proc.stdout
+    assert proc.returncode == 0, out + proc.stderr
+    assert "glibc-arena-bloat" in out.split("rules fired:")[1].split(";")[0]
+    best_memory = next(line for line in out.splitlines() if line.startswith("Best for memory:"))
+    assert "ARENA_MAX=" in best_memory or "tcmalloc" in best_memory, out
+    assert "peak RSS -" in best_memory
+    why = out.split(best_memory)[1].splitlines()[1]
+    assert "arenas" in why or "policy" in why, why
+
+
+def test_tune_screens_then_races_the_finalists_on_runs_of_their_own(cli, build, store_of):
+    proc = cli("tune", "--budget", "4m", "--screen", "always", "--", str(build("heapswing")), "8", "30", timeout=400)
+    out, err = proc.stdout, proc.stderr
+    assert proc.returncode == 0, out + err
+    store = store_of(cli.db)
+    diag, scr, race = (store.load(i) for i in (1, 2, 3))
+    assert [e.row["kind"] for e in (diag, scr, race)] == ["tune-diagnosis", "tune-screen", "tune"]
+    assert len(scr.variants) > len(race.variants) >= 2      # the screen ran every candidate, the race fewer
+    assert race.config["tune"]["screen_experiment"] == 2
+    screened = race.config["tune"]["screened_out"]
+    assert screened and "Screened out before the race" in out and "not a verdict" in out
+    # The race's verdicts stand on runs of its own, every one measured after the screen had chosen.
+    assert race.runs and min(r["started"] for r in race.runs) >= scr.row["finished"]

@@ -29,6 +29,7 @@ if TYPE_CHECKING:
 # Where no rule fires, one profiled run per plain allocator bounds what any of them could change.
 QUIET_RATE = 20000   # allocations a second below which tune looks for that bound before racing
 QUIET_FREQUENCY = 4999   # samples a second: a program of a tenth of a second still gives hundreds
+SCREEN_MODES = ("auto", "always", "never")
 
 
 @app.command(context_settings={"allow_interspersed_args": False})
@@ -39,6 +40,8 @@ def tune(
     metric: list[str] = MetricOption,
     shell: bool = ShellOption,
     param: list[str] = typer.Option([], "--param", "-p", help="A file's parameter: NAME=VALUE; repeat."),
+    screen: str = typer.Option("auto", "--screen", help="auto: screen the candidates with a few runs each, then race "
+                               "the finalists, where racing them all would not fit half the budget; always; never."),
     *, opts: ExperimentOptions,
 ) -> None:
     """Find the allocator and the tuning for your program: fingerprint it under each allocator, turn
@@ -49,6 +52,9 @@ def tune(
         if given:
             raise AlloclabError(f"tune does not take {flag}: it races its candidates until decided on this machine. "
                                 f"Use compare or run with the variants tune proposed.")
+    if screen not in SCREEN_MODES:
+        raise AlloclabError(f"--screen takes {', '.join(SCREEN_MODES)} (got {screen!r}): auto screens only where "
+                            f"racing every candidate would not fit half the budget.")
     is_file = len(target) == 1 and (target[0].startswith("recipe:") or target[0].endswith(".toml"))
     started = time.monotonic()
     if is_file:
@@ -57,7 +63,7 @@ def tune(
         workloads, session, plan_defaults, title = _command_workloads(target, metric, shell, param), None, \
             defaults.COMPARE, " ".join(target)
     try:
-        _tune(opts, workloads, plan_defaults, title, started)
+        _tune(opts, workloads, plan_defaults, title, started, screen)
     finally:
         if session is not None:
             session.cleanup()
@@ -135,7 +141,8 @@ def _refusal(spec: str) -> str | None:
     return None
 
 
-def _tune(opts: ExperimentOptions, workloads: list, plan_defaults, title: str, started: float) -> None:
+def _tune(opts: ExperimentOptions, workloads: list, plan_defaults, title: str, started: float,
+          screen_mode: str = "auto") -> None:
     from alloclab.catalog.variants import parse_variant
     from alloclab.report import tune as tune_report
     from alloclab.tune.prescribe import plain_candidates, prescribe
@@ -169,17 +176,29 @@ def _tune(opts: ExperimentOptions, workloads: list, plan_defaults, title: str, s
     if left <= 0:
         raise AlloclabError(f"The diagnosis took the whole --budget ({budget_s:g} s): nothing is left to race the "
                             f"{len(candidates)} candidates. Give a longer --budget.")
-    run_s = float(diag.config.get("fingerprint_s") or 0) / max(1, len(plain))
+    run_s = _run_cost(diag, len(plain), workloads[0])
     candidates, screened, screen_id = _screen(store, opts, workloads, plain[0], candidates, plan_defaults, title,
-                                              run_s, left)
+                                              run_s, left, screen_mode)
     left = budget_s - (time.monotonic() - started)
     variants = [plain[0]] + [parse_variant(c.spec) for c in candidates]
     _race(store, opts, workloads, variants, candidates, rx, readings, diag_id, plan_defaults, title, left,
           screened, screen_id)
 
 
+def _run_cost(diag, n_plain: int, workload) -> float:
+    """What one timed run will cost, from the diagnosis: a command's own time under the interposer
+    (a little above its plain run's); a server's whole fingerprint run (start, load, stop), whose
+    client time is only part of it."""
+    from alloclab.measure.executors import CommandExecutor
+
+    walls = sorted(fp["wall_s"] for fp in diag.fingerprints.values() if fp.get("wall_s"))
+    if walls and isinstance(workload.executor, CommandExecutor):
+        return walls[len(walls) // 2]
+    return float(diag.config.get("fingerprint_s") or 0) / max(1, n_plain)
+
+
 def _screen(store: Store, opts: ExperimentOptions, workloads: list, baseline: Variant, candidates: list,
-            plan_defaults, title: str, run_s: float, left_s: float):
+            plan_defaults, title: str, run_s: float, left_s: float, mode: str = "auto"):
     """Where the race of every candidate would not reach its first look in half the budget: a short
     screen of all of them (no warm-up, no verification: it only ranks), then the finalists. Returns
     (finalists, lines for the screened out, the screen's experiment or None)."""
@@ -189,8 +208,9 @@ def _screen(store: Store, opts: ExperimentOptions, workloads: list, baseline: Va
     from alloclab.stats.analysis import analyze
     from alloclab.tune import screen
 
-    sp = screen.plan(len(candidates), len(workloads), run_s, left_s, plan_defaults.first_look,
-                     opts.warmup if opts.warmup is not None else plan_defaults.warmup)
+    sp = None if mode == "never" else screen.plan(
+        len(candidates), len(workloads), run_s, left_s, plan_defaults.first_look,
+        opts.warmup if opts.warmup is not None else plan_defaults.warmup, force=mode == "always")
     if sp is None:
         return candidates, [], None
     err.print(f"Screening: {sp.why}; {sp.runs} run(s) of each first, then only the finalists race.",

@@ -38,16 +38,19 @@ class Finalists:
 
 
 def plan(n_candidates: int, n_workloads: int, run_s: float, left_s: float, first_look: int,
-         warmup: int) -> ScreenPlan | None:
+         warmup: int, force: bool = False) -> ScreenPlan | None:
     """A screen when the race of every candidate could not reach its first look within half the
-    budget left; None otherwise (or when there are at most two candidates: nothing to choose)."""
-    if n_candidates <= 2 or run_s <= 0:
+    budget left (or `force`); None otherwise, or when there are at most two candidates (nothing to
+    choose)."""
+    if n_candidates <= 2 or (run_s <= 0 and not force):
         return None
-    block_s = (n_candidates + 1) * n_workloads * run_s
+    block_s = max((n_candidates + 1) * n_workloads * run_s, 1e-9)
     race_s = (max(warmup, 1) + first_look) * block_s
+    runs = max(1, min(MAX_SCREEN_RUNS, int(SCREEN_SHARE * left_s // block_s)))
+    if force:
+        return ScreenPlan(runs, "--screen always")
     if race_s <= FIT * left_s:
         return None
-    runs = max(1, min(MAX_SCREEN_RUNS, int(SCREEN_SHARE * left_s // block_s)))
     return ScreenPlan(runs, f"racing all {n_candidates} candidates to their first look would take about "
                             f"{duration(race_s)} ({first_look} runs and a warm-up of {n_candidates + 1} variants x "
                             f"{n_workloads} workload(s) x {run_s:.1f} s, a fingerprint run's time) of the "
