@@ -113,3 +113,22 @@ def test_reading_of_a_stored_fingerprint_per_unit_of_work():
     assert r.get("trim_share") > 0.97 and r.get("brk_calls") == 27832
     assert r.get("held_after_phase") == 30000 * 1024 and r.held_where == "after disconnect"
     assert r.get("big_block") == float(1 << 18)
+
+
+def test_readings_of_a_load_and_of_its_memory_phases_merge_at_their_largest():
+    from alloclab.tune.diagnosis import Reading, merged
+    load = Reading("glibc", "glibc", {"allocs_per_s": 90000.0, "trim_bytes_per_s": 1e6}, per="request")
+    phases = Reading("glibc", "glibc", {"allocs_per_s": 40000.0, "held_after_phase": 100e6,
+                                        "held_after_phase_share": 0.7}, held_where="after flush")
+    r = merged([load, phases])
+    assert r.get("allocs_per_s") == 90000.0 and r.get("held_after_phase") == 100e6
+    assert r.per == "request" and r.held_where == "after flush"
+
+
+def test_the_diagnosis_fingerprints_the_workload_with_memory_phases_too():
+    from types import SimpleNamespace as NS
+    from alloclab.cli.tune import diagnosed
+    bench, fill = NS(name="benchmark", executor=NS(load=NS(phases=[]))), NS(name="fill", executor=NS(load=NS(phases=["flush"])))
+    assert [w.name for w in diagnosed([bench, fill])] == ["benchmark", "fill"]
+    assert [w.name for w in diagnosed([fill, bench])] == ["fill"]
+    assert [w.name for w in diagnosed([NS(name="cmd", executor=None)])] == ["cmd"]

@@ -112,23 +112,41 @@ def _plain_variants(opts: ExperimentOptions) -> list[Variant]:
     return [v for v in installed_variants(catalog) if v.allocator is None or v.allocator.race_in_tune]
 
 
+def _has_phases(workload) -> bool:
+    return bool(getattr(getattr(workload.executor, "load", None), "phases", None))
+
+
+def diagnosed(workloads: list) -> list:
+    """The workloads the diagnosis fingerprints: the first, and the first with memory phases where
+    the first has none (redis: the benchmark, and the fill whose FLUSHALL shows what is held)."""
+    out = workloads[:1]
+    if out and not _has_phases(out[0]):
+        out += [w for w in workloads[1:] if _has_phases(w)][:1]
+    return out
+
+
 def _diagnose(store: Store, opts: ExperimentOptions, workloads: list, plain: list[Variant], title: str):
-    """The fingerprint of the first workload under each plain allocator, untimed."""
+    """The fingerprint of the diagnosed workloads under each plain allocator, untimed."""
     from alloclab.measure.runner import Settings
-    from alloclab.tune.diagnosis import reading
+    from alloclab.tune.diagnosis import merged, reading
 
     settings = Settings(runs=1, warmup=0, verify=False, fingerprint_only=True, keep_prepared=True,
                         kind="tune-diagnosis", title=title, timeout_s=opts.timeout, seed=opts.seed)
-    exp_id = run_experiment(store, workloads[:1], plain, settings)
+    chosen = diagnosed(workloads)
+    exp_id = run_experiment(store, chosen, plain, settings)
     exp = store.load(exp_id)
     readings: dict[str, Reading] = {}
     for vi, v in enumerate(plain):
-        fp = exp.fingerprints.get((0, vi))
-        if fp and "error" not in fp:
-            readings[v.allocator.name if v.allocator else v.label] = reading(
-                v.allocator.name if v.allocator else v.label, v.label, fp)
-        elif fp:
-            err.print(f"[yellow]{v.label}: no fingerprint ({fp['error']})[/]", highlight=False)
+        name = v.allocator.name if v.allocator else v.label
+        parts = []
+        for wi in range(len(chosen)):
+            fp = exp.fingerprints.get((wi, vi))
+            if fp and "error" not in fp:
+                parts.append(reading(name, v.label, fp))
+            elif fp:
+                err.print(f"[yellow]{v.label}: no fingerprint of {chosen[wi].name} ({fp['error']})[/]", highlight=False)
+        if parts:
+            readings[name] = merged(parts)
     return exp_id, exp, readings
 
 
@@ -156,7 +174,7 @@ def _tune(opts: ExperimentOptions, workloads: list, plan_defaults, title: str, s
     others = [v.spec for v in plain[1:]]
     rx = prescribe(readings, others, versions, check=_refusal)
     console.print(f"[bold]Diagnosis[/] (experiment {diag_id}: one untimed fingerprint run of "
-                  f"{workloads[0].name[:60]} per allocator)", highlight=False)
+                  f"{' and '.join(w['name'][:60] for w in diag.workloads)} per allocator)", highlight=False)
     for line in tune_report.diagnosis_lines(readings, rx):
         console.print(f"  {line}", highlight=False)
     candidates = [c for c in rx.candidates if not c.refused]
@@ -194,7 +212,7 @@ def _run_cost(diag, n_plain: int, workload) -> float:
     walls = sorted(fp["wall_s"] for fp in diag.fingerprints.values() if fp.get("wall_s"))
     if walls and isinstance(workload.executor, CommandExecutor):
         return walls[len(walls) // 2]
-    return float(diag.config.get("fingerprint_s") or 0) / max(1, n_plain)
+    return float(diag.config.get("fingerprint_s") or 0) / max(1, n_plain * len(diag.workloads))
 
 
 def _screen(store: Store, opts: ExperimentOptions, workloads: list, baseline: Variant, candidates: list,

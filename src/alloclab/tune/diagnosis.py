@@ -1,7 +1,7 @@
 """From fingerprints to readings: what the program asks of each allocator and what that allocator
 does about it, reduced to the named figures tune's rules read (catalog/tune_rules.toml).
 
-In: the fingerprint dicts of one workload under the plain allocators (measure/fingerprint.py).
+In: the fingerprint dicts of the diagnosed workloads under the plain allocators (measure/fingerprint.py).
 Out: a Reading per allocator, each a set of named numbers (bytes, per second, per unit of work).
 """
 
@@ -108,6 +108,21 @@ def reading(allocator: str, label: str, fp: dict, cpus: int | None = None) -> Re
         elif v["trim_bytes"]:
             v["heap_swing"] = min(v["trim_bytes"], v.get("peak_live", v["trim_bytes"]))
     return Reading(allocator, label, v, per, where)
+
+
+def merged(parts: list[Reading]) -> Reading:
+    """One allocator's readings of several workloads (a recipe's load and its memory phases) as one:
+    each figure at its largest, since a rule should fire where any workload shows its mechanism and
+    a value sized from it should cover the largest. The unit of work is the first workload's; where
+    memory is held, the workload that held the most."""
+    first = parts[0]
+    values: dict[str, float] = {}
+    for r in parts:
+        for k, x in r.values.items():
+            values[k] = max(values.get(k, x), x)
+    held = max((r for r in parts if "held_after_phase" in r.values), key=lambda r: r.values["held_after_phase"],
+               default=first)
+    return Reading(first.allocator, first.label, values, first.per, held.held_where)
 
 
 def _units(fp: dict) -> tuple[str, float | None]:
