@@ -8,7 +8,7 @@ from pathlib import Path
 
 SRC = Path(__file__).resolve().parent.parent / "src" / "alloclab"
 # The stages in the order data flows through them; a stage may import itself and earlier ones.
-STAGES = ("catalog", "workloads", "plan", "measure", "store", "stats", "tune", "report", "fleet", "cli")
+STAGES = ("catalog", "workloads", "plan", "store", "measure", "stats", "tune", "report", "fleet", "cli")
 # Used by every stage: the error type, the default settings, the version.
 SHARED = ("errors", "defaults", "__init__", "__version__")
 LONG = 400
@@ -27,31 +27,37 @@ def stage_of(dotted: str) -> str | None:
     return None if parts[1] in SHARED else parts[1]
 
 
-def _type_checking_only(node: ast.AST, parents: dict) -> bool:
-    while node in parents:
-        node = parents[node]
-        if isinstance(node, ast.If) and "TYPE_CHECKING" in ast.unparse(node.test):
-            return True
-    return False
-
-
 def imports(path: Path) -> list[tuple[int, str]]:
+    """Every import of an alloclab module in the file: at the top, inside a function and under
+    TYPE_CHECKING alike (an import made late or for annotations only hides a dependency; it does
+    not remove it). `from alloclab.x import y` names alloclab.x.y where y is a module."""
     tree = ast.parse(path.read_text())
-    parents = {child: node for node in ast.walk(tree) for child in ast.iter_child_nodes(node)}
     found = []
     for node in ast.walk(tree):
         if isinstance(node, ast.ImportFrom) and node.level:
             raise AssertionError(f"{path.relative_to(SRC)}:{node.lineno}: relative import; write it absolute")
-        if _type_checking_only(node, parents):
-            continue   # annotations only: no import at run time
         if isinstance(node, ast.ImportFrom) and node.module and node.module.startswith("alloclab"):
-            if node.module == "alloclab":
-                found += [(node.lineno, f"alloclab.{a.name}") for a in node.names]
-            else:
-                found.append((node.lineno, node.module))
+            for a in node.names:
+                sub = f"{node.module}.{a.name}"
+                found.append((node.lineno, sub if module_file(sub) else node.module))
         elif isinstance(node, ast.Import):
             found += [(node.lineno, a.name) for a in node.names if a.name.startswith("alloclab")]
     return found
+
+
+def module_file(dotted: str) -> Path | None:
+    if "." not in dotted:
+        return SRC / "__init__.py"
+    rel = Path(*dotted.split(".")[1:])
+    for candidate in (SRC / rel.with_suffix(".py"), SRC / rel / "__init__.py"):
+        if candidate.is_file():
+            return candidate
+    return None
+
+
+def dotted(path: Path) -> str:
+    parts = path.relative_to(SRC).with_suffix("").parts
+    return ".".join(("alloclab",) + (parts[:-1] if parts[-1] == "__init__" else parts))
 
 
 def test_the_top_level_holds_the_stages_and_nothing_else():
@@ -65,7 +71,7 @@ def test_the_top_level_holds_the_stages_and_nothing_else():
 def test_no_stage_imports_a_later_one():
     wrong = []
     for path in modules():
-        me = stage_of("alloclab." + ".".join(path.relative_to(SRC).with_suffix("").parts))
+        me = stage_of(dotted(path))
         for line, target in imports(path):
             them = stage_of(target)
             if me is None:
@@ -74,6 +80,39 @@ def test_no_stage_imports_a_later_one():
             elif them is not None and STAGES.index(them) > STAGES.index(me):
                 wrong.append(f"{path.relative_to(SRC)}:{line} ({me}) imports {target} ({them}, a later stage)")
     assert not wrong, "\n".join(wrong)
+
+
+def test_no_import_circles():
+    """No files that import each other, directly or around a loop, counting every import."""
+    graph = {dotted(p): {t for _, t in imports(p) if module_file(t) and t != dotted(p)} for p in modules()}
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    circles = []
+
+    def visit(v: str) -> None:   # Tarjan's strongly connected components
+        index[v] = low[v] = len(index)
+        stack.append(v)
+        for w in graph.get(v, ()):
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in stack:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            comp = []
+            while True:
+                w = stack.pop()
+                comp.append(w)
+                if w == v:
+                    break
+            if len(comp) > 1:
+                circles.append(sorted(comp))
+
+    for v in sorted(graph):
+        if v not in index:
+            visit(v)
+    assert not circles, "files that import each other: " + "; ".join(" <-> ".join(c) for c in circles)
 
 
 def test_modules_are_small_or_say_why_not():

@@ -12,12 +12,22 @@ keeps the runs measured and the profiles made so far.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import Any, Protocol
 
 from alloclab.errors import AlloclabError, Interrupted
+from alloclab.store.db import Store
+from alloclab.store.records import Recorder
 
-if TYPE_CHECKING:
-    from alloclab.measure.runner import Runner
+
+class Measuring(Protocol):
+    """What the profile takes from the experiment under way (measure/runner.py's Runner)."""
+    store: Store
+    recorder: Recorder
+    workloads: list
+    variants: list
+    settings: Any        # measure.runner.Settings: timeout_s, seed
+    progress: Any        # measure.runner.Progress: note, start, advance
+    progress_total: int
 
 
 def unavailable() -> str | None:
@@ -30,7 +40,7 @@ def unavailable() -> str | None:
     return None
 
 
-def profile_open(exp: "Runner", workload_idxs: set[int]) -> None:
+def profile_open(exp: Measuring, workload_idxs: set[int]) -> None:
     """One profiled run per variant of each workload in `workload_idxs`, stored with the experiment."""
     from alloclab.measure.profile import record
 

@@ -12,22 +12,17 @@ from typing import Protocol
 
 from alloclab.measure.perfstat import wrap_perf_stat
 from alloclab.measure.run import RunResult, run_once
-from alloclab.workloads.command import Workload, resolve_command
+from alloclab.workloads.command import Runs, Workload, resolve_command
 
 
-class Executor(Protocol):
-    def program(self) -> Path:
-        """The executable the variant applies to (checked statically before any run)."""
-
-    def prepare(self) -> None:
-        """Once per experiment, before the first run (e.g. initdb). Raise AlloclabError to stop."""
+class Executor(Runs, Protocol):
+    """program(): the executable the variant applies to (checked statically before any run);
+    prepare(): once per experiment, before the first run (e.g. initdb), AlloclabError to stop;
+    cleanup(): once per experiment, on every path (normal end, error, Ctrl-C)."""
 
     def execute(self, env: dict[str, str], variant_env: dict[str, str], workdir: Path, *,
                 timeout_s: float | None, mapped_marker: str | None, perf_file: Path | None) -> RunResult:
         """One run. `env` is the variant's full environment, for the program under test only."""
-
-    def cleanup(self) -> None:
-        """Once per experiment, on every path (normal end, error, Ctrl-C)."""
 
 
 @dataclass

@@ -28,12 +28,12 @@ from pathlib import Path
 
 from alloclab.measure.fingerprint_memory import (  # noqa: F401 (phase_memory: imported from here)
     _merged_series, allocator_figures, phase_memory)
+from alloclab.measure.fingerprint_work import ALLOC_KINDS, per_work
 from alloclab.measure.fingerprint_syscalls import SYSCALL_FILE, parse_syscalls, syscall_counter, syscall_wrapper
 from alloclab.workloads import build as cbuild
 
 FP_DIR_VAR = "ALLOCLAB_FP_DIR"
 BIG = 128 * 1024
-ALLOC_KINDS = ("malloc", "calloc", "realloc", "memalign", "posix_memalign", "aligned_alloc", "valloc", "new")
 FREE_KINDS = ("free", "delete")
 ALIGNED_KINDS = ("memalign", "posix_memalign", "aligned_alloc", "valloc")
 # Lifetime decades from 1 us (see fingerprint.c): short < 1 ms <= medium < 1 s <= long.
@@ -245,7 +245,6 @@ def _execute(executor, env: dict[str, str], fp_env: dict[str, str], workdir: Pat
 def run_cell(executor, env: dict[str, str], variant_env: dict[str, str], workdir: Path, *,
              timeout_s: float | None, mapped_marker: str | None) -> dict:
     """One fingerprint run of a workload under a variant, summarized; {"error": ...} if it failed."""
-    from alloclab.measure.fingerprint_work import per_work   # it reads ALLOC_KINDS from here
 
     fp_dir = workdir / "fp"
     fp_dir.mkdir(parents=True, exist_ok=True)

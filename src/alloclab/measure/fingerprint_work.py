@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from bisect import bisect_right
 
-from alloclab.measure.fingerprint import ALLOC_KINDS
+ALLOC_KINDS = ("malloc", "calloc", "realloc", "memalign", "posix_memalign", "aligned_alloc", "valloc", "new")
 
 
 def _track(p: dict) -> list[tuple[int, int, int]] | None:

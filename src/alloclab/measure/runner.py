@@ -10,7 +10,7 @@ import tempfile
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Callable, Protocol
+from typing import Callable, Protocol
 
 from alloclab import defaults
 from alloclab.measure import machine
@@ -20,7 +20,8 @@ from alloclab.measure import verify
 from alloclab.measure.padding import PAD_VAR, env_size, pad_env
 from alloclab.errors import AlloclabError, Interrupted
 from alloclab.measure.run import RunInterrupted, RunResult
-from alloclab.workloads.metrics import HW_COUNTERS, STANDARD, extract, output_tail, standard_values
+from alloclab.measure.standard import standard_values
+from alloclab.workloads.metrics import HW_COUNTERS, STANDARD, extract, output_tail
 from alloclab.measure.perfstat import parse_perf_stat
 from alloclab.catalog.variants import Variant, removed_from_env
 from alloclab.workloads.command import Workload
@@ -28,9 +29,8 @@ from alloclab.measure.executors import executor_of
 from alloclab.measure.blocks import MoreBlocks
 from alloclab.plan.design import Design
 
-if TYPE_CHECKING:
-    from alloclab.store.db import Store
-    from alloclab.store.records import Recorder
+from alloclab.store.db import Store
+from alloclab.store.records import Recorder
 
 
 @dataclass
@@ -154,7 +154,7 @@ class Runner(MoreBlocks):
                   "removed_env": removed, "perf_counters": self.perf_ok}
         config.update(s.extra_config)
         meta = machine.snapshot(self.variants)
-        self.recorder = self.store.record(s.kind, s.title or self.workloads[0].name, config, meta)
+        self.recorder = Recorder(self.store, s.kind, s.title or self.workloads[0].name, config, meta)
         self.exp_id = self.recorder.id
         self.config = config
         for i, w in enumerate(self.workloads):

@@ -11,27 +11,14 @@ from alloclab.stats import processes
 from alloclab.stats.analysis import DEFAULT_STANDARD, Analysis, MetricRow
 from alloclab.stats.findings import PER_VARIANT_FINDINGS
 from alloclab.workloads.primary import primary_metrics
+from alloclab.report import fingerprint
+from alloclab.report.numbers import fmt_value  # noqa: F401 (the exporters' number format)
 
 STATUS_MARK = {"verified": "verified", "ineffective": "INEFFECTIVE", "unknown": "unknown"}
 
 # Most serious first: a reader who stops after the first warning should have read the worst one.
 FINDING_ORDER = ("all-failed", "failed-runs", "high-load", "drift", "warmup-trend", "too-few-runs",
                  "high-cv", "short-runs", "outliers")
-
-
-def fmt_value(v: float) -> str:
-    if v is None or not math.isfinite(v):
-        return "n/a"
-    a = abs(v)
-    if a >= 1000:
-        return f"{v:,.0f}"
-    if a >= 100:
-        return f"{v:.1f}"
-    if a >= 1:
-        return f"{v:.3g}" if a < 10 else f"{v:.2f}"
-    if a == 0:
-        return "0"
-    return f"{v:.3g}"
 
 
 def metric_title(row: MetricRow) -> str:
@@ -110,7 +97,6 @@ class Answer:
 
 def answers(a: Analysis) -> list[Answer]:
     """The answer first: one line per primary comparison."""
-    from alloclab.report import fingerprint   # it imports this module
     out = []
     for w, row, vi, c in primary_comparisons(a):
         name, _ = metric_title(row)

@@ -5,7 +5,7 @@ terminal, Markdown and JSON reports."""
 
 from __future__ import annotations
 
-from alloclab.report.common import fmt_value
+from alloclab.report.numbers import fmt_value
 
 SYSCALL_ORDER = ("brk", "mmap", "munmap", "madvise", "mprotect", "mremap")
 EXPLAIN = ("Untimed run per variant with a counting preload before the allocator. live = usable bytes "

@@ -33,6 +33,7 @@ import numpy as np
 from scipy import special as _special
 
 from alloclab.stats.ranktests import _mannwhitney_p
+from alloclab.stats.verdicts import more_runs, verdict_for
 
 
 __all__ = [
@@ -85,7 +86,7 @@ class Comparison:
     p_value: float          # two-sided Mann-Whitney U
     p_adjusted: float       # scaled so that p_adjusted < alpha means the level the verdict used was met
     higher_is_better: bool
-    verdict: str            # "better" | "worse" | "equivalent" | "undecided" (decide.VERDICTS)
+    verdict: str            # "better" | "worse" | "equivalent" | "undecided" (verdicts.VERDICTS)
     n_baseline: int
     n_candidate: int
     margin: float = 0.0     # the equivalence margin the verdict used (relative, 0.02 for +-2%)
@@ -259,7 +260,6 @@ def compare(baseline: Iterable[float], candidate: Iterable[float], higher_is_bet
         with np.errstate(all="ignore"):
             lo, hi = _percentile_ci(mc / mb, confidence)
     p = _mannwhitney_p(c, b)
-    from alloclab.stats.decide import verdict_for   # decide builds on this module: imported late
     return Comparison(
         ratio=ratio, ci_low=lo, ci_high=hi, p_value=p, p_adjusted=p,
         higher_is_better=higher_is_better,
@@ -270,7 +270,6 @@ def compare(baseline: Iterable[float], candidate: Iterable[float], higher_is_bet
 
 
 def _more_runs(n: int, ratio: float, lo: float, hi: float, margin: float) -> int | None:
-    from alloclab.stats.decide import more_runs
     return more_runs(n, ratio, lo, hi, margin)
 
 
@@ -327,7 +326,7 @@ STOPPED_BY = {"budget": "by the budget", "max-runs": "at --max-runs"}
 
 
 def _nearer_decision(c: Comparison) -> str:
-    """What more runs would most likely decide (decide.more_runs projects the nearer of the two):
+    """What more runs would most likely decide (verdicts.more_runs projects the nearer of the two):
     equivalence where the effect is closer to zero than to the margin, else a verdict."""
     est = abs(math.log(c.ratio)) if c.ratio > 0 else math.inf
     return (f"equivalence within ±{c.margin * 100:g}%" if c.margin > 0 and math.log1p(c.margin) - est > est

@@ -17,16 +17,12 @@ from __future__ import annotations
 import functools
 import json
 import sqlite3
-import time
 from dataclasses import dataclass, field
-from datetime import datetime, timezone
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 from alloclab.errors import AlloclabError
+from alloclab.store.run_record import RunRecord, now
 
-if TYPE_CHECKING:
-    from alloclab.store.records import Recorder, RunRecord
 
 SCHEMA_VERSION = 1
 DEFAULT_DB = "alloclab.db"
@@ -73,17 +69,6 @@ CREATE TABLE IF NOT EXISTS profiles (
     experiment_id INTEGER NOT NULL, workload_idx INTEGER NOT NULL, variant_idx INTEGER NOT NULL,
     summary TEXT NOT NULL, PRIMARY KEY (experiment_id, workload_idx, variant_idx));
 """
-
-
-def now() -> str:
-    """UTC to the second; formatted once a second (a run of a short command is far shorter)."""
-    second = int(time.time())
-    if _now[0] != second:
-        _now[:] = [second, datetime.fromtimestamp(second, timezone.utc).isoformat(timespec="seconds")]
-    return _now[1]
-
-
-_now: list = [None, ""]
 
 
 @functools.cache
@@ -134,11 +119,6 @@ class Store:
 
     # --- writing ---------------------------------------------------------------------------
 
-    def record(self, kind: str, title: str, config: dict, machine: dict) -> "Recorder":
-        """A new experiment, written run by run and kept in memory as it goes (see store.records)."""
-        from alloclab.store.records import Recorder
-        return Recorder(self, kind, title, config, machine)
-
     def new_experiment(self, kind: str, title: str, config: dict, machine: dict) -> int:
         cur = self.db.execute(
             "INSERT INTO experiments (created, kind, title, status, config, machine) VALUES (?,?,?,?,?,?)",
@@ -188,11 +168,10 @@ class Store:
 
     def add_run(self, exp: int, workload_idx: int, variant_idx: int, block: int, position: int,
                 warmup: bool, result, metrics: dict[str, float], extra: dict) -> int:
-        from alloclab.store.records import RunRecord
         return self.insert_run(exp, RunRecord.of(workload_idx, variant_idx, block, position, warmup, result,
                                                  metrics, extra))
 
-    def insert_run(self, exp: int, r: "RunRecord") -> int:
+    def insert_run(self, exp: int, r: RunRecord) -> int:
         """One run and its metrics, committed at once: a run survives the process being killed."""
         cur = self.db.execute(
             "INSERT INTO runs (experiment_id, workload_idx, variant_idx, block, position, warmup, started,"

@@ -1,4 +1,4 @@
-"""Typed run records, and an experiment written run by run while kept in memory.
+"""An experiment written run by run while kept in memory.
 
 The runner writes every run to the store as it ends (a crash or kill -9 keeps it), and the
 sequential rule looks at the experiment every few blocks. Reading the whole experiment back from
@@ -11,53 +11,8 @@ In: what the runner measured. Out: the same rows in the store and in `Recorder.e
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-
-from alloclab.store.db import Experiment, Store, now
-
-
-@dataclass
-class RunRecord:
-    """One run as stored (a row of `runs` with its metrics)."""
-
-    workload_idx: int
-    variant_idx: int
-    block: int
-    position: int
-    warmup: bool
-    status: str
-    wall_s: float | None
-    metrics: dict[str, float]
-    extra: dict
-    exit_code: int | None = None
-    signal: int | None = None
-    error: str | None = None
-    stdout: str = ""
-    stderr: str = ""
-    rss_series: list = field(default_factory=list)
-    processes: list[dict] = field(default_factory=list)
-    started: str = ""
-
-    @classmethod
-    def of(cls, workload_idx: int, variant_idx: int, block: int, position: int, warmup: bool, result,
-           metrics: dict[str, float | None], extra: dict) -> "RunRecord":
-        """From a measure.run.RunResult; metrics without a value are not stored."""
-        return cls(workload_idx, variant_idx, block, position, bool(warmup), result.status, result.wall_s,
-                   {k: float(v) for k, v in metrics.items() if v is not None}, extra,
-                   result.exit_code, result.signal, result.error, result.stdout, result.stderr,
-                   list(result.rss_series or []), [p.__dict__ for p in result.processes or []], now())
-
-    def row(self, run_id: int, exp_id: int) -> dict:
-        """As Store.load gives the run, less its output (stdout, stderr, RSS series, processes):
-        the statistics never read those, and a long experiment would hold them all in memory."""
-        return {"id": run_id, "experiment_id": exp_id, "workload_idx": self.workload_idx,
-                "variant_idx": self.variant_idx, "block": self.block, "position": self.position,
-                "warmup": int(self.warmup), "started": self.started, "status": self.status,
-                "exit_code": self.exit_code, "signal": self.signal, "error": self.error, "wall_s": self.wall_s,
-                "extra": self.extra, "metrics": self.metrics}
-
-
-OUTPUT_KEYS = ("stdout", "stderr", "rss_series", "processes")   # in Store.load's runs, not in memory
+from alloclab.store.db import Experiment, Store
+from alloclab.store.run_record import OUTPUT_KEYS, RunRecord  # noqa: F401 (OUTPUT_KEYS: the records' words)
 
 
 class Recorder:

@@ -10,13 +10,22 @@ from __future__ import annotations
 import shutil
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 from alloclab.errors import AlloclabError
 from alloclab.workloads.metrics import MetricDef
 
-if TYPE_CHECKING:
-    from alloclab.measure.executors import Executor
+
+class Runs(Protocol):
+    """What a workload knows of how it runs: the program a variant applies to, and a set-up and
+    tear-down around the experiment. How a run happens (`execute`) is the measure stage's
+    (measure.executors.Executor, which extends this)."""
+
+    def program(self) -> Path: ...
+
+    def prepare(self) -> None: ...
+
+    def cleanup(self) -> None: ...
 
 
 @dataclass
@@ -27,7 +36,7 @@ class Workload:
     params: dict = field(default_factory=dict)
     info: dict = field(default_factory=dict)
     env: dict[str, str] = field(default_factory=dict)        # not allocator settings
-    executor: "Executor | None" = None   # None: a plain command (see measure.executors.executor_of)
+    executor: Runs | None = None   # None: a plain command (see measure.executors.executor_of)
 
     def program(self) -> Path:
         """The executable behind the workload; a clear error if there is none."""

@@ -13,8 +13,8 @@ from pathlib import Path
 
 from alloclab.workloads import phases
 from alloclab.errors import AlloclabError
-from alloclab.workloads.experiment_file import (BUILTIN_PLACEHOLDERS, ExperimentFile, Load, MetricSpec,
-                                                Requirement, Service, Step, placeholders_in)
+from alloclab.workloads.experiment_model import (BUILTIN_PLACEHOLDERS, ExperimentFile, Load, MetricSpec,
+                                                 Requirement, Service, Step, placeholders_in)
 from alloclab.workloads.toml_check import KeyLocator, _Checker, _fmt_path
 
 _NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_-]*$")

@@ -11,12 +11,8 @@ import json
 import math
 import re
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
 
 from alloclab.errors import AlloclabError
-
-if TYPE_CHECKING:
-    from alloclab.measure.run import RunResult
 
 
 @dataclass(frozen=True)
@@ -48,15 +44,6 @@ HW_COUNTERS = (
     MetricDef("instructions", "instructions", False, "perf"),
     MetricDef("cache_misses", "misses", False, "perf"),
 )
-
-
-def standard_values(r: "RunResult") -> dict[str, float]:
-    return {
-        "wall_s": r.wall_s, "cpu_s": r.user_s + r.sys_s, "user_s": r.user_s, "sys_s": r.sys_s,
-        "peak_rss_mb": r.peak_rss_kb / 1024, "max_rss_mb": r.max_rss_kb / 1024,
-        "final_rss_mb": r.final_rss_kb / 1024, "minflt": r.minflt, "majflt": r.majflt,
-        "nvcsw": r.nvcsw, "nivcsw": r.nivcsw,
-    }
 
 
 def parse_metric_option(text: str) -> MetricDef:

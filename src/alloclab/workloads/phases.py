@@ -10,38 +10,15 @@ from __future__ import annotations
 
 import re
 import statistics
-from dataclasses import dataclass
-from typing import TYPE_CHECKING
 
+from alloclab.workloads.experiment_model import Load, MetricSpec, Phase, Warmup  # noqa: F401 (Phase, Warmup)
 from alloclab.workloads.metrics import MetricDef
-
-if TYPE_CHECKING:
-    from alloclab.workloads.experiment_file import Load, MetricSpec
-    from alloclab.workloads.toml_check import _Checker
+from alloclab.workloads.toml_check import _Checker
 
 PHASE_NAME = re.compile(r"^[A-Za-z][A-Za-z0-9_]*$")
 # Growth smaller than this (load end against readiness) makes a "fraction returned" meaningless.
 MIN_GROWTH_KB = 1024
 DEFAULT_SKIP = 2
-
-
-@dataclass(frozen=True)
-class Warmup:
-    seconds: float | None = None                       # of the client's own command
-    commands: tuple[tuple[str, ...], ...] = ()         # or these, in order
-
-    def describe(self) -> str:
-        if self.seconds is not None:
-            return f"{self.seconds:g} s of the client"
-        return " then ".join(f"`{' '.join(c)}`" for c in self.commands)
-
-
-@dataclass(frozen=True)
-class Phase:
-    name: str
-    command: tuple[str, ...] = ()     # empty: the phase only rests
-    idle: float | str = 0.0           # seconds, or a "{param}" that gives them
-    timeout: float = 60.0
 
 
 # --- the experiment file's keys ---------------------------------------------------------------------

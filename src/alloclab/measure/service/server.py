@@ -13,7 +13,7 @@ import subprocess
 import threading
 import time
 from pathlib import Path
-from typing import TYPE_CHECKING, Callable
+from typing import Callable, Protocol
 
 import psutil
 
@@ -24,11 +24,25 @@ from alloclab.errors import AlloclabError
 from alloclab.workloads.experiment_file import substitute_argv
 from alloclab.measure.run import file_tail, kill_tree
 from alloclab.measure.service.proctree import SAMPLE_S, ProcTree, read_stat
-from alloclab.measure.service.commands import (ServiceFailed, _still_running, port_holder, port_in_use,
-                                               run_command, tcp_accepts)
+from alloclab.measure.service.commands import (Identity, ServiceFailed, _still_running, port_holder,
+                                               port_in_use, run_command, tcp_accepts)
+from alloclab.workloads.experiment_file import ExperimentFile
 
-if TYPE_CHECKING:
-    from alloclab.measure.service.session import Session
+
+class Host(Protocol):
+    """What a server takes from the session that starts it (measure/service/session.py's Session):
+    the file, who runs it and where, its values and environment, and where to say things."""
+    ef: ExperimentFile
+    identity: Identity
+    base_clean: dict[str, str]
+    workdir: Path
+    private: Path | None
+    warned_exposed: bool
+    note: Callable[[str], None]
+
+    def values(self, port: int | None = None, data_dir: Path | None = None) -> dict[str, object]: ...
+
+    def clean_for_commands(self) -> dict[str, str]: ...
 
 LOG_TAIL_LINES = 20
 
@@ -49,7 +63,7 @@ def _log_tail(*paths: Path, lines: int = LOG_TAIL_LINES) -> str:
 class Server:
     """One server process tree, started by the launcher, with its probe and stop method."""
 
-    def __init__(self, session: "Session", serial: int, port: int, data_dir: Path | None,
+    def __init__(self, session: Host, serial: int, port: int, data_dir: Path | None,
                  extra_env: dict[str, str], mapped_marker: str | None, wrap: ServerWrap | None = None):
         self.s = session
         self.wrap = wrap

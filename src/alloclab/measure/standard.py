@@ -1,0 +1,14 @@
+"""The measures every run has (workloads.metrics.STANDARD), read from its RunResult."""
+
+from __future__ import annotations
+
+from alloclab.measure.run import RunResult
+
+
+def standard_values(r: RunResult) -> dict[str, float]:
+    return {
+        "wall_s": r.wall_s, "cpu_s": r.user_s + r.sys_s, "user_s": r.user_s, "sys_s": r.sys_s,
+        "peak_rss_mb": r.peak_rss_kb / 1024, "max_rss_mb": r.max_rss_kb / 1024,
+        "final_rss_mb": r.final_rss_kb / 1024, "minflt": r.minflt, "majflt": r.majflt,
+        "nvcsw": r.nvcsw, "nivcsw": r.nivcsw,
+    }

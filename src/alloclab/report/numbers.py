@@ -1,0 +1,20 @@
+"""How every report writes a number: thousands grouped, three significant digits below 10."""
+
+from __future__ import annotations
+
+import math
+
+
+def fmt_value(v: float) -> str:
+    if v is None or not math.isfinite(v):
+        return "n/a"
+    a = abs(v)
+    if a >= 1000:
+        return f"{v:,.0f}"
+    if a >= 100:
+        return f"{v:.1f}"
+    if a >= 1:
+        return f"{v:.3g}" if a < 10 else f"{v:.2f}"
+    if a == 0:
+        return "0"
+    return f"{v:.3g}"
