@@ -87,8 +87,8 @@ def test_a_screen_is_planned_only_when_the_full_race_would_not_fit():
     # Two candidates: nothing to choose between.
     assert screen.plan(2, 2, 22.0, 100.0, first_look=4, warmup=1) is None
     design = Design.sequential(4, 12)
-    assert screen.finalists_per_goal(2, 22.0, 1130.0, design) == 1      # 3 variants to 12 runs: 29 min
-    assert screen.finalists_per_goal(1, 0.5, 600.0, design) == 2
+    assert screen.race_slots(2, 22.0, 1130.0, design) == 1      # 3 variants to 12 runs: 29 min
+    assert screen.race_slots(1, 0.5, 600.0, design) == 2
 
 
 def test_the_screen_keeps_the_leaders_and_the_race_decides_on_its_own_runs(tmp_path):
@@ -108,9 +108,11 @@ def test_the_screen_keeps_the_leaders_and_the_race_decides_on_its_own_runs(tmp_p
     runner.run()
     cands = [Candidate(specs[1], "glibc-arena-bloat", "less memory", "m", "w")] + \
         [Candidate(s, "glibc-trim-churn", "faster", "m", "w") for s in specs[2:]]
-    chosen = screen.finalists(analyze(store.load(runner.exp_id)), cands, keep=2)
-    # The two fastest go on; the memory candidate is kept only where it held less than the default.
+    chosen = screen.finalists(analyze(store.load(runner.exp_id)), cands, slots=2)
+    # Two slots: the fastest and the runner-up; the memory candidate only where it held less than the default.
     assert [c.spec for c in chosen.kept] == [specs[2], specs[3]]
     assert len(chosen.screened_out) == 2
     assert any("MMAP_MAX=0" in line and "speed x0.8" in line for line in chosen.screened_out), chosen.screened_out
     assert all("verdict" not in line for line in chosen.screened_out)
+    one = screen.finalists(analyze(store.load(runner.exp_id)), cands, slots=1)
+    assert [c.spec for c in one.kept] == [specs[2]] and len(one.screened_out) == 3

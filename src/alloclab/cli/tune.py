@@ -240,8 +240,8 @@ def _screen(store: Store, opts: ExperimentOptions, workloads: list, baseline: Va
     spent = time.monotonic() - t
     limit = opts.max_runs if opts.max_runs is not None else plan_defaults.max_runs
     design = Design.sequential(min(plan_defaults.first_look, limit), limit)
-    keep = screen.finalists_per_goal(len(workloads), run_s, left_s - spent, design)
-    chosen = screen.finalists(analyze(store.load(screen_id), min_effect=opts.min_effect), candidates, keep)
+    slots = screen.race_slots(len(workloads), run_s, left_s - spent, design)
+    chosen = screen.finalists(analyze(store.load(screen_id), min_effect=opts.min_effect), candidates, slots)
     err.print(f"Screened in {spent:.0f} s (experiment {screen_id}); racing "
               + ", ".join(c.spec for c in chosen.kept), highlight=False)
     return chosen.kept, chosen.screened_out, screen_id

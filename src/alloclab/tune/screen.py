@@ -11,6 +11,7 @@ everything), then the finalists and a line for each candidate screened out.
 
 from __future__ import annotations
 
+import itertools
 import math
 from dataclasses import dataclass
 
@@ -61,10 +62,9 @@ def duration(s: float) -> str:
     return f"{s:.0f} s" if s < 120 else f"{s / 60:.1f} min"
 
 
-def finalists_per_goal(n_workloads: int, run_s: float, left_s: float, design: Design) -> int:
-    """How many candidates of each goal (speed, memory) the race can take to its last look in the
-    budget left: two where that fits (the leader may lose to the runner-up), else one (a family of
-    one decides soonest)."""
+def race_slots(n_workloads: int, run_s: float, left_s: float, design: Design) -> int:
+    """How many candidates the race can take to its last look in the budget left: two where that
+    fits (the leader may lose to the runner-up), else one (a family of one decides soonest)."""
     last = design.looks[-1] if design.looks else 1
     two = 3 * n_workloads * run_s * (1 + last)
     return 2 if two <= left_s else 1
@@ -99,10 +99,11 @@ def _memory(w) -> list[str]:
     return phases or [RSS]
 
 
-def finalists(a: Analysis, candidates: list[Candidate], keep: int) -> Finalists:
-    """The `keep` candidates expected faster with the largest screened gain on the primary metric,
-    and the `keep` expected to hold less memory with the largest screened gain in memory, these only
-    where they screened below the default's; at least one."""
+def finalists(a: Analysis, candidates: list[Candidate], slots: int) -> Finalists:
+    """`slots` finalists: the candidate expected faster with the largest screened gain on the
+    primary metric, then the one expected to hold less memory with the largest screened gain in
+    memory (only where it screened below the default's), then the runners-up in that order; at
+    least one."""
     by_spec = {c.spec: c for c in candidates}
     spec_of = {i: v.get("spec", v["label"]) for i, v in enumerate(a.experiment.variants)}
     scored = []
@@ -113,10 +114,10 @@ def finalists(a: Analysis, candidates: list[Candidate], keep: int) -> Finalists:
         metrics = _memory if cand.expect == "less memory" else _primary
         scored.append((cand, a.labels[vi], _mean_gain(a, vi, metrics), _mean_gain(a, vi, _primary)))
     speed = sorted((s for s in scored if s[0].expect != "less memory"), key=lambda s: -(s[2] or 0))
-    memory = sorted((s for s in scored if s[0].expect == "less memory"), key=lambda s: -(s[2] or 0))
-    kept = [s[0] for s in speed[:keep]] + [s[0] for s in memory[:keep] if (s[2] or 0) > 1]
-    if not kept:   # nothing screened better on its own axis: the race still decides the leader
-        kept = [(speed or memory)[0][0]]
+    memory = [s for s in sorted((s for s in scored if s[0].expect == "less memory"), key=lambda s: -(s[2] or 0))
+              if (s[2] or 0) > 1]
+    order = [s[0] for pair in itertools.zip_longest(speed, memory) for s in pair if s is not None]
+    kept = order[:slots] or [s[0] for s in scored[:1]]
     out = []
     for cand, label, gain, speed_gain in scored:
         if cand in kept:
