@@ -153,8 +153,11 @@ def client_backends(postmaster: int) -> list[int]:
             state, ppid = st[st.rindex(")") + 2:].split()[:2]
             if int(ppid) != postmaster:
                 continue
-            # an exited child not yet reaped (its cmdline is gone) still owes its faults to cminflt
-            if state == "Z" or b"127.0.0.1(" in Path(f"/proc/{d}/cmdline").read_bytes():
+            # an exited child not yet reaped still owes its faults to cminflt, and so does one still
+            # exiting: its memory is being torn down, so its cmdline reads empty before it is a zombie
+            # (missed until 2026-11-25, issue 33: then the whole run's faults read low at random)
+            cmd = Path(f"/proc/{d}/cmdline").read_bytes()
+            if state in "ZX" or not cmd or b"127.0.0.1(" in cmd:
                 out.append(int(d))
         except (OSError, ValueError):
             pass

@@ -27,9 +27,15 @@ Read per run: tps (the mean of the per-second figures after the first 2, as the 
 client backends' minor faults between 2 s and 8 s over the transactions of those seconds
 (faults/tx, as the issue's hand run), the whole server tree's faults over the whole run
 (postmaster minflt + cminflt, after the backends are reaped) over pgbench's transactions, and with
---trace the backends' brk/mmap/munmap calls in the same 2-8 s window (perf stat) and glibc's
+--trace the backends' brk/mmap/munmap calls in the same 2-8 s window (perf record; a brk that moves
+the break down is one of glibc's trims, and how far, the bytes it gave back) and glibc's
 dynamic thresholds after it (gdb on libc6-dbg: mp_.mmap_threshold, mp_.trim_threshold; pgbench
 then runs 1 s longer, and that second is in no figure).
+
+    timeline --data DIR [--settings S] [--run R] [--gdb-at SEC ...] [--walk]
+                                   one client, second by second: its backend's faults per
+                                   transaction, and glibc's heap read by gdb (with --walk, the
+                                   in-use chunks reaching above 20 MB by memory context: bench/pg_heapwalk.py)
 
     sudo python3 bench/pg_plain.py make --kind plain --dir /var/tmp/pgab/plain
     sudo python3 bench/pg_plain.py make --kind recipe --dir /var/tmp/pgab/recipe
@@ -200,6 +206,7 @@ def backends(postmaster: int) -> dict[int, int]:
 
 
 def settle(postmaster: int, timeout: float = 15.0) -> None:
+    """Wait until every client backend has exited and been reaped (its faults in the postmaster's cminflt)."""
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         kids = []
@@ -208,8 +215,12 @@ def settle(postmaster: int, timeout: float = 15.0) -> None:
                 try:
                     st = Path(f"/proc/{d}/stat").read_text()
                     state, ppid = st[st.rindex(")") + 2:].split()[:2]
-                    if int(ppid) == postmaster and (state == "Z" or b"postgres postgres" in
-                                                    Path(f"/proc/{d}/cmdline").read_bytes()):
+                    if int(ppid) != postmaster:
+                        continue
+                    # A backend that is exiting has no cmdline any more (its memory is being torn
+                    # down) and is not a zombie yet: it still owes its faults to the postmaster.
+                    cmd = Path(f"/proc/{d}/cmdline").read_bytes()
+                    if state in "ZX" or not cmd or b"postgres postgres" in cmd:
                         kids.append(d)
                 except (OSError, ValueError):
                     pass
@@ -218,26 +229,39 @@ def settle(postmaster: int, timeout: float = 15.0) -> None:
         time.sleep(0.02)
 
 
-def perf_syscalls(pids: list[int], seconds: float) -> subprocess.Popen:
-    """perf stat counting the backends' brk, mmap and munmap calls for `seconds` (read by perf_counts)."""
+def perf_syscalls(pids: list[int], seconds: float, out: Path) -> tuple[subprocess.Popen, Path]:
+    """perf record of the backends' brk, mmap and munmap calls for `seconds` (read by perf_counts)."""
     events = ["syscalls:sys_enter_brk", "syscalls:sys_enter_mmap", "syscalls:sys_enter_munmap"]
-    return subprocess.Popen(["perf", "stat", "-x", ",", "--no-big-num", "-p", ",".join(map(str, pids))] +
+    return subprocess.Popen(["perf", "record", "-q", "-o", str(out), "-p", ",".join(map(str, pids))] +
                             [x for e in events for x in ("-e", e)] + ["--", "sleep", str(seconds)],
-                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL), out
 
 
-def perf_counts(proc: subprocess.Popen | None) -> dict:
-    if proc is None:
+def perf_counts(rec: tuple[subprocess.Popen, Path] | None) -> dict:
+    """brk, mmap and munmap calls, and the trims among the brk calls (the break moved down: glibc's
+    systrim giving the top of the heap back) with the bytes they gave back."""
+    if rec is None:
         return {}
-    _, err = proc.communicate()
-    out = {}
-    for line in err.splitlines():
-        f = line.split(",")
-        if len(f) > 2 and f[2].startswith("syscalls:sys_enter_"):
-            try:
-                out[f[2].rsplit("_", 1)[1]] = int(float(f[0]))
-            except ValueError:
-                pass
+    proc, path = rec
+    proc.wait()
+    text = subprocess.run(["perf", "script", "-i", str(path), "-F", "pid,event,trace"], capture_output=True,
+                          text=True).stdout
+    path.unlink(missing_ok=True)
+    out = {"brk": 0, "mmap": 0, "munmap": 0, "trims": 0, "trimmed": 0}
+    last: dict[str, int] = {}
+    for line in text.splitlines():
+        m = re.match(r"\s*(\d+)\s+syscalls:sys_enter_(brk|mmap|munmap):\s*(.*)$", line)
+        if not m:
+            continue
+        pid, call, rest = m.groups()
+        out[call] += 1
+        if call == "brk":
+            to = int(re.search(r"brk: (0x[0-9a-f]+)", rest).group(1), 16)
+            if to:  # brk(0) asks where the break is
+                if pid in last and to < last[pid]:
+                    out["trims"] += 1
+                    out["trimmed"] += last[pid] - to
+                last[pid] = to
     return out
 
 
@@ -270,7 +294,7 @@ def one_run(data: Path, settings: dict, run: set, env: dict, clients: int, args,
         drain.start()
         time.sleep(max(0.0, t0 + WINDOW[0] - time.monotonic()))
         b0 = backends(s.pid)
-        perf = perf_syscalls(list(b0), WINDOW[1] - WINDOW[0]) if args.trace and b0 else None
+        perf = perf_syscalls(list(b0), WINDOW[1] - WINDOW[0], sock / "brk.perf") if args.trace and b0 else None
         time.sleep(max(0.0, t0 + WINDOW[1] - time.monotonic()))
         b1 = backends(s.pid)
         sys_counts = perf_counts(perf)
@@ -297,9 +321,11 @@ def one_run(data: Path, settings: dict, run: set, env: dict, clients: int, args,
     row = {"tps": statistics.mean(steady), "tx_window": win_tx, "faults_window": win_faults,
            "fpt": win_faults / max(win_tx, 1), "transactions": n, "faults_all": after - before,
            "fpt_all": (after - before) / max(n, 1), "backends": len(b0)}
-    for k in ("brk", "mmap", "munmap"):
+    for k in ("brk", "mmap", "munmap", "trims"):
         if k in sys_counts:
             row[f"{k}_per_tx"] = sys_counts[k] / max(win_tx, 1)
+    if "trimmed" in sys_counts:
+        row["trimmed_mb_per_tx"] = sys_counts["trimmed"] / max(win_tx, 1) / 2**20
     return row | state
 
 
@@ -324,8 +350,8 @@ def measure(args) -> None:
     script.write_text(JOIN_SQL[args.query])
     script.chmod(0o644)
     fields = ["rep", "config", "variant", "clients", "started", "tps", "fpt", "fpt_all", "tx_window",
-              "faults_window", "transactions", "faults_all", "backends", "brk_per_tx", "mmap_per_tx",
-              "munmap_per_tx"] + [f.split(".")[-1] for f in GDB_FIELDS]
+              "faults_window", "transactions", "faults_all", "backends", "brk_per_tx", "trims_per_tx",
+              "trimmed_mb_per_tx", "mmap_per_tx", "munmap_per_tx"] + [f.split(".")[-1] for f in GDB_FIELDS]
     rows = []
     with open(args.out, "w", newline="") as fh:
         w = csv.DictWriter(fh, fields, extrasaction="ignore")
@@ -344,6 +370,54 @@ def measure(args) -> None:
                         rows.append(row)
                         print({k: (round(x, 2) if isinstance(x, float) else x) for k, x in row.items()}, flush=True)
     summarize(rows, [c[0] for c in configs], clients)
+
+
+def timeline(args) -> None:
+    """One client's backend, second by second: its minor faults against pgbench's transactions (the
+    switch of issue 33), with gdb's reading of glibc's heap at the seconds asked for."""
+    settings = apply({"plain": PLAIN, "recipe": RECIPE}, args.settings, "settings")
+    run = apply(RUNS, args.run, "run")
+    sock = Path(args.sock)
+    sock.mkdir(parents=True, exist_ok=True)
+    shutil.chown(sock, "postgres", "postgres")
+    script = sock / "join.sql"
+    script.write_text(JOIN_SQL["recipe"])
+    script.chmod(0o644)
+    fields = ["mp_.trim_threshold", "main_arena.system_mem", "main_arena.top->mchunk_size"]
+    walk = Path(__file__).with_name("pg_heapwalk.py")
+    with Server(Path(args.data), args.port, settings, {}, sock, Path(args.log) if args.log else None) as s:
+        tcp = "tcp" in run
+        if "prewarm" in run:
+            s.psql(PREWARM_SQL, tcp=tcp)
+        bench = ["pgbench", "-n"] + s.conn(tcp) + ["-c", "1", "-j", "1", "-s", "10", "-f", str(script)]
+        if args.warmup:
+            run_as_pg(bench + ["-T", str(args.warmup), "postgres"], check=True, capture_output=True)
+        settle(s.pid)
+        t0 = time.monotonic()
+        p = subprocess.Popen(as_postgres() + bench + ["-T", str(args.duration), "-P", "1", "postgres"],
+                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        samples, notes, gdb_at = [], [], sorted(args.gdb_at)
+        while p.poll() is None:
+            time.sleep(max(0.0, 1 - (time.monotonic() - t0) % 1) + 0.001)
+            b = backends(s.pid)
+            if not b:
+                continue
+            now = time.monotonic() - t0
+            samples.append((round(now), sum(b.values())))
+            if gdb_at and now >= gdb_at[0]:
+                gdb_at.pop(0)
+                argv = ["gdb", "-p", str(next(iter(b))), "-batch", "-nx", "-q"]
+                argv += [x for f in fields for x in ("-ex", f"p {f}")] + (["-x", str(walk)] if args.walk else [])
+                out = subprocess.run(argv, capture_output=True, text=True, timeout=120).stdout
+                vals = re.findall(r"^\$\d+ = (\d+)", out, re.M)
+                notes.append(f"at {now:.1f} s: " + ", ".join(f"{f} {int(v):,}" for f, v in zip(fields, vals)))
+                notes += [line for line in out.splitlines() if line.startswith(("heap", "  "))]
+        err = p.stderr.read()
+    prog = {round(float(a)): float(b) for a, b in re.findall(r"progress: ([\d.]+) s, ([\d.]+) tps", err)}
+    for (t1, f1), (t2, f2) in zip(samples, samples[1:]):
+        if t2 in prog:
+            print(f"{t2:3d} s  tps {prog[t2]:5.1f}  faults {f2 - f1:7,d}  per transaction {(f2 - f1) / max(prog[t2], 0.1):7,.0f}")
+    print("\n".join(notes))
 
 
 def summarize(rows: list[dict], configs: list[str], clients: list[int]) -> None:
@@ -379,13 +453,25 @@ def main() -> None:
     r.add_argument("--duration", type=int, default=10)
     r.add_argument("--warmup", type=int, default=3)
     r.add_argument("--query", choices=list(JOIN_SQL), default="recipe")
-    r.add_argument("--trace", action="store_true", help="brk/mmap/munmap per tx (perf stat) and glibc's thresholds (gdb)")
+    r.add_argument("--trace", action="store_true", help="brk/mmap/munmap calls and trims per tx (perf record) and glibc's thresholds (gdb)")
     r.add_argument("--sock", default="/var/tmp/pgab/sock", help="the unix socket's directory (and join.sql)")
     r.add_argument("--log", default="", help="append the servers' output to this file")
     r.add_argument("--port", type=int, default=55471)
     r.add_argument("-o", "--out", default="pg_plain.csv")
+    t = sub.add_parser("timeline", help="one backend's faults and tps second by second")
+    t.add_argument("--data", required=True, help="the data directory")
+    t.add_argument("--settings", default="plain", help="as in measure's SETTINGS")
+    t.add_argument("--run", default="plain", help="as in measure's RUN")
+    t.add_argument("--duration", type=int, default=22)
+    t.add_argument("--warmup", type=int, default=3)
+    t.add_argument("--gdb-at", type=float, action="append", default=[],
+                   help="read glibc's trim threshold, heap size and top chunk at this second (repeatable)")
+    t.add_argument("--walk", action="store_true", help="and walk the heap's chunks (bench/pg_heapwalk.py)")
+    t.add_argument("--sock", default="/var/tmp/pgab/sock")
+    t.add_argument("--log", default="")
+    t.add_argument("--port", type=int, default=55472)
     args = p.parse_args()
-    make(args) if args.cmd == "make" else measure(args)
+    {"make": make, "measure": measure, "timeline": timeline}[args.cmd](args)
 
 
 if __name__ == "__main__":
