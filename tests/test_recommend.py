@@ -208,3 +208,11 @@ def test_overall_needs_better_somewhere_and_worse_nowhere(tmp_path):
     assert o.sentence.startswith("Use jemalloc for all 2 workloads: geomean of the primary-metric ratios x1.149")
     assert "decided better in 2, worse in 0" in o.sentence
     assert o.apply.env_line == f"LD_PRELOAD={JEMALLOC} CMD"
+
+
+
+def test_a_lone_variant_is_not_called_equivalent_to_itself(tmp_path):
+    rec = recommend(analysis_of(tmp_path, THREE[:1]))
+    c = rec.workloads[0]
+    assert c.pick is None
+    assert "the only variant measured" in c.sentence and "equivalent" not in c.sentence
