@@ -12,6 +12,7 @@ Prints both, and their ratio (the issue's target: tune at most half).
 
 Usage: python bench/tune_race.py [--budget 10m] [--measure] -- CMD [ARGS]...
        python bench/tune_race.py recipe:NAME
+       python bench/tune_race.py --from-db tune.db --tune-seconds 971   (a tune run already timed)
 """
 
 from __future__ import annotations
@@ -45,7 +46,10 @@ def main() -> None:
     ap.add_argument("--budget", default=None)
     ap.add_argument("--measure", action="store_true", help="run the every-candidate comparison instead of "
                                                            "estimating it from the race's time per run")
-    ap.add_argument("target", nargs="+")
+    ap.add_argument("--from-db", help="a tune already run and timed (with --tune-seconds): estimate from its "
+                                       "store instead of running tune again")
+    ap.add_argument("--tune-seconds", type=float)
+    ap.add_argument("target", nargs="*")
     args = ap.parse_args()
     from alloclab.store.db import Store
 
@@ -53,18 +57,22 @@ def main() -> None:
     is_file = len(args.target) == 1 and (args.target[0].startswith("recipe:") or args.target[0].endswith(".toml"))
     budget = ["--budget", args.budget] if args.budget else []
     target = args.target if is_file else ["--", *args.target]
-    t_tune = timed([*ALLOCLAB, "tune", "--db", str(tmp / "tune.db"), *budget, *target])
-    store = Store(tmp / "tune.db")
+    if args.from_db:
+        store, t_tune = Store(args.from_db), args.tune_seconds
+    else:
+        t_tune = timed([*ALLOCLAB, "tune", "--db", str(tmp / "tune.db"), *budget, *target])
+        store = Store(tmp / "tune.db")
     exps = {e["kind"]: store.load(e["id"]) for e in store.experiments()}
     diag, race = exps["tune-diagnosis"], exps["tune"]
     tune_cfg = race.config["tune"]
     every = [race.variants[0]["spec"]] + [c["spec"] for c in tune_cfg["candidates"]]
     if "tune-screen" in exps:
         every = [v["spec"] for v in exps["tune-screen"].variants]
-    runs: dict[int, int] = {}
+    runs: dict[tuple[int, int], int] = {}   # measured runs per cell (workload, variant)
     for r in race.runs:
         if not r["warmup"]:
-            runs[r["variant_idx"]] = runs.get(r["variant_idx"], 0) + 1
+            key = (r["workload_idx"], r["variant_idx"])
+            runs[key] = runs.get(key, 0) + 1
     n = max(runs.values())
     starts = sorted(r["started"] for r in race.runs)
     per_run = seconds_between(starts[0], race.row["finished"]) / len(race.runs)
@@ -72,7 +80,7 @@ def main() -> None:
     cells = len(every) * len(race.workloads)
     warm = sum(1 for r in race.runs if r["warmup"]) // max(1, len(race.variants) * len(race.workloads))
     estimate = diag_s + (n + warm) * cells * per_run
-    print(f"race: {len(race.variants) - 1} of {len(every) - 1} candidates, runs per variant {dict(sorted(runs.items()))}; "
+    print(f"race: {len(race.variants) - 1} of {len(every) - 1} candidates, runs per cell (workload, variant) {dict(sorted(runs.items()))}; "
           f"{per_run:.1f} s a run")
     line = (f"tune (diagnosis + screen + race): {t_tune:.0f} s; every candidate to {n} runs, estimated: "
             f"{estimate:.0f} s (diagnosis {diag_s:.0f} s + {n + warm} blocks x {cells} cells x {per_run:.1f} s); "
