@@ -60,7 +60,7 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).parent))
-from pg_hand import PG_BIN, as_postgres, faults  # noqa: E402
+from pg_hand import PG_BIN, as_postgres, client_backends, faults  # noqa: E402
 
 PLAIN = {"shared_buffers": "512MB", "max_locks_per_transaction": "1024", "fsync": "off", "jit": "off",
          "autovacuum": "off"}
@@ -206,26 +206,10 @@ def backends(postmaster: int) -> dict[int, int]:
 
 
 def settle(postmaster: int, timeout: float = 15.0) -> None:
-    """Wait until every client backend has exited and been reaped (its faults in the postmaster's cminflt)."""
+    """Wait until every client backend has exited and been reaped (its faults in the postmaster's cminflt).
+    A backend here may be on the unix socket, so it is told by its user and database, not its address."""
     deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        kids = []
-        for d in os.listdir("/proc"):
-            if d.isdigit():
-                try:
-                    st = Path(f"/proc/{d}/stat").read_text()
-                    state, ppid = st[st.rindex(")") + 2:].split()[:2]
-                    if int(ppid) != postmaster:
-                        continue
-                    # A backend that is exiting has no cmdline any more (its memory is being torn
-                    # down) and is not a zombie yet: it still owes its faults to the postmaster.
-                    cmd = Path(f"/proc/{d}/cmdline").read_bytes()
-                    if state in "ZX" or not cmd or b"postgres postgres" in cmd:
-                        kids.append(d)
-                except (OSError, ValueError):
-                    pass
-        if not kids:
-            return
+    while time.monotonic() < deadline and client_backends(postmaster, b"postgres postgres"):
         time.sleep(0.02)
 
 
