@@ -2,15 +2,16 @@
 """tune's time to its answer against measuring every candidate to the end, same candidates.
 
 1. `alloclab tune` on the program (diagnosis, screen where it screens, race), timed as a whole;
-2. what the same verdicts would cost if no candidate left early: every candidate the rules
-   proposed, measured to N runs (N = the most runs any variant got in the race) after a warm-up
-   block, beside the same diagnosis. With --measure, `alloclab compare --runs N` (or `run`) with all
-   of them is run and timed; without it (a server whose runs cost 20 s: an hour), the cost is the
-   race's own mean time per run (from its runs' start times, server start and stop included) times
-   the runs that plan needs.
-Prints both, and their ratio (the issue's target: tune at most half).
+2. measuring every candidate to the end, beside the same diagnosis. With --measure: `alloclab
+   compare` (or `run`) of every candidate the rules proposed, until each comparison with the default
+   is decided (compare's own rule, same budget): no candidate leaves because another leads, none is
+   screened out. Without it (a server whose runs cost 20 s: an hour), an estimate: every candidate
+   to N runs (N = the most runs any variant got in the race) after a warm-up block, at the race's own
+   mean time per run (from its runs' start times, server start and stop included).
+Prints both, and their ratio (the issue's target: tune at most half). With --repeat K, the whole
+measurement K times in a row, and the median ratio.
 
-Usage: python bench/tune_race.py [--budget 10m] [--measure] -- CMD [ARGS]...
+Usage: python bench/tune_race.py [--budget 10m] [--measure] [--repeat K] -- CMD [ARGS]...
        python bench/tune_race.py recipe:NAME
        python bench/tune_race.py --from-db tune.db --tune-seconds 971   (a tune run already timed)
 """
@@ -42,6 +43,17 @@ def seconds_between(a: str, b: str) -> float:
 
 
 def main() -> None:
+    ratios = []
+    args = None
+    while args is None or len(ratios) < args.repeat:
+        args, ratio = one()
+        ratios.append(ratio)
+    if len(ratios) > 1:
+        ratios.sort()
+        print(f"ratios {', '.join(f'{r:.2f}' for r in ratios)}; median {ratios[len(ratios) // 2]:.2f}")
+
+
+def one():
     ap = argparse.ArgumentParser()
     ap.add_argument("--budget", default=None)
     ap.add_argument("--measure", action="store_true", help="run the every-candidate comparison instead of "
@@ -49,6 +61,7 @@ def main() -> None:
     ap.add_argument("--from-db", help="a tune already run and timed (with --tune-seconds): estimate from its "
                                        "store instead of running tune again")
     ap.add_argument("--tune-seconds", type=float)
+    ap.add_argument("--repeat", type=int, default=1)
     ap.add_argument("target", nargs="*")
     args = ap.parse_args()
     from alloclab.store.db import Store
@@ -85,12 +98,16 @@ def main() -> None:
     line = (f"tune (diagnosis + screen + race): {t_tune:.0f} s; every candidate to {n} runs, estimated: "
             f"{estimate:.0f} s (diagnosis {diag_s:.0f} s + {n + warm} blocks x {cells} cells x {per_run:.1f} s); "
             f"ratio {t_tune / estimate:.2f}")
+    ratio = t_tune / estimate
     if args.measure:
         specs = [a for spec in every for a in ("-a", spec)]
         command = ["run", args.target[0]] if is_file else ["compare", *target]
-        t_all = timed([*ALLOCLAB, command[0], "--db", str(tmp / "all.db"), "--runs", str(n), *specs, *command[1:]])
-        line += f"; measured: {t_all:.0f} s + diagnosis {diag_s:.0f} s, ratio {t_tune / (t_all + diag_s):.2f}"
+        t_all = timed([*ALLOCLAB, command[0], "--db", str(tmp / "all.db"), *budget, *specs, *command[1:]])
+        ratio = t_tune / (t_all + diag_s)
+        line += (f"; measured, every candidate until decided: {t_all:.0f} s + diagnosis {diag_s:.0f} s, "
+                 f"ratio {ratio:.2f}")
     print(line)
+    return args, ratio
 
 
 if __name__ == "__main__":

@@ -116,3 +116,63 @@ def test_the_screen_keeps_the_leaders_and_the_race_decides_on_its_own_runs(tmp_p
     assert all("verdict" not in line for line in chosen.screened_out)
     one = screen.finalists(analyze(store.load(runner.exp_id)), cands, slots=1)
     assert [c.spec for c in one.kept] == [specs[2]] and len(one.screened_out) == 3
+
+
+def _leader_race(tmp_path, judge, peak_kb=lambda env: 10_240):
+    """TOP_PAD four times as fast (decided at the first look); ARENA_MAX=1 2% slower with 8% swings run
+    by run: undecided against the default for many looks, and at most ~1.1x faster at the first."""
+    def mean(env, n):
+        if "MALLOC_TOP_PAD_" in env:
+            return 0.025
+        if "MALLOC_ARENA_MAX" in env:
+            return 0.1 * (1.02 + (0.08 if n % 2 else -0.08))
+        return 0.1
+    store = Store(tmp_path / "leader.db")
+    s = Settings(warmup=0, verify=False, until_decided=True, runs=4, first_look=4, max_runs=40, max_seconds=1e9,
+                 kind="tune")
+    runner = Runner(store, [Workload("fake", ["fake"], executor=FakeExecutor(mean, noise=0.01, peak_kb=peak_kb))],
+                    parse_variants(VARIANTS), s, judge=judge)
+    runner.run()
+    e = store.load(runner.exp_id)
+    runs = {}
+    for r in e.runs:
+        runs[r["variant_idx"]] = runs.get(r["variant_idx"], 0) + 1
+    return e, runs
+
+
+def test_a_candidate_that_cannot_reach_the_leader_is_dropped_and_ruled_out(tmp_path):
+    from alloclab.tune.race import RaceJudge
+
+    e, runs = _leader_race(tmp_path, RaceJudge())
+    assert runs[2] == 4, runs      # the leader: decided better at the first look
+    assert runs[1] == 4, runs      # below the leader at the first look, though undecided against glibc
+    assert e.config["dropped"] == [[0, 1, "glibc TOP_PAD=8M", 4]]
+    a = analyze(e)
+    c = a.workloads[0].primary().cells[1].comparison
+    assert c.verdict == "undecided" and c.stopped == "leader"
+    cands = [Candidate(VARIANTS[1], "glibc-arena-bloat", "less memory", "m", "w"),
+             Candidate(VARIANTS[2], "glibc-trim-churn", "faster", "m", "w")]
+    ans = answer(a, cands)
+    assert [p.label for p in ans.picks] == ["glibc TOP_PAD=8M"]
+    assert ans.open == [] and any("dropped at 4 runs" in line and "below the leader" in line
+                                  for line in ans.ruled_out), ans.ruled_out
+
+
+def test_without_the_racing_rule_the_same_candidate_runs_on(tmp_path):
+    # The control: compare's judge keeps it until its own comparison is decided.
+    _, runs = _leader_race(tmp_path, Judge())
+    assert runs[1] > 4, runs
+
+
+def test_a_candidate_that_may_hold_least_memory_stays_in_the_race(tmp_path):
+    from alloclab.tune.race import RaceJudge
+
+    # ARENA_MAX=1 holds half the memory: below the leader on speed, but the memory pick, whose cost
+    # in speed the answer states: it races on until that is decided.
+    e, runs = _leader_race(tmp_path, RaceJudge(), peak_kb=lambda env: 5_120 if "MALLOC_ARENA_MAX" in env else 10_240)
+    assert runs[1] > 4 and "dropped" not in e.config, runs
+    # The control: the same memory as the default's (equivalent), and it leaves at the first look.
+    (tmp_path / "x").mkdir()
+    e, runs = _leader_race(tmp_path / "x", RaceJudge(),
+                           peak_kb=lambda env: 10_240 + (1 if "MALLOC_ARENA_MAX" in env else 0))
+    assert runs[1] == 4 and e.config["dropped"], runs

@@ -80,7 +80,8 @@ def timeout_option(default: float | None = None):
 
 # --- running experiments ----------------------------------------------------------------------
 
-def run_experiment(store: Store, workloads, variants: list[Variant], settings: Settings) -> int:
+def run_experiment(store: Store, workloads, variants: list[Variant], settings: Settings, judge=None) -> int:
+    """`judge`: what decides at the looks (stats.looks.Judge unless given: tune races with its own)."""
     from rich.progress import (BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn,
                                TimeRemainingColumn)
 
@@ -96,7 +97,7 @@ def run_experiment(store: Store, workloads, variants: list[Variant], settings: S
             advance=_Advance(bar, task),
             note=lambda text: bar.console.print(f"[yellow]{text}[/]", highlight=False))
         # The bar advances when a run starts; completed = runs started.
-        exp = Runner(store, workloads, variants, settings, progress, judge=Judge())
+        exp = Runner(store, workloads, variants, settings, progress, judge=judge or Judge())
         return exp.run()
 
 

@@ -291,6 +291,7 @@ def _race(store: Store, opts: ExperimentOptions, workloads: list, variants: list
     from alloclab.report import tune as tune_report
     from alloclab.stats.analysis import analyze
     from alloclab.tune.answer import answer
+    from alloclab.tune.race import RaceJudge
 
     plan = flow.Plan("tune", title, workloads, [v.spec for v in variants], [], {}, plan_defaults)
     settings = dataclasses.replace(
@@ -302,7 +303,7 @@ def _race(store: Store, opts: ExperimentOptions, workloads: list, variants: list
                                "readings": {k: r.values for k, r in readings.items()}}})
     err.print(f"Racing {len(variants) - 1} candidate(s) against {variants[0].label} for at most {left_s:.0f} s: "
               + ", ".join(v.label for v in variants[1:]), highlight=False)
-    race_id = run_experiment(store, workloads, variants, settings)
+    race_id = run_experiment(store, workloads, variants, settings, judge=RaceJudge())
     a = analyze(store.load(race_id), min_effect=opts.min_effect)
     ans = answer(a, candidates + [c for c in rx.candidates if c.refused], opts.max_rss_increase, screened)
     tune_report.render(ans, console, title=f"Tune answer (race: experiment {race_id}, diagnosis: experiment {diag_id})")

@@ -111,6 +111,9 @@ class MoreBlocks:
                                                     reachable=reachable)
                 for wi, vs in still.items():
                     bounded |= {(wi, vi) for vi in self.judge.futile.get(wi, ()) if vi in open_[wi]}
+                    dropped = {vi: leader for vi, leader in self.judge.dropped.get(wi, {}).items() if vi in open_[wi]}
+                    if dropped:
+                        self._record_dropped(wi, dropped, measured)
                     open_[wi] &= vs
                 left = sum(len(vs) for vs in open_.values())
                 self._open_at_end = {wi for wi, vs in open_.items() if vs} | {wi for wi, _ in bounded}
@@ -140,6 +143,15 @@ class MoreBlocks:
             run_s = block_s / max(1, len(block))
             measured += 1
             self._measured = measured
+
+    def _record_dropped(self, wi: int, dropped: dict[int, str], measured: int) -> None:
+        """Stored with the experiment, so that its analysis says "dropped below the leader" for
+        these comparisons rather than a verdict or a bound."""
+        for vi, leader in dropped.items():
+            self.progress.note(f"look at {measured} runs: {self.variants[vi].label} dropped, below {leader}")
+        self.config["dropped"] = [*self.config.get("dropped", []),
+                                  *([wi, vi, leader, measured] for vi, leader in sorted(dropped.items()))]
+        self.recorder.set_config(self.config)
 
     def _imprecise_cells(self, target: float) -> list:
         """Cells whose primary metrics' median CI is still wider than the target.

@@ -37,6 +37,7 @@ class FakeExecutor:
     interrupt_at: int | None = None   # raise KeyboardInterrupt (Ctrl-C) at this call, 1-based
     prepare_error: Exception | None = None
     stdout: str = ""               # what every run "prints" (the store keeps a run's output)
+    peak_kb: Callable[[dict[str, str]], int] = lambda env: 10_240   # peak RSS from the variant's environment
     calls: int = 0
     cleaned_up: bool = False
     _runs_of: dict = field(default_factory=dict, init=False, repr=False)
@@ -65,8 +66,9 @@ class FakeExecutor:
         wall = max(1e-6, self.mean_s(variant_env, n) * (1 + self.noise * self._rng.gauss(0.0, 1.0)))
         if self.clock is not None:
             self.clock.now += wall
+        kb = self.peak_kb(variant_env)
         return RunResult("ok", wall, exit_code=0, user_s=wall * 0.9, sys_s=wall * 0.1,
-                         max_rss_kb=10_240, peak_rss_kb=10_240, final_rss_kb=10_240, minflt=1000,
+                         max_rss_kb=kb, peak_rss_kb=kb, final_rss_kb=kb, minflt=1000,
                          stdout=self.stdout)
 
     def cleanup(self) -> None:

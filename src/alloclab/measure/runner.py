@@ -86,6 +86,7 @@ class Judge(Protocol):
     """What the runner asks the statistics at a look (implemented by alloclab.stats.looks)."""
 
     futile: dict[int, set[int]]   # set by open_comparisons: what it closed as undecidable in time
+    dropped: dict[int, dict[int, str]]   # what a racing judge closed below a leader (and the leader's label)
 
     def open_comparisons(self, experiment, workload_idxs: set[int], margin: float,
                          reachable: int | None = None) -> dict[int, set[int]]: ...

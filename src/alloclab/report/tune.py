@@ -54,7 +54,7 @@ def answer_lines(ans: TuneAnswer) -> list[tuple[str, str]]:
     if ans.undecided:
         out.append(("bold yellow", f"Not decided yet: {ans.undecided}"))
     for title, lines in (("Also decided better (its difference from the pick is not tested)", ans.also_better),
-                         ("Ruled out (decided worse or equivalent)", ans.ruled_out),
+                         ("Ruled out (decided worse or equivalent, or below the leader)", ans.ruled_out),
                          ("Not decided within the budget", ans.open),
                          ("Screened out before the race (a short screen's estimate, not a verdict)", ans.screened_out)):
         if lines:

@@ -176,7 +176,9 @@ def analyze(exp: Experiment, baseline: str | int | None = None, alpha: float = d
     cores = exp.machine.get("usable_cores") or exp.machine.get("cores")
     n_cmp = max(1, len(labels) - 1)
     workloads: list[WorkloadResult] = []
-    pending: list[tuple] = []   # (family key, row, cell): comparisons to make once families are known
+    # (family key, row, cell, blocks, (workload, judged at the looks)): comparisons to make once
+    # the families are known
+    pending: list[tuple] = []
     for w in exp.workloads:
         wi = w["idx"]
         if workload_idxs is not None and wi not in workload_idxs:
@@ -185,6 +187,7 @@ def analyze(exp: Experiment, baseline: str | int | None = None, alpha: float = d
         blocks_of = {vi: measured_blocks(runs) for vi, runs in cell_runs.items()}
         rows = []
         defs = exp.defs_for(wi)
+        judged = {d["name"] for d in primary_metrics(defs)}   # what the runner's looks judge
         if only_primary:
             defs = primary_metrics(defs)
         facts = {vi: {"n_failed": sum(1 for r in runs if r["status"] != "ok")} if only_primary else _run_facts(runs)
@@ -198,7 +201,7 @@ def analyze(exp: Experiment, baseline: str | int | None = None, alpha: float = d
                 if c.variant_idx != base and c.values and row.cells[base].values:
                     key = (("headline",) if row.headline else ("detail",)) if family == "experiment" \
                         else (wi, d["name"])
-                    pending.append((key, row, c, blocks_of[c.variant_idx]))
+                    pending.append((key, row, c, blocks_of[c.variant_idx], (wi, d["name"] in judged)))
             rows.append(row)
         workloads.append(WorkloadResult(
             wi, w["name"], w["argv"], w["info"], w["params"], rows,
@@ -239,6 +242,7 @@ class Stop:
     reason: str | None
     blocks: int
     same_question: bool
+    dropped: frozenset = frozenset()   # (workload, variant) a racing judge closed below a leader
 
 
 def _stop(exp: Experiment, base: int, margin: float) -> Stop | None:
@@ -249,7 +253,8 @@ def _stop(exp: Experiment, base: int, margin: float) -> Stop | None:
                                                for w in exp.workloads for vi in range(len(exp.variants))), default=0)
     # The runner judges against the first variant at the margin it was given.
     same = base == 0 and math.isclose(margin, float(exp.config.get("margin", defaults.MARGIN)), abs_tol=1e-12)
-    return Stop(exp.config.get("stopped"), int(done), same)
+    dropped = frozenset((wi, vi) for wi, vi, *_ in exp.config.get("dropped", []))
+    return Stop(exp.config.get("stopped"), int(done), same, dropped)
 
 
 def stopped_as(stop: Stop | None, primary: bool, blocks: int, looks: tuple | list) -> str | None:
@@ -280,12 +285,15 @@ def _judge(pending: list[tuple], base: int, design, margin: float, stop: Stop | 
     sizes: dict[tuple, int] = {}
     for key, *_ in pending:
         sizes[key] = sizes.get(key, 0) + 1
-    for key, row, c, blocks in pending:
+    for key, row, c, blocks, (wi, judged) in pending:
         c.comparison = comparison(row.cells[base], c, row.higher_is_better, design=design, blocks=blocks,
                                   family_size=sizes[key], margin=margin, reachable=reachable)
         if c.comparison.verdict != "undecided" or c.comparison.futile:
             continue   # decided, or futile by the rule itself at this analysis: a bound
-        how = stopped_as(stop, row.primary, blocks, design.looks)
+        if stop is not None and stop.same_question and judged and (wi, c.variant_idx) in stop.dropped:
+            c.comparison = dataclasses.replace(c.comparison, stopped="leader", more_runs=None)
+            continue
+        how = stopped_as(stop, judged, blocks, design.looks)
         # A bound only where the rule could have closed it: an interval it calls informative.
         if how == "bounded" and c.comparison.more_runs and decide.narrow(c.comparison.ci_low,
                                                                           c.comparison.ci_high, margin):

@@ -96,7 +96,8 @@ class Comparison:
     futile: bool = False    # undecided, and more_runs is beyond what --max-runs or the budget leave:
                             # closed by the futility rule, reported as the bound its interval is
     stopped: str | None = None  # undecided and still open when the experiment stopped, not futile:
-                                # "budget" | "max-runs", said as stopped by it, with more_runs
+                                # "budget" | "max-runs", said as stopped by it, with more_runs;
+                                # "leader": dropped by tune's race below a leader (tune/race.py)
 
 
 @dataclass(frozen=True)
@@ -322,7 +323,8 @@ def _runs(n: int) -> str:
     return f"~{n} more run{'s' if n != 1 else ''}"
 
 
-STOPPED_BY = {"budget": "by the budget", "max-runs": "at --max-runs"}
+STOPPED_BY = {"budget": "by the budget", "max-runs": "at --max-runs",
+              "leader": "below the leader"}
 
 
 def _nearer_decision(c: Comparison) -> str:

@@ -17,6 +17,8 @@ class Judge:
         # Per workload, the variants the last look closed as futile: the runner says "bounded",
         # not "decided", when they are what ended the experiment.
         self.futile: dict[int, set[int]] = {}
+        # Per workload, the variants a racing judge (tune/race.py) closed below a leader, and its label.
+        self.dropped: dict[int, dict[int, str]] = {}
 
     def open_comparisons(self, experiment, workload_idxs: set[int], margin: float,
                          reachable: int | None = None) -> dict[int, set[int]]:

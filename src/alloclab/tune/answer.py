@@ -39,7 +39,8 @@ class Pick:
 class TuneAnswer:
     picks: list[Pick] = field(default_factory=list)
     also_better: list[str] = field(default_factory=list)   # decided better too, below the pick's estimate
-    ruled_out: list[str] = field(default_factory=list)     # decided worse or equivalent on speed
+    ruled_out: list[str] = field(default_factory=list)     # decided worse or equivalent on speed, or
+                                                           # dropped by the race below a leader
     open: list[str] = field(default_factory=list)          # speed still undecided at the stop
     not_in_effect: list[str] = field(default_factory=list)
     refused: list[str] = field(default_factory=list)
@@ -177,16 +178,21 @@ def answer(a: Analysis, candidates: list[Candidate], max_rss_increase: float | N
                                   _mechanism(a, vi, by_label), _texts(a, _primary, vi), _apply(a, vi)))
             picked.add(vi)
     leads: list[int] = []   # speed still undecided: the answer may not say "keep the default"
+    dropped = {vi: (leader, runs) for _, vi, leader, runs in a.experiment.config.get("dropped", [])}
     for vi in usable:
         if vi in picked:
             continue
         cand = by_label.get(a.labels[vi])
         rule = f" ({cand.rule}, expected {cand.expect})" if cand else ""
         line = f"{a.labels[vi]}{rule}: {_texts(a, _primary, vi)}; {_texts(a, lambda w: RSS, vi, 'peak RSS')}"
+        if vi in dropped:
+            leader, runs = dropped[vi]
+            line += (f" (dropped at {runs} runs: the most its interval allows is below the least {leader}'s "
+                     f"allows)")
         speed_v, rss_v = _verdicts(a, _primary, vi), _verdicts(a, lambda w: RSS, vi)
         if ("better" in speed_v and "worse" not in speed_v) or ("better" in rss_v and "worse" not in rss_v):
             out.also_better.append(line)
-        elif "undecided" in speed_v:
+        elif "undecided" in speed_v and not _dropped(a, vi):
             out.open.append(line)
             leads.append(vi)
         else:
@@ -201,6 +207,14 @@ def answer(a: Analysis, candidates: list[Candidate], max_rss_increase: float | N
         out.nothing = (f"{who} was decided worse or equivalent on speed, and none decided to hold less "
                        "memory: keep the default")
     return out
+
+
+def _dropped(a: Analysis, vi: int) -> bool:
+    """Every undecided speed comparison of `vi` was dropped by the race below a leader (tune/race.py):
+    ruled out, not open."""
+    cs = [c for w in a.workloads if (name := _primary(w)) and (c := _comp(w, name, vi)) is not None
+          and c.verdict == "undecided"]
+    return bool(cs) and all(c.stopped == "leader" for c in cs)
 
 
 def _mean_gain(a: Analysis, vi: int) -> float:

@@ -1,0 +1,91 @@
+"""The race's judge: compare's until-decided rule, plus the racing rule that drops a candidate as
+soon as it cannot be the answer.
+
+In: the experiment as stored so far, at each of the design's looks (the runner hands it in, as it
+does stats.looks.Judge). Out: the comparisons still open; what this rule closed, with its leader
+(`dropped`), which the runner stores so that the analysis says "below the leader".
+
+A candidate still undecided against the default is dropped in a workload when, on the primary
+metric, the most it could gain (its interval's favourable end) is below the least a leader decided
+better gains (that leader's unfavourable end), and it cannot be the memory pick either: on every
+memory metric (peak RSS, RSS after each phase) it is decided worse or equivalent, or likewise below
+a memory leader. The intervals are the analysis's own, simultaneous over the family and the looks,
+so the error of "below the leader" is controlled with the verdicts' (both intervals hold together).
+"""
+
+from __future__ import annotations
+
+import math
+
+from alloclab.stats.analysis import WorkloadResult, analyze
+from alloclab.stats.estimates import Comparison
+from alloclab.stats.looks import Judge
+
+RSS = "peak_rss_mb"
+PHASE_PREFIX, PHASE_SUFFIX = "rss_after_", "_mb"
+
+
+def gain_bounds(c: Comparison) -> tuple[float, float]:
+    """(least, most) gain over the default the interval allows; a gain above 1 is better, whatever
+    the metric's direction."""
+    lo, hi = c.ci_low, c.ci_high
+    if not c.higher_is_better:
+        lo, hi = (1 / hi if hi > 0 else 0.0), (1 / lo if lo > 0 else math.inf)
+    return lo, hi
+
+
+def below_leader(w: WorkloadResult, metric: str, vi: int, base: int) -> int | None:
+    """The candidate decided better on `metric` whose least gain is above the most `vi` can gain;
+    None where no such leader is there."""
+    row = w.row(metric)
+    if row is None or vi >= len(row.cells) or row.cells[vi].comparison is None:
+        return None
+    most = gain_bounds(row.cells[vi].comparison)[1]
+    best, best_least = None, most
+    for cell in row.cells:
+        c = cell.comparison
+        if cell.variant_idx in (vi, base) or c is None or c.verdict != "better":
+            continue
+        least = gain_bounds(c)[0]
+        if least > best_least:
+            best, best_least = cell.variant_idx, least
+    return best
+
+
+def memory_metrics(w: WorkloadResult) -> list[str]:
+    return [r.name for r in w.rows
+            if r.name == RSS or (r.name.startswith(PHASE_PREFIX) and r.name.endswith(PHASE_SUFFIX))]
+
+
+def could_hold_least(w: WorkloadResult, vi: int, base: int) -> bool:
+    """Whether `vi` may still be the memory pick on any memory metric of this workload."""
+    for name in memory_metrics(w):
+        row = w.row(name)
+        c = row.cells[vi].comparison if vi < len(row.cells) else None
+        if c is None or c.verdict in ("worse", "equivalent"):
+            continue
+        if below_leader(w, name, vi, base) is None:
+            return True
+    return False
+
+
+class RaceJudge(Judge):
+    def open_comparisons(self, experiment, workload_idxs: set[int], margin: float,
+                         reachable: int | None = None) -> dict[int, set[int]]:
+        out = super().open_comparisons(experiment, workload_idxs, margin, reachable=reachable)
+        self.dropped = {}
+        still = {wi for wi, vs in out.items() if vs}
+        if not still:
+            return out
+        # The full analysis of what is open: the memory metrics are not primary.
+        a = analyze(experiment, min_effect=margin, workload_idxs=still, reachable=reachable)
+        for w in a.workloads:
+            primary = w.primary()
+            if primary is None:
+                continue
+            for vi in sorted(out[w.idx]):
+                leader = below_leader(w, primary.name, vi, a.baseline_idx)
+                if leader is not None and not could_hold_least(w, vi, a.baseline_idx):
+                    out[w.idx].discard(vi)
+                    self.dropped.setdefault(w.idx, {})[vi] = a.labels[leader]
+        return out
