@@ -9,6 +9,8 @@ never beside a decided effect larger than it. Pure logic on fake experiments, an
 
 from __future__ import annotations
 
+import dataclasses
+
 import math
 
 import numpy as np
@@ -207,7 +209,5 @@ def test_the_bound_is_never_printed_beside_a_larger_decided_effect():
 def test_a_size_gets_no_cpu_bound():
     # The CPU's share says nothing of memory: an undecided size (KB after free) gets no line.
     exp = stopped_experiment([100.0, 103.0], n=8, higher=False)
-    for d in exp.metric_defs:
-        if d["primary_metric"]:
-            d["unit"] = "KB"
+    exp.metric_defs = [dataclasses.replace(d, unit="KB") if d.primary else d for d in exp.metric_defs]
     assert bound_answers(analyze(profiled(exp, {0: 0.61, 1: 0.40}))) == []

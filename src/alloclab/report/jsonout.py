@@ -33,13 +33,14 @@ def json_safe(obj):
     return obj
 
 
-def _run_json(r: dict) -> str:
+def _run_json(run) -> str:
     """One run as JSON text. The RSS series and process list are stored as JSON already: they are
     spliced in as they are rather than parsed and written again (most of the cost at 10,000 runs)."""
+    r = run.to_row()
     raw = {k: r[k] for k in ("rss_series", "processes") if isinstance(r.get(k), str) and r[k]}
     rest = {k: v for k, v in r.items() if k not in raw}
     # Stored metrics are finite (SQLite keeps no NaN); the cheap check keeps the promise anyway.
-    rest["metrics"] = {k: (v if math.isfinite(v) else None) for k, v in r["metrics"].items()}
+    rest["metrics"] = {k: (v if math.isfinite(v) else None) for k, v in run.metrics.items()}
     body = json.dumps(rest, separators=(",", ":"), default=str)
     return "{" + "".join(f'"{k}":{v},' for k, v in raw.items()) + body[1:]
 
@@ -48,17 +49,25 @@ def _run(r: dict) -> dict:
     return json.loads(_run_json(r))
 
 
+def _verification(v) -> dict:
+    """As stored; one never stored (no verification ran) as its status alone."""
+    if v.experiment_id is None:
+        return {"status": v.status, "reasons": v.reasons, "notes": v.notes}
+    return v.to_row()
+
+
 def experiment_dict(e: Experiment, runs: bool = True) -> dict:
     return {
         "schema": JSON_SCHEMA_VERSION,
         "generator": f"alloclab {__version__}",
-        "experiment": {k: e.row[k] for k in ("id", "created", "finished", "kind", "title", "status")},
+        "experiment": {"id": e.row.id, "created": e.row.created, "finished": e.row.finished, "kind": e.row.kind,
+                       "title": e.row.title, "status": e.row.status},
         "config": e.config,
         "machine": e.machine,
-        "workloads": e.workloads,
-        "variants": e.variants,
-        "metric_defs": e.metric_defs,
-        "verification": [v for v in e.verifications.values()],
+        "workloads": [w.to_row() for w in e.workloads],
+        "variants": [v.to_row() for v in e.variants],
+        "metric_defs": [d.to_row() for d in e.metric_defs],
+        "verification": [v.to_row() for v in e.verifications.values()],
         "fingerprints": [{"workload_idx": wi, "variant_idx": vi} | fp
                          for (wi, vi), fp in sorted(getattr(e, "fingerprints", {}).items())],
         "runs": [_run(r) for r in e.runs] if runs else [],
@@ -85,7 +94,7 @@ def analysis_dict(a: Analysis, max_rss_increase: float | None = None, runs: bool
         "argv": w.argv,
         "runs": {a.labels[vi]: {"total": w.runs_total[vi], "failed": len(w.runs_failed[vi])}
                  for vi in range(len(a.labels))},
-        "verification": {a.labels[vi]: v for vi, v in w.verification.items()},
+        "verification": {a.labels[vi]: _verification(v) for vi, v in w.verification.items()},
         "processes": process_lines(a, w),
         "metrics": [{
             "name": row.name, "unit": row.unit, "higher_is_better": row.higher_is_better,

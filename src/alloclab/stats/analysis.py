@@ -20,6 +20,7 @@ from alloclab.stats import decide
 from alloclab.stats import estimates as stats
 from alloclab.stats.findings import PER_VARIANT_FINDINGS, cell_findings
 from alloclab.store.db import Experiment
+from alloclab.store.model import Verification
 from alloclab.workloads.primary import primary_metric, primary_metrics
 
 # Shown by default; the rest of the standard measures appear with details=True.
@@ -207,7 +208,7 @@ def analyze(exp: Experiment, baseline: str | int | None = None, alpha: float = d
             wi, w["name"], w["argv"], w["info"], w["params"], rows,
             runs_total={vi: len(r) for vi, r in cell_runs.items()},
             runs_failed={vi: [r for r in runs if r["status"] != "ok"] for vi, runs in cell_runs.items()},
-            verification={vi: exp.verifications.get((wi, vi), {"status": "unknown", "reasons": [], "notes": []})
+            verification={vi: exp.verifications.get((wi, vi)) or Verification(wi, vi)
                           for vi in range(len(labels))}))
     # A sequential experiment that has stopped adds no more runs: what it left undecided is said as
     # what ended it (closed by the futility rule: a bound; cut short by the budget or --max-runs:

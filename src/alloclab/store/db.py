@@ -21,6 +21,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from alloclab.errors import AlloclabError
+from alloclab.store.model import (ExperimentRow, Run, StoredMetric, Verification, VariantRecord,
+                                  WorkloadRecord)
 from alloclab.store.run_record import RunRecord, now
 
 
@@ -139,26 +141,26 @@ class Store:
         self.db.executemany("INSERT INTO metric_defs VALUES (:experiment_id, :workload_idx, :name, :unit, "
                             ":higher_is_better, :source, :pattern, :primary_metric, :ord)", defs)
         self.db.commit()
-        return {"experiment_id": exp, "idx": idx, "name": name, "argv": argv, "params": params, "info": info}, defs
+        return (WorkloadRecord(idx, name, argv, params, info, exp),
+                [StoredMetric(m.name, m.unit, bool(m.higher_is_better), m.source, m.pattern, bool(m.primary), idx, o, exp)
+                 for o, m in enumerate(metric_defs)])
 
-    def add_variant(self, exp: int, idx: int, v, version: str) -> dict:
-        row = {"experiment_id": exp, "idx": idx, "label": v.label, "spec": v.spec,
-               "allocator": v.allocator.name if v.allocator else None,
-               "library": str(v.library) if v.library else None, "version": version, "env": dict(v.env),
-               "settings": [[s.key, s.written, s.value] for s in v.settings], "notes": list(v.notes)}
+    def add_variant(self, exp: int, idx: int, v, version: str) -> VariantRecord:
+        rec = VariantRecord(idx, v.label, v.spec, v.allocator.name if v.allocator else None,
+                            str(v.library) if v.library else None, version, dict(v.env),
+                            [[s.key, s.written, s.value] for s in v.settings], list(v.notes), exp)
         self.db.execute("INSERT INTO variants VALUES (?,?,?,?,?,?,?,?,?,?)", (
-            exp, idx, row["label"], row["spec"], row["allocator"], row["library"], version,
-            json.dumps(row["env"]), json.dumps(row["settings"]), json.dumps(row["notes"])))
+            exp, idx, rec.label, rec.spec, rec.allocator, rec.library, version,
+            json.dumps(rec.env), json.dumps(rec.settings), json.dumps(rec.notes)))
         self.db.commit()
-        return row
+        return rec
 
     def set_verification(self, exp: int, workload_idx: int, variant_idx: int, status: str,
                          reasons: list[str], notes: list[str]) -> dict:
         self.db.execute("INSERT OR REPLACE INTO verifications VALUES (?,?,?,?,?,?)",
                         (exp, workload_idx, variant_idx, status, json.dumps(reasons), json.dumps(notes)))
         self.db.commit()
-        return {"experiment_id": exp, "workload_idx": workload_idx, "variant_idx": variant_idx, "status": status,
-                "reasons": list(reasons), "notes": list(notes)}
+        return Verification(workload_idx, variant_idx, status, list(reasons), list(notes), exp)
 
     def set_fingerprint(self, exp: int, workload_idx: int, variant_idx: int, data: dict) -> None:
         """The allocation fingerprint of a cell's untimed run (measure/fingerprint.py)."""
@@ -261,45 +263,53 @@ class Store:
                                  " WHERE r.experiment_id=?", (exp,)):
             values.setdefault(r[0], {})[r[1]] = r[2]
         return Experiment(
-            id=exp, row=dict(row), config=json.loads(row["config"]), machine=json.loads(row["machine"]),
-            workloads=[dict(r) | {"argv": json.loads(r["argv"]), "params": json.loads(r["params"]),
-                                  "info": json.loads(r["info"])}
-                       for r in q("SELECT * FROM workloads WHERE experiment_id=? ORDER BY idx")],
-            variants=[dict(r) | {"env": json.loads(r["env"]), "settings": json.loads(r["settings"]),
-                                 "notes": json.loads(r["notes"])}
-                      for r in q("SELECT * FROM variants WHERE experiment_id=? ORDER BY idx")],
-            metric_defs=[dict(r) for r in q("SELECT * FROM metric_defs WHERE experiment_id=? ORDER BY workload_idx, ord")],
-            verifications={(r["workload_idx"], r["variant_idx"]): dict(r) | {"reasons": json.loads(r["reasons"]),
-                                                                              "notes": json.loads(r["notes"])}
-                           for r in q("SELECT * FROM verifications WHERE experiment_id=?")},
-            runs=[dict(r) | {"metrics": values.get(r["id"], {}), "extra": json.loads(r["extra"] or "{}")}
-                  for r in runs],
+            id=exp, row=ExperimentRow.of(row), config=json.loads(row["config"]), machine=json.loads(row["machine"]),
+            workloads=[WorkloadRecord.from_row(r) for r in q("SELECT * FROM workloads WHERE experiment_id=? ORDER BY idx")],
+            variants=[VariantRecord.from_row(r) for r in q("SELECT * FROM variants WHERE experiment_id=? ORDER BY idx")],
+            metric_defs=[StoredMetric.from_row(r) for r in
+                         q("SELECT * FROM metric_defs WHERE experiment_id=? ORDER BY workload_idx, ord")],
+            verifications={(v.workload_idx, v.variant_idx): v for v in
+                           map(Verification.from_row, q("SELECT * FROM verifications WHERE experiment_id=?"))},
+            runs=[Run.from_row(r, values.get(r["id"], {})) for r in runs],
             fingerprints={(r["workload_idx"], r["variant_idx"]): json.loads(r["data"])
                           for r in q("SELECT * FROM fingerprints WHERE experiment_id=?")},
             profiles={(r["workload_idx"], r["variant_idx"]): json.loads(r["summary"])
                       for r in q("SELECT * FROM profiles WHERE experiment_id=?")},
         )
 
-
 @dataclass
 class Experiment:
-    """Everything stored about one experiment, as plain data for statistics and reports."""
+    """Everything stored about one experiment, as typed records (store/model.py) for statistics and
+    reports."""
 
     id: int
-    row: dict
+    row: ExperimentRow
     config: dict
     machine: dict
-    workloads: list[dict]
-    variants: list[dict]
-    metric_defs: list[dict]
-    verifications: dict
-    runs: list[dict]
+    workloads: list[WorkloadRecord]
+    variants: list[VariantRecord]
+    metric_defs: list[StoredMetric]
+    verifications: dict[tuple[int, int], Verification]
+    runs: list[Run]
     fingerprints: dict = field(default_factory=dict)   # (workload_idx, variant_idx) -> measure/fingerprint.py's dict
     profiles: dict = field(default_factory=dict)       # (workload_idx, variant_idx) -> ProfileSummary.to_dict()
 
-    def cell_runs(self, workload_idx: int, variant_idx: int, include_warmup: bool = False) -> list[dict]:
-        return [r for r in self.runs if r["workload_idx"] == workload_idx and r["variant_idx"] == variant_idx
-                and (include_warmup or not r["warmup"])]
+    def __post_init__(self) -> None:
+        # Records built as dicts (a fleet host's wire, a test) become typed here, once.
+        self.row = ExperimentRow.of(self.row)
+        self.workloads = [WorkloadRecord.of({"idx": i} | w if isinstance(w, dict) else w)
+                          for i, w in enumerate(self.workloads)]
+        self.variants = [VariantRecord.of({"idx": i} | v if isinstance(v, dict) else v)
+                         for i, v in enumerate(self.variants)]
+        self.metric_defs = [StoredMetric.of(d) for d in self.metric_defs]
+        self.verifications = {k: Verification.of({"workload_idx": k[0], "variant_idx": k[1]} | v
+                                                 if isinstance(v, dict) else v)
+                              for k, v in self.verifications.items()}
+        self.runs = [Run.of(r) for r in self.runs]
 
-    def defs_for(self, workload_idx: int) -> list[dict]:
-        return [d for d in self.metric_defs if d["workload_idx"] == workload_idx]
+    def cell_runs(self, workload_idx: int, variant_idx: int, include_warmup: bool = False) -> list[Run]:
+        return [r for r in self.runs if r.workload_idx == workload_idx and r.variant_idx == variant_idx
+                and (include_warmup or not r.warmup)]
+
+    def defs_for(self, workload_idx: int) -> list[StoredMetric]:
+        return [d for d in self.metric_defs if d.workload_idx == workload_idx]

@@ -12,6 +12,7 @@ In: what the runner measured. Out: the same rows in the store and in `Recorder.e
 from __future__ import annotations
 
 from alloclab.store.db import Experiment, Store
+from alloclab.store.model import ExperimentRow
 from alloclab.store.run_record import OUTPUT_KEYS, RunRecord  # noqa: F401 (OUTPUT_KEYS: the records' words)
 
 
@@ -21,7 +22,7 @@ class Recorder:
     def __init__(self, store: Store, kind: str, title: str, config: dict, machine: dict):
         self.store = store
         exp_id = store.new_experiment(kind, title, config, machine)
-        self.experiment = Experiment(id=exp_id, row={"id": exp_id, "kind": kind, "title": title, "status": "running"},
+        self.experiment = Experiment(id=exp_id, row=ExperimentRow(exp_id, kind=kind, title=title, status="running"),
                                      config=config, machine=machine, workloads=[], variants=[], metric_defs=[],
                                      verifications={}, runs=[])
 
@@ -56,4 +57,4 @@ class Recorder:
 
     def finish(self, status: str, summary: dict | None = None) -> None:
         self.store.finish(self.id, status, summary)
-        self.experiment.row["status"] = status
+        self.experiment.row.status = status

@@ -9,6 +9,8 @@ import time
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 
+from alloclab.store.model import Run
+
 OUTPUT_KEYS = ("stdout", "stderr", "rss_series", "processes")   # in Store.load's runs, not in memory
 _now: list = [None, ""]
 
@@ -52,11 +54,9 @@ class RunRecord:
                    result.exit_code, result.signal, result.error, result.stdout, result.stderr,
                    list(result.rss_series or []), [p.__dict__ for p in result.processes or []], now())
 
-    def row(self, run_id: int, exp_id: int) -> dict:
+    def row(self, run_id: int, exp_id: int) -> Run:
         """As Store.load gives the run, less its output (stdout, stderr, RSS series, processes):
         the statistics never read those, and a long experiment would hold them all in memory."""
-        return {"id": run_id, "experiment_id": exp_id, "workload_idx": self.workload_idx,
-                "variant_idx": self.variant_idx, "block": self.block, "position": self.position,
-                "warmup": int(self.warmup), "started": self.started, "status": self.status,
-                "exit_code": self.exit_code, "signal": self.signal, "error": self.error, "wall_s": self.wall_s,
-                "extra": self.extra, "metrics": self.metrics}
+        return Run(self.workload_idx, self.variant_idx, self.block, self.position, bool(self.warmup), self.status,
+                   self.wall_s, self.metrics, self.extra, self.exit_code, self.signal, self.error, self.started,
+                   run_id, exp_id)
