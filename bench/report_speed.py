@@ -13,7 +13,7 @@ measures, an ops/s metric and an RSS series of ~60 points). Two shapes:
 It then times, separately:
 
   load     Store.load of the whole experiment
-  analyze  analysis.analyze (summaries, bootstrap intervals, Holm)
+  analyze  stats.results.build_results (the analysis and the recommendation, once)
   terminal the terminal table (rendered to text, as when piped)
   html     the HTML exporter (matplotlib charts as inline SVG), after one warm-up render
   md       the Markdown exporter
@@ -49,7 +49,7 @@ import time
 from pathlib import Path
 
 from alloclab.measure import machine
-from alloclab.stats.analysis import analyze
+from alloclab.stats.results import build_results
 from alloclab.measure.run import RunResult
 from alloclab.workloads.metrics import STANDARD, MetricDef
 from alloclab.report import Options, export
@@ -187,15 +187,15 @@ def main() -> None:
         build_s = time.perf_counter() - t0
         store = Store(db)
         e = store.load(exp)
-        samples = sum(1 for r in e.runs if not r["warmup"])
-        values = sum(len(r["metrics"]) for r in e.runs)
+        samples = sum(1 for r in e.runs if not r.warmup)
+        values = sum(len(r.metrics) for r in e.runs)
         print(f"experiment: {len(e.workloads)} workloads x {len(e.variants)} variants x {args.runs_per_cell} runs "
               f"= {samples} samples ({values} metric values, "
-              f"{sum(len(r['rss_series'] or '') for r in e.runs) // 1024} KiB of RSS series); built in {build_s:.1f} s")
+              f"{sum(len(r.rss_series or '') for r in e.runs) // 1024} KiB of RSS series); built in {build_s:.1f} s")
         print(f"machine: {os.cpu_count()} cores, load {os.getloadavg()[0]:.2f}")
         results = {"load": timed(lambda: store.load(exp), args.repeat)}
-        a = analyze(e)
-        results["analyze"] = timed(lambda: analyze(e), args.repeat)
+        a = build_results(e)
+        results["analyze"] = timed(lambda: build_results(e), args.repeat)
         opts = Options()
         export(a, "html", opts)  # imports matplotlib and warms its font cache
         sizes = {}

@@ -27,7 +27,7 @@ from rich.console import Console
 from alloclab.catalog.variants import parse_variants
 from alloclab.cli import app as cli_app
 from alloclab.plan import param_sweep, sweep
-from alloclab.stats.analysis import analyze
+from alloclab.stats.results import build_results
 from alloclab.cli.sweep import render_sweeps
 from alloclab.measure.machine import snapshot
 from alloclab.measure.runner import Settings
@@ -47,7 +47,7 @@ def measure(store: Store, title: str, workloads, specs: list[str], sweeps: list[
     # Other programs compete for the cores; the load says how much, next to the numbers.
     console.rule(f"{title}: {runs} runs x {len(specs)} variants x {len(workloads)} workloads, "
                  f"{took:.0f} s, load {load:.1f} -> {os.getloadavg()[0]:.1f} (experiment {exp_id} in {store.path})")
-    render_sweeps(analyze(store.load(exp_id)), sweeps, console)
+    render_sweeps(build_results(store.load(exp_id), sweeps=True), console)
 
 
 def main() -> None:

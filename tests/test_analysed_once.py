@@ -1,5 +1,6 @@
 """compare, suite and run analyse the experiment once after measuring it: the table, the sweep
-tables and the --fail-if-worse gate all read that one analysis (they analysed it three times)."""
+tables and the --fail-if-worse gate all read the one Results built from it (stats/results.py; they
+analysed it three times)."""
 
 from __future__ import annotations
 
@@ -7,7 +8,7 @@ import pytest
 from typer.testing import CliRunner
 
 from alloclab.cli.core import _register_commands, app
-from alloclab.stats import analysis
+from alloclab.stats import results
 
 TOML = """\
 [experiment]
@@ -23,13 +24,13 @@ command = ["true"]
 def analyses(monkeypatch):
     """The analyses made after the run (a sequential look's cheap one is `only_primary`)."""
     made = []
-    real = analysis.analyze
+    real = results.analyze   # what the Results' builder analyses with
 
     def counting(*args, **kwargs):
         if not kwargs.get("only_primary"):
             made.append(kwargs)
         return real(*args, **kwargs)
-    monkeypatch.setattr(analysis, "analyze", counting)
+    monkeypatch.setattr(results, "analyze", counting)
     return made
 
 

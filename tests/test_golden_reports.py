@@ -21,7 +21,7 @@ from pathlib import Path
 import pytest
 
 from alloclab.report import FORMATS, Options, export
-from alloclab.stats.analysis import analyze
+from alloclab.stats.results import build_results
 from alloclab.store.db import Store
 
 FIXTURES = Path(__file__).parent / "fixtures"
@@ -43,7 +43,7 @@ def _stable(fmt: str, text: str) -> str:
 def analysis(request, tmp_path_factory):
     db = tmp_path_factory.mktemp("golden") / STORES[request.param]
     shutil.copyfile(FIXTURES / STORES[request.param], db)   # the store may write its WAL beside it
-    return request.param, analyze(Store(db).load(None))
+    return request.param, build_results(Store(db).load(None))
 
 
 @pytest.mark.parametrize("fmt", sorted(FORMATS))

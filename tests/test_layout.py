@@ -1,9 +1,11 @@
 """The source tree shows the data flow: one package per stage, imports only down the flow, small
-modules. Read from the source files, so a violation names the file and line to fix."""
+modules, and the statistics computed once, in stats, for reports and commands that only render
+them. Read from the source files, so a violation names the file and line to fix."""
 
 from __future__ import annotations
 
 import ast
+import functools
 from pathlib import Path
 
 SRC = Path(__file__).resolve().parent.parent / "src" / "alloclab"
@@ -13,6 +15,20 @@ STAGES = ("catalog", "workloads", "plan", "store", "measure", "stats", "tune", "
 SHARED = ("errors", "defaults", "__init__", "__version__")
 LONG = 400
 LONG_REASON = "Longer than 400 lines because"
+# report/ renders the Results that stats/results.py builds once, and cli/ prints them and gates on
+# them: neither computes a statistic. From stats they name types and constants; what they may call
+# of it (or hand on to be called) is here, with the stages allowed and why.
+RENDERERS = ("report", "cli")
+SANCTIONED = {
+    "alloclab.stats.results.build_results": ("cli",),   # the one way to the Results
+    "alloclab.stats.diff.diff_experiments": ("cli",),   # the one way to a Diff of two experiments
+    # The runner's judge at the looks: measuring cannot import the statistics, so the command hands it in.
+    "alloclab.stats.looks.Judge": ("cli",),
+    # The words of a comparison and of a p value: stats and tune write them into their own sentences,
+    # so they live below both and every view says a comparison the same way.
+    "alloclab.stats.estimates.format_comparison": RENDERERS,
+    "alloclab.stats.estimates.format_p": RENDERERS,
+}
 
 
 def modules() -> list[Path]:
@@ -53,6 +69,75 @@ def module_file(dotted: str) -> Path | None:
         if candidate.is_file():
             return candidate
     return None
+
+
+def _chain(node: ast.AST) -> str | None:
+    """`a.b.c` of a name or an attribute chain; None for anything else (a call's result, a subscript)."""
+    if isinstance(node, ast.Name):
+        return node.id
+    if isinstance(node, ast.Attribute):
+        base = _chain(node.value)
+        return base and f"{base}.{node.attr}"
+    return None
+
+
+@functools.lru_cache(maxsize=None)
+def _parsed(path: Path) -> ast.Module:
+    return ast.parse(path.read_text())
+
+
+def kind_of(target: str) -> str | None:
+    """What the dotted `target` names in the source: "function" (a method too), "class", or None
+    (a module, a constant, or nothing found)."""
+    parts = target.split(".")
+    for cut in range(len(parts), 0, -1):
+        path = module_file(".".join(parts[:cut]))
+        if path:
+            break
+    else:
+        return None
+    kind, body = None, _parsed(path).body
+    for name in parts[cut:]:
+        node = next((n for n in body if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef))
+                     and n.name == name), None)
+        if node is None:
+            return None
+        kind, body = ("class", node.body) if isinstance(node, ast.ClassDef) else ("function", [])
+    return kind
+
+
+def stats_calls(source: str) -> list[tuple[int, str]]:
+    """Every call of something imported from alloclab.stats, and every stats function handed on
+    uncalled (a key=, a callback), as (line, dotted name): the names an import binds, at the top or
+    inside a function alike, followed through attributes (`estimates.format_p`)."""
+    tree = ast.parse(source)
+    bound: dict[str, str] = {}
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ImportFrom) and node.module and node.module.startswith("alloclab"):
+            bound |= {a.asname or a.name: f"{node.module}.{a.name}" for a in node.names}
+        elif isinstance(node, ast.Import):
+            bound |= {a.asname or a.name.split(".")[0]: a.name if a.asname else a.name.split(".")[0]
+                      for a in node.names if a.name.startswith("alloclab")}
+
+    def target(node: ast.AST) -> str | None:
+        chain = _chain(node)
+        if chain is None or chain.split(".")[0] not in bound:
+            return None
+        head, _, rest = chain.partition(".")
+        full = bound[head] + (f".{rest}" if rest else "")
+        return full if stage_of(full) == "stats" else None
+
+    parents = {child: node for node in ast.walk(tree) for child in ast.iter_child_nodes(node)}
+    found = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Call) and (t := target(node.func)):
+            found.append((node.lineno, t))
+        elif isinstance(node, (ast.Name, ast.Attribute)) and isinstance(node.ctx, ast.Load) \
+                and not isinstance(parents.get(node), ast.Attribute) \
+                and not (isinstance(parents.get(node), ast.Call) and parents[node].func is node) \
+                and (t := target(node)) and kind_of(t) == "function":
+            found.append((node.lineno, t))
+    return sorted(found)
 
 
 def dotted(path: Path) -> str:
@@ -115,6 +200,21 @@ def test_no_import_circles():
     assert not circles, "files that import each other: " + "; ".join(" <-> ".join(c) for c in circles)
 
 
+def test_reports_and_commands_compute_no_statistic():
+    """report/ and cli/ get the Results (stats/results.py), computed once, and call nothing of
+    stats but what SANCTIONED names: no analyze, recommend, sweep curve or geomean of their own."""
+    wrong = []
+    for path in modules():
+        me = stage_of(dotted(path))
+        if me not in RENDERERS:
+            continue
+        for line, called in stats_calls(path.read_text()):
+            if me not in SANCTIONED.get(called, ()):
+                wrong.append(f"{path.relative_to(SRC)}:{line} ({me}) calls {called}: read it from the Results "
+                             f"(stats/results.py) instead")
+    assert not wrong, "\n".join(wrong)
+
+
 def test_modules_are_small_or_say_why_not():
     long = []
     for path in modules():
@@ -132,3 +232,22 @@ def test_the_checker_sees_a_violation():
     (node,) = tree.body
     assert STAGES.index(stage_of(node.module)) > STAGES.index("measure")
     assert stage_of("alloclab.errors") is None and stage_of("alloclab.catalog.variants") == "catalog"
+    # A renderer's call of a statistic, however it is imported or handed on, is seen; its types are not.
+    source = """
+from alloclab.stats import estimates as est
+from alloclab.stats.analysis import Analysis, analyze
+import alloclab.stats.recommend
+
+def show(a: Analysis, e) -> None:
+    from alloclab.stats.sweep import sweep_results as curves
+    analyze(e)
+    alloclab.stats.recommend.recommend(a)
+    est.format_p(0.5)
+    sorted(a.labels, key=curves)
+    isinstance(a, Analysis)
+"""
+    assert stats_calls(source) == [(8, "alloclab.stats.analysis.analyze"),
+                                   (9, "alloclab.stats.recommend.recommend"),
+                                   (10, "alloclab.stats.estimates.format_p"),
+                                   (11, "alloclab.stats.sweep.sweep_results")]
+    assert kind_of("alloclab.stats.results.Results") == "class" and kind_of("alloclab.stats.results") is None

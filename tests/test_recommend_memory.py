@@ -14,6 +14,7 @@ from alloclab.report import Options, export
 from alloclab.stats.analysis import analyze
 from alloclab.stats.apply import command_text
 from alloclab.stats.recommend import recommend
+from alloclab.stats.results import build_results
 from alloclab.store.db import Store
 from alloclab.workloads.metrics import STANDARD, MetricDef
 
@@ -151,7 +152,7 @@ def test_postgres_recipe_run_line_has_no_literal_placeholders_in_any_format(tmp_
     assert c.pick is not None and "Mind the memory: tcmalloc keeps 24% more RSS than glibc after the load" in c.sentence
     assert " -D <data_dir> -p <port> " in c.apply.env_line
     for fmt in ("terminal", "md", "html", "json"):
-        text = export(a, fmt, Options())
+        text = export(build_results(a.experiment), fmt, Options())
         if fmt == "json":
             rec = json.dumps(json.loads(text)["recommendation"])
         elif fmt == "html":

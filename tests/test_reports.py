@@ -17,10 +17,11 @@ import pytest
 from alloclab.catalog import allocators as cat
 from alloclab.stats import estimates as stats
 from alloclab.stats.analysis import analyze
+from alloclab.stats.results import build_results
 from alloclab.errors import AlloclabError
 from alloclab.report import Options, export, format_for, write_report
 from alloclab.report.common import full_delta
-from alloclab.report.diff import diff_experiments
+from alloclab.stats.diff import diff_experiments
 from alloclab.store.db import Store
 from conftest import ALLOCLAB, require_allocator
 from test_recommend import JEMALLOC, THREE, synthetic, variant
@@ -103,7 +104,7 @@ def test_every_format_of_a_real_experiment(real):
     p = alloclab(db, "report", "1", "-f", "csv", "-o", str(d / "r.csv"), "--export-json", str(d / "r.json"),
                  "--max-rss-increase=-90%")
     assert f"Report written to {d / 'r.csv'}" in p.stderr and f"Report written to {d / 'r.json'}" in p.stderr
-    a = analyze(e)
+    r = build_results(e)
     rows = list(csv.DictReader(io.StringIO((d / "r.csv").read_text())))
     assert len(rows) == len(e.runs)
     for row, run in zip(rows, e.runs):
@@ -121,9 +122,9 @@ def test_every_format_of_a_real_experiment(real):
     rec = raw["recommendation"]
     assert rec["budget"] == -0.9 and rec["overall"]["pick"] is None
     assert "within the -90% peak-RSS budget: jemalloc is faster" in rec["overall"]["sentence"]
-    text = export(a, "terminal")
+    text = export(r, "terminal")
     assert "\x1b[" not in text and "(baseline)" in text and "Use jemalloc" in text
-    html = export(a, "html")
+    html = export(r, "html")
     assert html.count("<svg ") == 4 and "Use jemalloc" in html
     # The RSS chart draws every measured run that lasted long enough for a sample.
     sampled = sum(1 for r in e.runs if not r["warmup"] and r["status"] == "ok" and json.loads(r["rss_series"]))
@@ -178,7 +179,7 @@ def test_bad_input_is_a_clear_error(real, tmp_path):
 @pytest.fixture
 def three(tmp_path):
     store, exp = synthetic(tmp_path / "s.db", THREE)
-    return analyze(store.load(exp))
+    return build_results(store.load(exp))
 
 
 def test_markdown_tables_line_up_and_carry_the_verdicts(three):
@@ -194,7 +195,7 @@ def test_markdown_tables_line_up_and_carry_the_verdicts(three):
 
 def test_warnings_are_grouped_not_repeated(tmp_path):
     store, exp = synthetic(tmp_path / "s.db", THREE, runs=1)
-    md = export(analyze(store.load(exp)), "md")
+    md = export(build_results(store.load(exp)), "md")
     assert md.count("**too-few-runs**") == 1
     assert "  - every variant, every metric: 1 run(s)" in md
 
@@ -203,11 +204,11 @@ def test_ineffective_allocator_is_prominent(tmp_path):
     vs = [variant("glibc", "glibc"), variant("jemalloc", "jemalloc", {"LD_PRELOAD": JEMALLOC}, speed=1.3,
                                              status="ineffective")]
     store, exp = synthetic(tmp_path / "s.db", vs)
-    a = analyze(store.load(exp))
-    md = export(a, "md")
+    r = build_results(store.load(exp))
+    md = export(r, "md")
     # Above the tables, in bold, not a footnote.
     assert "**Allocator INEFFECTIVE for jemalloc (prog 1)" in md.split("### ")[0]
-    html = export(a, "html")
+    html = export(r, "html")
     assert '<section id="verification" class="banner bad">Allocator INEFFECTIVE' in html
     assert '<td class="status-ineffective">INEFFECTIVE</td>' in html
 
@@ -259,20 +260,20 @@ def test_sweep_curves_are_drawn_from_the_config(tmp_path):
     sweep = {"tunable": "narenas", "points": [{"variant": "jemalloc narenas=1", "value": 1},
                                               {"variant": "jemalloc narenas=4", "value": 4}]}
     store, exp = synthetic(tmp_path / "t.db", vs, config={"sweep": sweep})
-    html = export(analyze(store.load(exp)), "html")
+    html = export(build_results(store.load(exp)), "html")
     assert '<section id="sweep">' in html
     assert html.count('aria-label="ops against narenas: prog 1"') == 1
     assert html.count('aria-label="peak_rss_mb against narenas: prog 1"') == 1
     two = (("prog 16", ["prog", "16"]), ("prog 64", ["prog", "64"]))
     param = {"param": "size", "points": [{"workload": 0, "value": 16}, {"workload": 1, "value": 64}]}
     store, exp = synthetic(tmp_path / "p.db", THREE, workloads=two, config={"sweep": param})
-    html = export(analyze(store.load(exp)), "html")
+    html = export(build_results(store.load(exp)), "html")
     assert 'aria-label="ops against size"' in html and '<section id="overall">' in html
 
 
 def test_malformed_sweep_is_skipped_with_a_note(tmp_path):
     store, exp = synthetic(tmp_path / "m.db", THREE, config={"sweep": {"tunable": "x", "points": "nope"}})
-    html = export(analyze(store.load(exp)), "html")
+    html = export(build_results(store.load(exp)), "html")
     assert "1 recorded sweep(s) had no points" in html and html.count("<svg ") == 4
 
 
@@ -319,11 +320,11 @@ def test_an_experiment_without_runs_still_reports(tmp_path):
         store.add_variant(exp, i, SimpleNamespace(label=label, spec=label, env={}, settings=[], notes=[],
                                                   allocator=SimpleNamespace(name=label), library=None), "1")
     store.finish(exp, "interrupted")
-    a = analyze(store.load(exp))
+    r = build_results(store.load(exp))
     for fmt in ("terminal", "md", "html", "json", "csv"):
-        assert export(a, fmt)
-    assert "Nothing to recommend for prog: no run succeeded" in export(a, "md")
-    assert "This experiment is interrupted" in export(a, "html")
+        assert export(r, fmt)
+    assert "Nothing to recommend for prog: no run succeeded" in export(r, "md")
+    assert "This experiment is interrupted" in export(r, "html")
 
 
 def test_html_charts_drawn_by_forked_workers_are_the_same_bytes(tmp_path):
@@ -334,9 +335,9 @@ import multiprocessing, sys
 sys.path.insert(0, {str(__import__('pathlib').Path(__file__).parent)!r})
 from test_recommend import THREE, synthetic
 from alloclab.report import Options, export, charts
-from alloclab.stats.analysis import analyze
+from alloclab.stats.results import build_results
 store, exp = synthetic({str(tmp_path / 'f.db')!r}, THREE)
-a = analyze(store.load(exp))
+r = build_results(store.load(exp))
 pools = []
 
 class Counting:
@@ -350,9 +351,9 @@ class Counting:
     get_all_start_methods = staticmethod(multiprocessing.get_all_start_methods)
 charts.mp = Counting()
 charts.FORK_FROM = 10 ** 6
-alone = export(a, "html", Options(details=True))
+alone = export(r, "html", Options(details=True))
 charts.FORK_FROM = 1
-forked = export(a, "html", Options(details=True))
+forked = export(r, "html", Options(details=True))
 print(len(pools), pools[:1], alone.split("Generated by")[0] == forked.split("Generated by")[0])
 """
     import os
@@ -376,26 +377,26 @@ def test_an_ineffective_baseline_is_the_first_line_of_every_format(tmp_path):
                            ["redis-server is linked against libjemalloc.so.2 (jemalloc): with no preload it runs "
                             "jemalloc, not glibc's malloc"],
                            [in_use.note("jemalloc", "redis-server links libjemalloc.so.2")])
-    a = analyze(store.load(exp))
+    r = build_results(store.load(exp))
     first = ("glibc-linked is not in use: redis-server links libjemalloc.so.2; every comparison below is "
              "against jemalloc, not glibc-linked.")
-    assert export(a, "terminal").splitlines()[0] == first
-    md = export(a, "md")
+    assert export(r, "terminal").splitlines()[0] == first
+    md = export(r, "md")
     assert md.splitlines()[0] == f"**{first}**"
     assert "Primary metrics against glibc-linked, which did not run: jemalloc did." in md
-    html = export(a, "html")
+    html = export(r, "html")
     assert html.index('<section id="baseline-warning" class="banner bad">' + first) < html.index("<header>")
-    d = json.loads(export(a, "json"))
+    d = json.loads(export(r, "json"))
     assert next(iter(d)) == "baseline_warning" and d["baseline_warning"] == first
 
 
 def test_an_ineffective_baseline_without_a_known_stand_in_still_comes_first(tmp_path):
     vs = [variant("glibc", "glibc", status="ineffective"), variant("jemalloc", "jemalloc", {"LD_PRELOAD": JEMALLOC})]
     store, exp = synthetic(tmp_path / "s.db", vs)
-    a = analyze(store.load(exp))
-    assert export(a, "terminal").splitlines()[0] == (
+    r = build_results(store.load(exp))
+    assert export(r, "terminal").splitlines()[0] == (
         "The baseline glibc is INEFFECTIVE (no binding seen); the comparisons below are not against glibc.")
-    assert json.loads(export(a, "json"))["baseline_warning"].startswith("The baseline glibc is INEFFECTIVE")
+    assert json.loads(export(r, "json"))["baseline_warning"].startswith("The baseline glibc is INEFFECTIVE")
 
 
 def test_a_verified_baseline_adds_no_first_line(three):
@@ -412,6 +413,7 @@ def test_an_undecided_answer_is_bounded_by_the_allocators_share_of_a_profile(tmp
     from alloclab.report import Options, export
     from alloclab.report.bounds import bound_answers
     from alloclab.stats.analysis import analyze
+    from alloclab.stats.results import build_results
     from alloclab.store.db import Store
 
     db = tmp_path / "pg.db"
@@ -421,11 +423,11 @@ def test_an_undecided_answer_is_bounded_by_the_allocators_share_of_a_profile(tmp
     run = lambda share: {"status": "ok", "samples": 400, "shares": {"allocator": share}}  # noqa: E731
     store.save_profiles(1, [(0, 0, {"runs": [run(0.012), run(0.016), run(0.014)]}),
                             (0, 2, {"runs": [run(0.009), {"status": "failed", "samples": 0, "shares": {}}]})])
-    a = analyze(store.load(None))
-    lines = bound_answers(a)
+    r = build_results(store.load(None))
+    lines = bound_answers(r.analysis)
     assert len(lines) == 1 and lines[0].startswith("postgres-partitions: 1 client: tps")
     assert "at most 1.4% of the CPU" in lines[0] and "glibc 1.4%, tcmalloc 0.9%" in lines[0]
-    assert lines[0] in export(a, "md", Options()) and lines[0] in export(a, "json", Options())
+    assert lines[0] in export(r, "md", Options()) and lines[0] in export(r, "json", Options())
 
 
 def test_a_profile_blind_to_the_kernel_bounds_only_the_allocators_code(tmp_path):

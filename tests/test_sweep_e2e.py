@@ -14,6 +14,7 @@ from alloclab.cli import app as cli_app
 from alloclab.plan import param_sweep, sweep
 from alloclab.stats import sweep as sweep_stats
 from alloclab.stats.analysis import analyze
+from alloclab.stats.results import build_results
 from alloclab.cli.sweep import render_sweeps
 from alloclab.workloads.metrics import MetricDef
 from alloclab.measure.runner import Settings
@@ -39,9 +40,10 @@ def run(tmp_path, workloads, specs, runs, sweeps=None, max_runs=None):
     return store, exp_id, analyze(store.load(exp_id))
 
 
-def rendered(a, sweeps) -> str:
+def rendered(a) -> str:
+    """The sweep tables of the experiment `a` analysed, from the sweeps stored with it."""
     console = Console(width=200, record=True, file=open(os.devnull, "w"))
-    render_sweeps(a, sweeps, console)
+    render_sweeps(build_results(a.experiment, sweeps=True), console)
     return console.export_text()
 
 
@@ -69,7 +71,7 @@ def test_top_pad_sweep_on_oversized_finds_the_threshold(tmp_path):
     assert [p.vs_best.verdict for p in curve.points[:2]] == ["worse", "worse"]
     assert curve.cheap is curve.best     # nothing smaller is as fast
     assert all(p.rss is not None and p.rss.n == 8 and p.rss.median > 0 for p in curve.points)
-    text = rendered(a, sweeps)
+    text = rendered(a)
     assert "MALLOC_TOP_PAD_ sweep on oversized queries=10" in text
     assert "best MALLOC_TOP_PAD_=64M" in text and "peak RSS MiB" in text
 
@@ -98,7 +100,7 @@ def test_ablation_of_two_settings_that_do_the_same_job(tmp_path):
     assert r.interaction_low <= r.interaction <= r.interaction_high
     assert r.interaction == pytest.approx(r.combined.comparison.ratio / r.expected, rel=0.6)
     assert r.verdict == "antagonism" and r.interaction_high < 1
-    text = rendered(a, [structure])
+    text = rendered(a)
     assert "MALLOC_TOP_PAD_=64M alone" in text and "interaction = together / product" in text
     assert "they overlap or conflict" in text
 
@@ -124,7 +126,7 @@ def test_thread_scaling_of_a_builtin_workload(tmp_path):
             assert s.efficiency == pytest.approx(s.speedup / s.threads)
         assert (sc.cores_note is not None) == (cores < 4)
         assert sc.stops_at in (None, 1, 2)
-    text = rendered(a, sweeps)
+    text = rendered(a)
     assert "threads sweep with rounds=40 of larson" in text and "eff 100%" in text
     if cores < 4:
         assert f"only {cores} cores are usable" in text

@@ -17,7 +17,7 @@ from rich.console import Console
 
 from alloclab.report import terminal
 from alloclab.report.common import answers
-from alloclab.stats.analysis import analyze
+from alloclab.stats.results import build_results
 from alloclab.store.db import Store
 
 from test_golden_reports import FIXTURES, STORES
@@ -26,15 +26,15 @@ WIDTHS = (80, 120, 160)
 
 
 @pytest.fixture(scope="module", params=sorted(STORES))
-def analysis(request, tmp_path_factory):
+def results(request, tmp_path_factory):
     db = tmp_path_factory.mktemp("width") / STORES[request.param]
     shutil.copyfile(FIXTURES / STORES[request.param], db)   # the store may write its WAL beside it
-    return analyze(Store(db).load(None))
+    return build_results(Store(db).load(None))
 
 
-def _render(a, width: int) -> str:
+def _render(r, width: int) -> str:
     console = Console(width=width, record=True, file=io.StringIO(), color_system=None)
-    terminal.render(a, console)
+    terminal.render(r, console)
     return console.export_text()
 
 
@@ -51,18 +51,18 @@ def _answer_block(text: str) -> list[str]:
 
 
 @pytest.mark.parametrize("width", WIDTHS)
-def test_no_line_is_wider_than_the_console(analysis, width):
-    text = _render(analysis, width)
+def test_no_line_is_wider_than_the_console(results, width):
+    text = _render(results, width)
     too_wide = [line for line in text.splitlines() if cell_len(line) > width]
     assert not too_wide, f"{len(too_wide)} lines wider than {width}: {too_wide[:3]}"
 
 
 @pytest.mark.parametrize("width", WIDTHS)
-def test_every_answer_shows_its_verdict_effect_and_mechanism(analysis, width):
-    rows = answers(analysis)
+def test_every_answer_shows_its_verdict_effect_and_mechanism(results, width):
+    rows = answers(results.analysis)
     assert rows and any(x.mechanism for x in rows)   # the fixture has something to show
     # The whole answer lies before the first blank line: a row never continues after one.
-    block = _flat("\n".join(_answer_block(_render(analysis, width))))
+    block = _flat("\n".join(_answer_block(_render(results, width))))
     at = 0
     for x in rows:
         # In the row's order: its verdict, its effect (the whole text; the column may show its
@@ -76,22 +76,22 @@ def test_every_answer_shows_its_verdict_effect_and_mechanism(analysis, width):
 
 
 @pytest.mark.parametrize("width", WIDTHS)
-def test_verdict_and_short_effect_share_the_row_line(analysis, width):
+def test_verdict_and_short_effect_share_the_row_line(results, width):
     # The verdict and the effect's column are never wrapped: both stand on the row's first line.
-    lines = _answer_block(_render(analysis, width))
-    for x in answers(analysis):
+    lines = _answer_block(_render(results, width))
+    for x in answers(results.analysis):
         effect = terminal.short_effect(x.text)
         assert any(re.search(rf"\b{x.verdict}\s+{re.escape(effect)}", line) for line in lines), \
             f"{width} columns: {x.verdict} {effect!r} not on one line"
 
 
-def test_one_long_effect_does_not_widen_the_effect_column(analysis):
+def test_one_long_effect_does_not_widen_the_effect_column(results):
     # The column holds the short form (change and interval); a long sentence goes under its row.
-    lines = _answer_block(_render(analysis, 160))
+    lines = _answer_block(_render(results, 160))
     header = lines[1]   # a row of the table, padded to its width
     assert header.rstrip().endswith("effect [interval]")
     effect_width = cell_len(header) - header.index("effect [interval]")
-    longest = max(len(terminal.short_effect(x.text)) for x in answers(analysis))
+    longest = max(len(terminal.short_effect(x.text)) for x in answers(results.analysis))
     assert effect_width <= max(longest, len("effect [interval]"))
     assert longest <= terminal.EFFECT_CAP
 

@@ -10,7 +10,6 @@ import stat
 from conftest import require_allocator
 
 from alloclab.stats.analysis import analyze
-from alloclab.stats import processes
 
 SHIM = """#!/bin/bash
 # Plumbing as a version manager's shim does it: subshells, shells and coreutils, then exec.
@@ -57,4 +56,4 @@ def test_the_program_itself_gets_no_wrapper_line(build, cli, store_of):
     assert p.returncode == 0, p.stderr
     assert "is a wrapper" not in p.stdout
     a = analyze(store_of(cli.db).load())
-    assert processes.wrapped(a, a.workloads[0]) is None   # one program ran: nothing to say
+    assert a.workloads[0].wrapped is None   # one program ran: nothing to say

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import os
 import re
@@ -29,16 +30,26 @@ class Tunable:
     limit: str = ""         # why values outside [min, max] do not take effect
     choices: tuple[str, ...] = ()
 
+    @classmethod
+    def from_toml(cls, name: str, entry: str | dict) -> "Tunable":
+        """A tunable of allocators.toml: its help text alone, or a table whose keys are the fields."""
+        if isinstance(entry, str):
+            return cls(name, entry)
+        t = cls(name=name, **entry)
+        # `read` is one name or several; the lists are kept as tuples (the catalog is cached, shared).
+        return dataclasses.replace(t, read=(t.read,) if isinstance(t.read, str) else tuple(t.read),
+                                   choices=tuple(t.choices))
+
 
 @dataclass(frozen=True)
 class Allocator:
     name: str
     description: str
-    libraries: tuple[str, ...]
     package: str
     release_call: str
     stats_call: str
-    build_option: str
+    libraries: tuple[str, ...] = ()      # none: the system allocator
+    build_option: str = ""
     prefixed_symbols: tuple[str, ...] = ()
     version_regex: str | None = None
     tunables: tuple[Tunable, ...] = ()
@@ -54,6 +65,15 @@ class Allocator:
     def is_system(self) -> bool:
         """The system allocator needs no preload: it is what libc already provides."""
         return not self.libraries
+
+    @classmethod
+    def from_toml(cls, name: str, entry: dict) -> "Allocator":
+        """An [allocators.NAME] table: its keys are the fields (a key it does not know is an error);
+        its lists become tuples, its tunables Tunable entries."""
+        a = cls(name=name, **entry)
+        return dataclasses.replace(a, libraries=tuple(a.libraries), prefixed_symbols=tuple(a.prefixed_symbols),
+                                   tunables=tuple(Tunable.from_toml(k, v) for k, v in dict(a.tunables).items()),
+                                   verbose_env=tuple(dict(a.verbose_env).items()))
 
     def tunable(self, key: str) -> Tunable | None:
         return next((t for t in self.tunables if t.name == key), None)
@@ -85,47 +105,18 @@ class Catalog:
         return "apt-get install -y " + " ".join(packages)
 
 
-def _parse_tunables(raw: dict) -> tuple[Tunable, ...]:
-    out = []
-    for key, value in raw.items():
-        if isinstance(value, str):
-            out.append(Tunable(key, value))
-            continue
-        read = value.get("read", ())
-        out.append(Tunable(key, value["help"], value.get("via"), value.get("kind", "str"),
-                           (read,) if isinstance(read, str) else tuple(read),
-                           value.get("min"), value.get("max"), value.get("limit", ""),
-                           tuple(value.get("choices", ()))))
-    return tuple(out)
-
-
 @functools.cache
 def load_catalog(path: str | None = None) -> Catalog:
     text = Path(path).read_bytes() if path else resources.files("alloclab.catalog").joinpath("allocators.toml").read_bytes()
     data = tomllib.loads(text.decode())
+    tables = data["allocators"]
     allocators = {}
-    for name, entry in data["allocators"].items():
-        if "same_as" in entry:
-            entry = {k: v for k, v in data["allocators"][entry["same_as"]].items() if k != "default"} | entry
-        allocators[name] = Allocator(
-            name=name,
-            description=entry["description"],
-            libraries=tuple(entry.get("libraries", ())),
-            package=entry["package"],
-            release_call=entry["release_call"],
-            stats_call=entry["stats_call"],
-            build_option=entry.get("build_option", ""),
-            prefixed_symbols=tuple(entry.get("prefixed_symbols", ())),
-            version_regex=entry.get("version_regex"),
-            tunables=_parse_tunables(entry.get("tunables", {})),
-            readback=entry.get("readback"),
-            verbose_env=tuple(entry.get("verbose_env", {}).items()),
-            verbose_regex=entry.get("verbose_regex"),
-            forward=entry.get("forward", ""),
-            default=entry.get("default", True),
-            same_as=entry.get("same_as", ""),
-            race_in_tune=entry.get("race_in_tune", True),
-        )
+    for name, entry in tables.items():
+        copied = entry.get("same_as")
+        if copied:
+            # A copy of another entry: its keys, all but whether it runs by default, under this one's.
+            entry = {k: v for k, v in tables[copied].items() if k != "default"} | entry
+        allocators[name] = Allocator.from_toml(name, entry)
     combine = {var: (fmt, sep) for var, (fmt, sep) in data.get("combine", {}).items()}
     return Catalog(allocators, combine)
 

@@ -40,8 +40,9 @@ def elf_facts(path: Path) -> ElfFacts:
     try:
         with open(path, "rb") as fh:
             elf = ELFFile(fh)
-            has_interp = any(seg["p_type"] == "PT_INTERP" for seg in elf.iter_segments())
-            has_dynamic = any(seg["p_type"] == "PT_DYNAMIC" for seg in elf.iter_segments())
+            # pyelftools' headers and entries read as attributes too (as the tags' below do).
+            segments = {seg.header.p_type for seg in elf.iter_segments()}
+            has_interp, has_dynamic = "PT_INTERP" in segments, "PT_DYNAMIC" in segments
             needed: list[str] = []
             defined, exported, imported, canonical_plt = set(), set(), set(), set()
             for section in elf.iter_sections():
@@ -52,18 +53,20 @@ def elf_facts(path: Path) -> ElfFacts:
                     for sym in section.iter_symbols():
                         if not sym.name:
                             continue
-                        if sym["st_shndx"] == "SHN_UNDEF":
+                        entry = sym.entry
+                        if entry.st_shndx == "SHN_UNDEF":
                             if dynamic:
                                 imported.add(sym.name.split("@")[0])
-                                if sym["st_value"]:
+                                if entry.st_value:
                                     canonical_plt.add(sym.name.split("@")[0])
-                        elif sym["st_info"]["type"] in ("STT_FUNC", "STT_GNU_IFUNC"):
+                        elif entry.st_info.type in ("STT_FUNC", "STT_GNU_IFUNC"):
                             name = sym.name.split("@")[0]
                             defined.add(name)
-                            if dynamic and sym["st_info"]["bind"] in ("STB_GLOBAL", "STB_WEAK"):
+                            if dynamic and entry.st_info.bind in ("STB_GLOBAL", "STB_WEAK"):
                                 exported.add(name)
-            is_static = elf["e_type"] == "ET_EXEC" and not has_interp and not has_dynamic or (
-                not has_interp and elf["e_type"] == "ET_DYN" and not needed and "malloc" in defined)
+            e_type = elf.header.e_type
+            is_static = e_type == "ET_EXEC" and not has_interp and not has_dynamic or (
+                not has_interp and e_type == "ET_DYN" and not needed and "malloc" in defined)
             return ElfFacts(path, True, is_static, tuple(needed), frozenset(defined),
                             frozenset(exported), frozenset(imported), frozenset(canonical_plt))
     except (ELFError, OSError, ValueError):

@@ -63,15 +63,32 @@ class Rule:
     versions: dict[str, str] = field(default_factory=dict, hash=False, compare=False)
 
 
+def _bound(value) -> float | None:
+    return None if value is None else number(value)
+
+
+def _value(name: str, table: dict) -> ValueRule:
+    """One value of a rule's [rule.values]: `name = { from = reading, times, round, min, max }`, only
+    `from` required."""
+    match table:
+        case {"from": str(reading)}:
+            return ValueRule(name, reading, float(table.get("times", 1)), table.get("round", "pow2"),
+                             _bound(table.get("min")), _bound(table.get("max")))
+    raise ValueError(f"value '{name}' names no reading to come from")
+
+
 def _rule(d: dict) -> Rule:
     name = d.get("name", "?")
     try:
-        when = tuple(Condition(r, op, number(t)) for r, op, t in d["when"])
-        values = tuple(ValueRule(k, v["from"], float(v.get("times", 1)), v.get("round", "pow2"),
-                                 number(v["min"]) if "min" in v else None, number(v["max"]) if "max" in v else None)
-                       for k, v in d.get("values", {}).items())
-        rule = Rule(name, d["reads"], when, d["mechanism"], d["expect"], tuple(d["try"]), d["why"], values,
-                    dict(d.get("versions", {})))
+        # The required fields, each of its TOML type; values and versions are optional.
+        match d:
+            case {"reads": str(reads), "when": list(when), "mechanism": str(mechanism), "expect": str(expect),
+                  "try": list(tries), "why": str(why)}:
+                rule = Rule(name, reads, tuple(Condition(r, op, number(t)) for r, op, t in when), mechanism, expect,
+                            tuple(tries), why, tuple(_value(k, v) for k, v in d.get("values", {}).items()),
+                            dict(d.get("versions", {})))
+            case _:
+                raise ValueError("a field is missing or not of its type")
     except (KeyError, TypeError, ValueError) as exc:
         raise AlloclabError(f"tune_rules.toml: rule '{name}' is malformed ({exc!r}); each rule needs name, reads, "
                             f"when, mechanism, expect, try and why (see the file's header).") from None

@@ -23,7 +23,7 @@ from alloclab.store.db import DEFAULT_DB, Store
 if TYPE_CHECKING:
     from alloclab.catalog.variants import Variant
     from alloclab.measure.runner import Settings
-    from alloclab.stats.analysis import Analysis
+    from alloclab.stats.results import Results
 
 app = typer.Typer(add_completion=False, no_args_is_help=True,
                   help="Which memory allocator, and which tuning, is best for your program? Measured.")
@@ -116,28 +116,27 @@ class _Advance:
             self.pending, self.last = 0, now
 
 
-def show(a: Analysis, db: Path, *, details: bool = False, export_json: Path | None = None,
-         report_format: str | None = None, report_file: Path | None = None,
-         max_rss_increase: float | None = None) -> None:
+def show(r: Results, db: Path, *, details: bool = False, export_json: Path | None = None,
+         report_format: str | None = None, report_file: Path | None = None) -> None:
     """The results of an experiment just measured (stored in `db`): the terminal table, or the report
     in `report_format` on stdout; with `report_file`, the terminal table here and the report in that
     file."""
     from alloclab.report import Options, format_for, jsonout, terminal, write_report
 
-    options = Options(details=details, max_rss_increase=max_rss_increase)
+    options = Options(details=details)
     fmt = report_format or (format_for(report_file) if report_file else "terminal")
     if report_file is not None or fmt == "terminal":
-        terminal.render(a, console, details=details, max_rss_increase=max_rss_increase)
+        terminal.render(r, console, details=details)
     if report_file is not None or fmt != "terminal":
-        written = write_report(a, fmt, report_file, options, console=console)
+        written = write_report(r, fmt, report_file, options, console=console)
         if written:
             console.print(f"Report ({fmt}) written to {written}")
     if export_json:
-        export_json.write_text(jsonout.render(a, max_rss_increase))
+        export_json.write_text(jsonout.render(r))
         console.print(f"Raw samples and metadata written to {export_json}")
     # On stdout only under the table: a report piped to a file must stay clean.
     (console if fmt == "terminal" or report_file is not None else err).print(
-        f"Results stored in {db} (experiment {a.experiment.id}).")
+        f"Results stored in {db} (experiment {r.experiment.id}).")
 
 
 def seconds(text: str) -> float:

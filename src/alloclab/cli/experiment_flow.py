@@ -1,15 +1,15 @@
 """The one flow behind compare, suite and run: check everything that can be refused, measure
-(here or on a fleet), then load and analyse the experiment once and hand that one analysis to
-every view of it (the table, the reports and exports, the per-host tables, the sweeps, the
-profile's bounds) and to the --fail-if-worse gate.
+(here or on a fleet), then load the experiment and build its Results once (stats/results.py) and
+hand them to every view of it (the table, the reports and exports, the per-host tables, the suite's
+summary, the sweeps, the profile's bounds) and to the --fail-if-worse gate.
 
-In: ExperimentOptions and a Plan (what the command measures). Out: the Analysis, for the gate.
+In: ExperimentOptions and a Plan (what the command measures). Out: the Results, for the gate.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Callable
+from typing import TYPE_CHECKING
 
 from alloclab.cli.app import console, err, percent, run_experiment, seconds, show
 from alloclab.cli.experiment_options import ExperimentOptions
@@ -20,7 +20,7 @@ from alloclab.store.db import Store
 
 if TYPE_CHECKING:
     from alloclab.measure.runner import Settings
-    from alloclab.stats.analysis import Analysis
+    from alloclab.stats.results import Results
 
 
 @dataclass
@@ -35,8 +35,7 @@ class Plan:
     fleet_inputs: dict             # what a fleet's hosts rebuild the workloads from
     defaults: CommandDefaults      # run's: its file's values where it has them
     until_precise: str | None = None
-    # Shown after the main table, from the same analysis (suite's summary across workloads).
-    after_table: Callable[["Analysis"], None] | None = None
+    summary: bool = False          # suite's summary across workloads, after the main table
 
 
 def check_first(opts: ExperimentOptions, **fleet_unsupported) -> None:
@@ -76,7 +75,7 @@ def _check_profiling(opts: ExperimentOptions, workloads: list) -> None:
         record.check_profilable(w)
 
 
-def measure_and_show(opts: ExperimentOptions, plan: Plan) -> Analysis:
+def measure_and_show(opts: ExperimentOptions, plan: Plan) -> Results:
     from alloclab.catalog.variants import parse_variants
 
     settings = settings_of(opts, plan)
@@ -95,27 +94,31 @@ def measure_and_show(opts: ExperimentOptions, plan: Plan) -> Analysis:
     return _show_all(store, exp_id, opts, plan, variants)
 
 
-def _show_all(store: Store, exp_id: int, opts: ExperimentOptions, plan: Plan, variants: list) -> Analysis:
-    from alloclab.stats.analysis import analyze
+def _show_all(store: Store, exp_id: int, opts: ExperimentOptions, plan: Plan, variants: list) -> Results:
+    from alloclab.fleet.report import per_host, render_hosts
+    from alloclab.report import terminal
+    from alloclab.stats.results import build_results
 
-    a = analyze(store.load(exp_id), min_effect=opts.min_effect)
-    show(a, store.path, details=opts.details, export_json=opts.export_json, report_format=opts.report,
-         report_file=opts.report_file, max_rss_increase=opts.max_rss_increase)
+    e = store.load(exp_id)
+    r = build_results(e, min_effect=opts.min_effect, max_rss_increase=opts.max_rss_increase,
+                      sweeps=bool(plan.sweeps), summary=plan.summary, hosts=per_host(e) if opts.fleet else None)
+    show(r, store.path, details=opts.details, export_json=opts.export_json, report_format=opts.report,
+         report_file=opts.report_file)
     if opts.fleet:
-        fleet_cli.show_hosts(a.experiment, console, opts.min_effect)
-    if plan.after_table:
-        plan.after_table(a)
+        render_hosts(r, console)
+    if plan.summary:
+        terminal.summary(r, console)
     if plan.sweeps:
         from alloclab.cli.sweep import render_stored_sweeps
-        render_stored_sweeps(a)
+        render_stored_sweeps(r)
     if opts.profile:
         from alloclab.cli.profile import profile_after
-        profile_after(store, a, plan.workloads, variants, runs=opts.profile_runs, call_graph=opts.call_graph,
+        profile_after(store, r, plan.workloads, variants, runs=opts.profile_runs, call_graph=opts.call_graph,
                       timeout_s=opts.timeout)
-    return a
+    return r
 
 
-def gate(a: Analysis, opts: ExperimentOptions) -> None:
+def gate(r: Results, opts: ExperimentOptions) -> None:
     """--fail-if-worse: exit 1 when a variant is decided worse by at least the threshold on a primary
     metric, 3 when a primary comparison stays undecided, else return (exit 0)."""
     import typer
@@ -127,6 +130,7 @@ def gate(a: Analysis, opts: ExperimentOptions) -> None:
         return
     threshold, text = opts.fail_if_worse_fraction, opts.fail_if_worse
     worse, undecided = [], []
+    a = r.analysis
     for w, row, vi, c in primary_comparisons(a):
         bad = (1 - c.ratio) if row.higher_is_better else (c.ratio - 1)
         if c.verdict == "worse" and bad >= threshold - 1e-12:

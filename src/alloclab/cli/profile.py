@@ -28,7 +28,7 @@ from alloclab.store.db import Store
 if TYPE_CHECKING:
     from alloclab.catalog.variants import Variant
     from alloclab.measure.profile import summary
-    from alloclab.stats.analysis import Analysis
+    from alloclab.stats.results import Results
 
 SPARK = " ▁▂▃▄▅▆▇█"
 SPARK_WIDTH = 48
@@ -66,7 +66,7 @@ def profile_command(
     from alloclab.workloads.metrics import parse_metric_option
     from alloclab.measure.runner import Settings
     from alloclab.catalog.variants import parse_variants
-    from alloclab.stats.analysis import analyze
+    from alloclab.stats.results import build_results
     from alloclab.workloads.command import command_workload
 
     # Everything that can be refused is checked before the first run.
@@ -94,7 +94,7 @@ def profile_command(
         if instructions:
             callgrind.attach_instructions(summaries, [workload], variants, timeout_s=timeout, advance=advance)
             summary.store_profiles(store, exp_id, summaries)
-    show(analyze(exp), store.path)
+    show(build_results(exp), store.path)
     render_profiles(console, summaries)
     render_rss(store, exp_id)
 
@@ -297,23 +297,23 @@ def _overhead_verdict(group: list[summary.ProfileSummary]) -> str:
             f"{verdict}.{noise}{fixed}")
 
 
-def profile_after(store: Store, a: Analysis, workloads, variants: list[Variant], *, runs: int,
+def profile_after(store: Store, r: Results, workloads, variants: list[Variant], *, runs: int,
                   call_graph: bool = False, frequency: int = DEFAULT_FREQUENCY,
                   timeout_s: float | None = None) -> None:
     """`--profile` on compare/suite/run: profile the experiment just measured and analysed, and show it."""
     from alloclab.measure.profile import record
 
     with _bar(runs * len(variants) * len(workloads)) as advance:
-        summaries = record.profile_experiment(store, a.experiment, workloads, variants, runs=runs,
+        summaries = record.profile_experiment(store, r.experiment, workloads, variants, runs=runs,
                                               frequency=frequency, call_graph=call_graph, timeout_s=timeout_s,
                                               advance=advance)
     render_profiles(console, summaries)
     # What the profile means for the answer: an undecided comparison bounded by the allocator's share.
-    # The profiles are the experiment's new data; its runs, and so the analysis, are unchanged.
+    # The profiles are the experiment's new data; its runs, and so the Results, are unchanged.
     from alloclab.report.bounds import bound_answers
 
-    a.experiment.profiles.update({(s.workload_idx, s.variant_idx): s.to_dict() for s in summaries})
-    for line in bound_answers(a):
+    r.experiment.profiles.update({(s.workload_idx, s.variant_idx): s.to_dict() for s in summaries})
+    for line in bound_answers(r.analysis):
         console.print(line, highlight=False)
 
 

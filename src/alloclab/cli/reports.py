@@ -49,21 +49,24 @@ def report(
     export_json: Optional[Path] = typer.Option(None, "--export-json", help="Also write the JSON report here."),
 ) -> None:
     """Show a stored experiment as a terminal table, Markdown, HTML, JSON or CSV, with a recommendation."""
-    from alloclab.stats.analysis import analyze
+    from alloclab.fleet.report import per_host, render_hosts
+    from alloclab.stats.results import build_results
 
     check_outputs(output=output, export_json=export_json)
     store = open_store(db)
     e = store.load(experiment)
     if output is None and fmt == "html" and sys.stdout.isatty():
         output = Path(f"alloclab-report-{e.id}.html")  # a page of SVG is no use on a terminal
-    a = analyze(e, baseline=baseline, min_effect=min_effect)
-    options = Options(details=details, max_rss_increase=max_rss_increase)
-    written = write_report(a, fmt, output, options, console=console)
-    if fmt == "terminal" and output is None and fleet_hosts.hosts_of(e):
-        from alloclab.fleet.report import render_hosts
-        render_hosts(e, console, min_effect=a.min_effect, details=details)
+    # A fleet experiment's per-host tables follow the terminal report on the terminal.
+    by_host = fmt == "terminal" and output is None and bool(fleet_hosts.hosts_of(e))
+    r = build_results(e, baseline=baseline, min_effect=min_effect, max_rss_increase=max_rss_increase,
+                      hosts=per_host(e) if by_host else None)
+    options = Options(details=details)
+    written = write_report(r, fmt, output, options, console=console)
+    if by_host:
+        render_hosts(r, console, details=details)
     if export_json:
-        write_report(a, "json", export_json, options)
+        write_report(r, "json", export_json, options)
     for path in (written, export_json):
         if path:
             err.print(f"Report written to {path}", highlight=False)
@@ -111,7 +114,8 @@ def diff(
     """Compare two experiments of the same workload (another day, machine or allocator version)."""
     if fmt not in ("terminal", "md", "json"):
         raise AlloclabError(f"Unknown diff format '{fmt}'; choose terminal, md or json.")
-    from alloclab.report.diff import diff_experiments, render_json, render_markdown, render_terminal
+    from alloclab.report.diff import render_json, render_markdown, render_terminal
+    from alloclab.stats.diff import diff_experiments
 
     check_outputs(output=output)
 

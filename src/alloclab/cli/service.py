@@ -69,12 +69,12 @@ def run_file(
     plan = flow.Plan("run", ef.name, workloads, variants or _default_variants(ef), sweeps,
                      {"target": target, "param": param, "idle": idle}, file_defaults(ef))
     try:
-        a = flow.measure_and_show(opts, plan)
+        r = flow.measure_and_show(opts, plan)
     finally:
         session.cleanup()  # also done by the runner; here for errors raised before it started
     if keep and session.workdir is not None:
         console.print(f"Working directory kept: {session.workdir}")
-    flow.gate(a, opts)
+    flow.gate(r, opts)
 
 
 def file_defaults(ef: experiment_file.ExperimentFile) -> defaults.CommandDefaults:

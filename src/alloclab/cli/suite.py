@@ -2,9 +2,6 @@
 
 from __future__ import annotations
 
-import math
-from typing import TYPE_CHECKING
-
 import typer
 from rich.table import Table
 
@@ -14,9 +11,6 @@ from alloclab.cli import experiment_flow as flow
 from alloclab.cli.app import app, console, timeout_option
 from alloclab.cli.experiment_options import ExperimentOptions, budget_option, experiment_options
 from alloclab.catalog.variants import installed_variants
-
-if TYPE_CHECKING:
-    from alloclab.stats.analysis import Analysis
 
 
 def default_variants() -> list[str]:
@@ -41,37 +35,6 @@ def print_catalog() -> None:
                   f"{p.name} ({p.unit}, {'higher' if p.higher_is_better else 'lower'} is better)",
                   ", ".join(d.params))
     console.print(t)
-
-
-def _ratio_text(g, invert_sign: bool = False) -> str:
-    if g is None or not math.isfinite(g.ratio):
-        return "n/a"
-    return f"{g.ratio:.3f}x [{g.ci_low:.3f}, {g.ci_high:.3f}]"
-
-
-def print_summary(a: Analysis) -> None:
-    from alloclab.stats.analysis import summarize_variants, winners
-    from alloclab.stats.estimates import format_comparison
-
-    t = Table(title="[bold]Summary across workloads[/] (baseline: " + a.labels[a.baseline_idx] + ")",
-              title_justify="left")
-    for col in ("variant", "speed vs baseline (geomean, >1 faster)", "peak RSS vs baseline (geomean)",
-                "significantly better on", "significantly worse on", "allocator"):
-        t.add_column(col)
-    for s in summarize_variants(a):
-        status = "verified" if s.statuses == {"verified"} else ", ".join(sorted(s.statuses))
-        t.add_row(s.label, _ratio_text(s.speed), _ratio_text(s.memory), ", ".join(s.better) or "-",
-                  ", ".join(s.worse) or "-", status)
-    console.print(t)
-    for name, label, row in winners(a):
-        if row is None:
-            continue
-        if label is None:
-            console.print(f"{name}: no variant is significantly better than the baseline on {row.name}.")
-            continue
-        vi = a.labels.index(label)
-        console.print(f"{name}: [bold]{label}[/] wins on {row.name} ({row.unit}): "
-                      f"{format_comparison(row.cells[vi].comparison)}")
 
 
 @app.command()
@@ -100,5 +63,5 @@ def suite(
     sweeps += param_sweep.param_sweeps(workloads, params.swept)
     plan = flow.Plan("suite", "suite: " + ", ".join(names) + (" (quick)" if quick else ""), workloads,
                      specs or default_variants(), sweeps, {"workload": names, "param": param, "quick": quick},
-                     defaults.SUITE, after_table=print_summary)
+                     defaults.SUITE, summary=True)
     flow.gate(flow.measure_and_show(opts, plan), opts)

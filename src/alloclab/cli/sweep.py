@@ -1,8 +1,9 @@
 """Terminal tables for sweeps, ablations and thread scaling, and `alloclab sweep` to show them again
 for a stored experiment.
 
-compare, suite and run call render_stored_sweeps() after their main table; the sweep structures come from
-the experiment's config, so a stored experiment always shows the same curves.
+compare, suite and run call render_stored_sweeps() after their main table; the curves and ablations are
+the Results' (stats/results.py, from the sweep structures in the experiment's config), so a stored
+experiment always shows the same ones.
 """
 
 from __future__ import annotations
@@ -26,7 +27,7 @@ from alloclab.store.db import Store
 # `sweep` command must not load them, or every `alloclab` start would.
 if TYPE_CHECKING:
     from alloclab.stats import estimates as stats
-    from alloclab.stats.analysis import Analysis
+    from alloclab.stats.results import Results
     from alloclab.stats.sweep import AblationResult, CurvePoint, SweepCurve
 
 NOISE_RULE = ("cheapest = the smallest setting not significantly worse than the best (Mann-Whitney, "
@@ -161,11 +162,10 @@ def ablation_table(r: AblationResult, spec: str) -> Table:
     return t
 
 
-def render_sweeps(a: Analysis, sweeps: list[dict], console: Console | None = None) -> None:
-    from alloclab.stats.sweep import ablations, sweep_results
-
+def render_sweeps(r: Results, console: Console | None = None) -> None:
+    """The sweep, scaling and ablation tables of Results built with sweeps=True."""
     out = console or default_console
-    curves = sweep_results(a, sweeps)
+    curves = r.sweeps
     shown_notes: set[str] = set()
 
     def note(text: str, style: str = "yellow") -> None:
@@ -198,26 +198,23 @@ def render_sweeps(a: Analysis, sweeps: list[dict], console: Console | None = Non
                 for n in c.notes:
                     note(f"{c.subject}: {n}")
         out.print()
-    for s in sweeps:
-        if "ablation" not in s:
-            continue
-        for r in ablations(a, [s]):
-            out.print(ablation_table(r, s["ablation"].get("spec", r.combined.label)))
-            out.print(Text(r.text, style="bold"))
-            out.print()
+    for s, ablation in r.ablations:
+        out.print(ablation_table(ablation, s["ablation"].get("spec", ablation.combined.label)))
+        out.print(Text(ablation.text, style="bold"))
+        out.print()
     if curves:
+        a = r.analysis
         effect = f", effects below {a.min_effect:.1%} count as noise" if a.min_effect else ""
         out.print(Text(NOISE_RULE.format(alpha=a.alpha, effect=effect), style="dim"))
 
 
-def render_stored_sweeps(a: Analysis, console: Console | None = None) -> bool:
-    """The sweep tables of an analysed experiment, from its config's sweeps; False if it has none."""
+def render_stored_sweeps(r: Results, console: Console | None = None) -> bool:
+    """The sweep tables of Results built with sweeps=True; False if the experiment has no sweep."""
     from alloclab.plan.sweep import stored_sweeps
 
-    sweeps = stored_sweeps(a.experiment.config)
-    if not sweeps:
+    if not stored_sweeps(r.experiment.config):
         return False
-    render_sweeps(a, sweeps, console)
+    render_sweeps(r, console)
     return True
 
 
@@ -228,11 +225,11 @@ def sweep_command(
     min_effect: float = typer.Option(defaults.percent_text(defaults.MARGIN), "--min-effect", parser=min_effect_value, metavar="PERCENT", help="Equivalence margin: effects within it count as noise."),
 ) -> None:
     """Show the sweep, ablation and thread-scaling tables of a stored experiment."""
-    from alloclab.stats.analysis import analyze
+    from alloclab.stats.results import build_results
 
     store = Store(db)
     exp_id = store.latest() if experiment is None else experiment
-    if not render_stored_sweeps(analyze(store.load(exp_id), min_effect=min_effect)):
+    if not render_stored_sweeps(build_results(store.load(exp_id), min_effect=min_effect, sweeps=True)):
         raise AlloclabError(
             f"Experiment {exp_id} in {store.path} has no sweep. Sweep a setting with a range or a list in a "
             f"variant (alloclab compare -a 'glibc:MALLOC_TOP_PAD_=128K..256M*4' -- CMD), a workload parameter "

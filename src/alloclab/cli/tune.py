@@ -170,11 +170,11 @@ def _tune(opts: ExperimentOptions, workloads: list, plan_defaults, title: str, s
     store = Store(opts.db)
     err.print(f"Storing results in {store.path.resolve()}", highlight=False)
     diag_id, diag, readings = _diagnose(store, opts, workloads, plain, title)
-    versions = {v.allocator.name: diag.variants[i].get("version", "") for i, v in enumerate(plain) if v.allocator}
+    versions = {v.allocator.name: diag.variants[i].version for i, v in enumerate(plain) if v.allocator}
     others = [v.spec for v in plain[1:]]
     rx = prescribe(readings, others, versions, check=_refusal)
     console.print(f"[bold]Diagnosis[/] (experiment {diag_id}: one untimed fingerprint run of "
-                  f"{' and '.join(w['name'][:60] for w in diag.workloads)} per allocator)", highlight=False)
+                  f"{' and '.join(w.name[:60] for w in diag.workloads)} per allocator)", highlight=False)
     for line in tune_report.diagnosis_lines(readings, rx):
         console.print(f"  {line}", highlight=False)
     candidates = [c for c in rx.candidates if not c.refused]
@@ -223,7 +223,7 @@ def _screen(store: Store, opts: ExperimentOptions, workloads: list, baseline: Va
     from alloclab.catalog.variants import parse_variant
     from alloclab.measure.runner import Settings
     from alloclab.plan.design import Design
-    from alloclab.stats.analysis import analyze
+    from alloclab.stats.results import build_results
     from alloclab.tune import screen
 
     sp = None if mode == "never" else screen.plan(
@@ -241,7 +241,8 @@ def _screen(store: Store, opts: ExperimentOptions, workloads: list, baseline: Va
     limit = opts.max_runs if opts.max_runs is not None else plan_defaults.max_runs
     design = Design.sequential(min(plan_defaults.first_look, limit), limit)
     slots = screen.race_slots(len(workloads), run_s, left_s - spent, design)
-    chosen = screen.finalists(analyze(store.load(screen_id), min_effect=opts.min_effect), candidates, slots)
+    chosen = screen.finalists(build_results(store.load(screen_id), min_effect=opts.min_effect).analysis,
+                              candidates, slots)
     err.print(f"Screened in {spent:.0f} s (experiment {screen_id}); racing "
               + ", ".join(c.spec for c in chosen.kept), highlight=False)
     return chosen.kept, chosen.screened_out, screen_id
@@ -289,7 +290,7 @@ def _quiet_bound(store: Store, diag_id: int, diag, workload, plain: list[Variant
 def _race(store: Store, opts: ExperimentOptions, workloads: list, variants: list[Variant], candidates, rx, readings,
           diag_id: int, plan_defaults, title: str, left_s: float, screened: list[str], screen_id: int | None) -> None:
     from alloclab.report import tune as tune_report
-    from alloclab.stats.analysis import analyze
+    from alloclab.stats.results import build_results
     from alloclab.tune.answer import answer
     from alloclab.tune.race import RaceJudge
 
@@ -304,10 +305,10 @@ def _race(store: Store, opts: ExperimentOptions, workloads: list, variants: list
     err.print(f"Racing {len(variants) - 1} candidate(s) against {variants[0].label} for at most {left_s:.0f} s: "
               + ", ".join(v.label for v in variants[1:]), highlight=False)
     race_id = run_experiment(store, workloads, variants, settings, judge=RaceJudge())
-    a = analyze(store.load(race_id), min_effect=opts.min_effect)
-    ans = answer(a, candidates + [c for c in rx.candidates if c.refused], opts.max_rss_increase, screened)
+    r = build_results(store.load(race_id), min_effect=opts.min_effect, max_rss_increase=opts.max_rss_increase)
+    ans = answer(r.analysis, candidates + [c for c in rx.candidates if c.refused], opts.max_rss_increase, screened)
     tune_report.render(ans, console, title=f"Tune answer (race: experiment {race_id}, diagnosis: experiment {diag_id})")
     console.print()
-    show(a, store.path, details=opts.details, export_json=opts.export_json, report_format=opts.report,
-         report_file=opts.report_file, max_rss_increase=opts.max_rss_increase)
+    show(r, store.path, details=opts.details, export_json=opts.export_json, report_format=opts.report,
+         report_file=opts.report_file)
 

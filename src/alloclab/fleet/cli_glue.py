@@ -45,11 +45,5 @@ def run(store, fleet: str, mode: str, require_all: bool, kind: str, inputs: dict
     specs = [v.spec for v in parse_variants(variant_specs)]
     # A worker's store holds runs, not profiles: the fleet's answer is the runs'.
     settings = dataclasses.replace(settings, auto_profile=False)
-    spec = SessionSpec(kind, portable(kind, inputs), specs, dataclasses.asdict(settings))
+    spec = SessionSpec(kind, portable(kind, inputs), specs, settings)
     return FleetRun(store, parse(fleet), mode, require_all, spec, settings.title, note=note).run()
-
-
-def show_hosts(experiment, console, min_effect: float = 0.0) -> None:
-    """Each host's runs of the experiment just loaded, analysed on their own, and how the hosts agree."""
-    from alloclab.fleet.report import render_hosts
-    render_hosts(experiment, console, min_effect=min_effect)

@@ -23,9 +23,9 @@ from alloclab.store.db import Store
 from alloclab.fleet import hosts as H
 from alloclab.fleet.address import FleetAddress
 from alloclab.fleet.cluster import RESOURCE, open_client
-from alloclab.fleet.merge import combine_verifications, update_experiment
+from alloclab.fleet.merge import Merged, combine_verifications, update_experiment, verification_json
 from alloclab.store.merge import merge_session
-from alloclab.fleet.spec import SessionSpec
+from alloclab.fleet.spec import SessionSpec, from_wire
 
 PREFLIGHT_TIMEOUT_S = 180
 RETURN_GRACE_S = 30        # how long a dead worker's nanny has to bring it back
@@ -33,6 +33,55 @@ STOP_WAIT_S = 60           # after Ctrl-C: how long stopped sessions have to han
 MAX_ATTEMPTS = 2
 LOCAL_WARNING = ("local workers share this machine's CPUs: a local fleet is for trying fleet runs out and for "
                  "tests, not for timing (its runs compete with each other)")
+
+
+@dataclass
+class Preflight:
+    """A worker's answer to the pre-flight check (fleet.worker.preflight)."""
+
+    hostname: str = ""
+    alloclab: str = ""
+    python: str = ""
+    snapshot: dict = field(default_factory=dict)   # measure.machine.snapshot of that host
+    problems: list[str] = field(default_factory=list)
+
+
+@dataclass
+class SessionResult:
+    """What one task hands back (fleet.worker.run_session)."""
+
+    returncode: int = 0
+    stderr: str = ""
+    error: str = ""       # alloclab's own error, apart from the program's output
+    db: bytes = b""       # the session's SQLite file
+    host: str = ""
+    task: str = ""
+    hostname: str = ""
+
+
+@dataclass
+class TaskRecord:
+    """A task as the experiment's config keeps it, under fleet.tasks."""
+
+    host: str
+    runs: int
+    attempt: int
+    returncode: int
+
+
+@dataclass
+class FleetRecord:
+    """The experiment config's "fleet" entry (stored as JSON; the reports and hosts.for_host read it)."""
+
+    address: str
+    mode: str
+    client: str
+    hosts: list[str]
+    left_out: dict[str, str]
+    token: str
+    tasks: dict[str, TaskRecord] = field(default_factory=dict)
+    failed: dict[str, str] = field(default_factory=dict)
+    runs_per_host: dict[str, int] = field(default_factory=dict)   # measured blocks each host brought back
 
 
 @dataclass
@@ -66,7 +115,7 @@ class FleetRun:
     exp_id: int | None = None
     hosts: list[Host] = field(default_factory=list)
     failures: dict[str, str] = field(default_factory=dict)
-    verifications: dict[str, dict] = field(default_factory=dict)
+    verifications: dict[str, dict] = field(default_factory=dict)   # host -> (wi, vi) -> Verification
 
     # --- hosts -----------------------------------------------------------------------------
 
@@ -75,11 +124,11 @@ class FleetRun:
         info = _workers(client)
         futures, left_out = {}, {}
         for addr, w in info.items():
-            name = str(w.get("name", addr))
+            name, threads = str(w.get("name", addr)), w.get("nthreads", 1)
             if (w.get("resources") or {}).get(RESOURCE, 0) < 1:
                 left_out[name] = f"started without the resource {RESOURCE}=1 (start it with `dask worker --nthreads 1 --resources {RESOURCE}=1`)"
-            elif w.get("nthreads", 1) != 1:
-                left_out[name] = f"runs {w['nthreads']} threads (start it with --nthreads 1: one benchmark at a time)"
+            elif threads != 1:
+                left_out[name] = f"runs {threads} threads (start it with --nthreads 1: one benchmark at a time)"
             else:
                 futures[addr] = client.submit(preflight, self.spec.to_json(), key=f"alloclab-{self.token}-preflight-{name}",
                                               pure=False, workers=[addr], allow_other_workers=False,
@@ -88,7 +137,7 @@ class FleetRun:
         for addr, f in futures.items():
             name = str(info[addr].get("name", addr))
             try:
-                r = f.result(timeout=PREFLIGHT_TIMEOUT_S)
+                r = from_wire(Preflight, f.result(timeout=PREFLIGHT_TIMEOUT_S))
             except ModuleNotFoundError as exc:
                 left_out[name] = (f"alloclab is not importable there ({exc}): install it with "
                                   f"`pip install 'alloclab[fleet]=={__version__}'`")
@@ -96,18 +145,18 @@ class FleetRun:
             except Exception as exc:  # the host's own failure, named and left out
                 left_out[name] = f"pre-flight check failed: {type(exc).__name__}: {exc}"
                 continue
-            if r["alloclab"] != __version__:
-                left_out[name] = f"runs alloclab {r['alloclab']}, this client {__version__}: install the same version"
-            elif r["problems"]:
-                left_out[name] = " ".join(r["problems"])
+            if r.alloclab != __version__:
+                left_out[name] = f"runs alloclab {r.alloclab}, this client {__version__}: install the same version"
+            elif r.problems:
+                left_out[name] = " ".join(r.problems)
             else:
                 checked[addr] = (name, r)
-        hostnames = [r["hostname"] for _, r in checked.values()]
+        hostnames = [r.hostname for _, r in checked.values()]
         hosts = []
         for addr, (name, r) in checked.items():
             # Local workers (or several per machine) share a hostname: the worker's name tells them apart.
-            label = r["hostname"] if hostnames.count(r["hostname"]) == 1 else _label(r["hostname"], name, addr)
-            hosts.append(Host(label, addr, name, r["snapshot"]))
+            label = r.hostname if hostnames.count(r.hostname) == 1 else _label(r.hostname, name, addr)
+            hosts.append(Host(label, addr, name, r.snapshot))
         for name, why in left_out.items():
             self.note(f"fleet: worker {name} left out: {why}")
         if left_out and self.require_all:
@@ -127,11 +176,11 @@ class FleetRun:
         s = self.spec.settings
         if self.mode == "per-host":
             return [Task(f"{self._key_prefix()}-{h.label}-blocks-all", self.spec, h) for h in self.hosts]
-        runs, n = s["runs"], min(len(self.hosts), s["runs"])
+        runs, n = s.runs, min(len(self.hosts), s.runs)
         sizes = [runs // n + (1 if i < runs % n else 0) for i in range(n)]
         tasks, first = [], 0
         for i, size in enumerate(sizes):
-            spec = self.spec.with_settings(runs=size, seed=s["seed"] + i)
+            spec = self.spec.with_settings(runs=size, seed=s.seed + i)
             tasks.append(Task(f"{self._key_prefix()}-{self.hosts[i].label}-blocks-{first}-{first + size - 1}",
                               spec, self.hosts[i]))
             first += size
@@ -152,38 +201,46 @@ class FleetRun:
     # --- results ---------------------------------------------------------------------------
 
     def _take(self, t: Task, result: dict) -> None:
-        got = merge_session(self.store, self.exp_id, result["db"], t.host.label)
+        res = from_wire(SessionResult, result)
+        host = t.host.label
+        got = Merged(**merge_session(self.store, self.exp_id, res.db, host))
         t.taken = True
-        if got["verifications"]:
-            prev = self.verifications.get(t.host.label, {})
-            self.verifications[t.host.label] = {**prev, **got["verifications"]}
+        if got.verifications:
+            self.verifications[host] = self.verifications.get(host, {}) | got.verifications
             for (wi, vi), v in combine_verifications(self.verifications).items():
-                self.store.set_verification(self.exp_id, wi, vi, v["status"], v["reasons"], v["notes"])
-        if got["config"]:
-            fleet = self.config["fleet"]
-            per_host = fleet.setdefault("runs_per_host", {})
-            per_host[t.host.label] = per_host.get(t.host.label, 0) + got["measured_blocks"]
+                self.store.set_verification(self.exp_id, wi, vi, v.status, v.reasons, v.notes)
+        if got.config:
+            per_host = self.fleet.runs_per_host
+            per_host[host] = per_host.get(host, 0) + got.measured_blocks
             # The pooled analysis has every host's runs: "runs" counts them; each host's own in runs_per_host.
-            self.config = got["config"] | {"runs": sum(per_host.values()), "fleet": fleet}
-            if self.mode == "split":
-                self.config["seed"] = f"{self.spec.settings['seed']} + task number"
-            snap = self.machine["hosts"].get(t.host.label, {})
-            per_host_ver = {f"{wi},{vi}": v for (wi, vi), v in self.verifications.get(t.host.label, {}).items()}
-            self.machine["hosts"][t.host.label] = got["machine"] | {"verifications": per_host_ver} if got["machine"] else snap
-        tail = result["stderr"].strip().splitlines()
-        if result["returncode"] not in (0, 130):
+            # In split mode each task ran with a seed of its own.
+            seed = {"seed": f"{self.spec.settings.seed} + task number"} if self.mode == "split" else {}
+            self.config = got.config | {"runs": sum(per_host.values())} | seed
+            if got.machine:
+                per_host_ver = {f"{wi},{vi}": verification_json(v)
+                                for (wi, vi), v in self.verifications.get(host, {}).items()}
+                self.host_machines[host] = got.machine | {"verifications": per_host_ver}
+        tail = res.stderr.strip().splitlines()
+        if res.returncode not in (0, 130):
             # The first line of alloclab's own error is the reason (the rest is the program's output tail).
-            why = [re.sub(r"\s*(Output|Stderr) tail:$", ".", line) for line in result.get("error", "").strip().splitlines()[:1]] or tail[-6:]
-            self._fail(t, "the session stopped: " + (" ".join(why) or f"exit status {result['returncode']}"))
-        self.config["fleet"]["tasks"][t.key] = {"host": t.host.label, "runs": got["runs"], "attempt": t.attempt,
-                                                "returncode": result["returncode"]}
-        update_experiment(self.store, self.exp_id, config=self.config, machine=self.machine)
-        self.note(f"fleet: {t.host.label}: {got['runs']} runs back" + (" (stopped)" if result["returncode"] == 130 else ""))
+            why = [re.sub(r"\s*(Output|Stderr) tail:$", ".", line) for line in res.error.strip().splitlines()[:1]] or tail[-6:]
+            self._fail(t, "the session stopped: " + (" ".join(why) or f"exit status {res.returncode}"))
+        self.fleet.tasks[t.key] = TaskRecord(host, got.runs, t.attempt, res.returncode)
+        update_experiment(self.store, self.exp_id, config=self._config(), machine=self._machine())
+        self.note(f"fleet: {host}: {got.runs} runs back" + (" (stopped)" if res.returncode == 130 else ""))
+
+    def _config(self) -> dict:
+        """The experiment's config as stored: the session's (or the spec's) settings and the fleet's record."""
+        return self.config | {"fleet": dataclasses.asdict(self.fleet)}
+
+    def _machine(self) -> dict:
+        """The experiment's machine record as stored: what the hosts share, and each host's own."""
+        return self.machine | {"hosts": self.host_machines}
 
     def _fail(self, t: Task, why: str) -> None:
         self.failures[t.key] = f"{t.host.label}: {why}"
-        self.config["fleet"]["failed"] = dict(self.failures)
-        update_experiment(self.store, self.exp_id, config=self.config)
+        self.fleet.failed = dict(self.failures)
+        update_experiment(self.store, self.exp_id, config=self._config())
         self.note(f"fleet: task {t.key} on {t.host.label} failed: {why}")
 
     def _worker_lost(self, client, t: Task, alive: dict[str, str]) -> bool:
@@ -283,13 +340,13 @@ class FleetRun:
                                         "same machine; these differ: " + " | ".join(diffs) + ". Use --fleet-mode per-host "
                                         "(the whole experiment on every host), or a fleet of identical hosts.")
             self.machine = H.combined_machine(snapshots, self.address.text)
-            self.config = {"runs": self.spec.settings["runs"], "warmup": self.spec.settings["warmup"],
-                           "seed": self.spec.settings["seed"], "verify": self.spec.settings["verify"],
-                           "schedule": "randomized interleaved blocks", **self.spec.settings.get("extra_config", {}),
-                           "fleet": {"address": self.address.text, "mode": self.mode, "client": socket.gethostname(),
-                                     "hosts": [h.label for h in self.hosts], "left_out": self.left_out, "token": self.token,
-                                     "tasks": {}, "failed": {}}}
-            self.exp_id = self.store.new_experiment(self.spec.settings["kind"], self.title, self.config, self.machine)
+            self.host_machines = dict(snapshots)   # each host's machine record, once its session is back
+            s = self.spec.settings
+            self.config = {"runs": s.runs, "warmup": s.warmup, "seed": s.seed, "verify": s.verify,
+                           "schedule": "randomized interleaved blocks", **s.extra_config}
+            self.fleet = FleetRecord(self.address.text, self.mode, socket.gethostname(), [h.label for h in self.hosts],
+                                     self.left_out, self.token)
+            self.exp_id = self.store.new_experiment(s.kind, self.title, self._config(), self._machine())
             self.note(f"fleet: {self.mode} on {len(self.hosts)} host(s): {', '.join(h.label for h in self.hosts)}")
             tasks = self._tasks()
             try:
@@ -336,6 +393,5 @@ def _started(client, t: Task) -> bool:
 def _workers(client) -> dict:
     """Every worker the scheduler knows (newer Dask lists five unless asked for all)."""
     import inspect
-    if "n_workers" in inspect.signature(client.scheduler_info).parameters:
-        return client.scheduler_info(n_workers=-1)["workers"]
-    return client.scheduler_info()["workers"]
+    everyone = {"n_workers": -1} if "n_workers" in inspect.signature(client.scheduler_info).parameters else {}
+    return client.scheduler_info(**everyone)["workers"]   # Dask's own dict

@@ -37,17 +37,15 @@ def combined_machine(snapshots: dict[str, dict], address: str) -> dict:
     first = next(iter(snapshots.values()))
     out = {k: (first.get(k) if all(s.get(k) == first.get(k) for s in snapshots.values()) else "varies by host")
            for k in first}
-    out["host"] = f"{len(snapshots)} hosts ({', '.join(snapshots)})"
-    out["hosts"] = dict(snapshots)
-    out["fleet"] = address
-    return out
+    return out | {"host": f"{len(snapshots)} hosts ({', '.join(snapshots)})", "hosts": dict(snapshots),
+                  "fleet": address}
 
 
 def hosts_of(e: Experiment) -> list[str]:
     """The host labels of an experiment in first-run order; [] for a single-machine experiment."""
     seen = list((e.machine.get("hosts") or {}).keys())
     for r in e.runs:
-        h = r["extra"].get("host")
+        h = r.extra.get("host")
         if h and h not in seen:
             seen.append(h)
     return seen
@@ -62,7 +60,7 @@ def for_host(e: Experiment, host: str) -> Experiment:
     snap = (e.machine.get("hosts") or {}).get(host, {})
     ver = {tuple(int(i) for i in k.split(",")): v for k, v in (snap.get("verifications") or {}).items()} or e.verifications
     runs_here = (e.config.get("fleet") or {}).get("runs_per_host", {}).get(host, e.config.get("runs"))
-    return dataclasses.replace(e, runs=[r for r in e.runs if r["extra"].get("host") == host],
+    return dataclasses.replace(e, runs=[r for r in e.runs if r.extra.get("host") == host],
                                config=e.config | {"runs": runs_here},
                                machine={k: v for k, v in snap.items() if k != "verifications"} | {"host": host},
                                verifications=ver)

@@ -3,28 +3,34 @@ where the hosts' verdicts agree and where they differ."""
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from rich.console import Console, Group
 from rich.text import Text
 
-from alloclab.stats.analysis import analyze
 from alloclab.report import terminal
 from alloclab.store.db import Experiment
 from alloclab.fleet import hosts as H
 
+if TYPE_CHECKING:
+    from alloclab.stats.results import Results
 
-def render_hosts(e: Experiment, console: Console, min_effect: float = 0.0, details: bool = False) -> None:
-    labels = H.hosts_of(e)
-    if not labels:
+
+def per_host(e: Experiment) -> dict[str, Experiment]:
+    """The experiment as each host alone measured it, for the Results' per-host analyses; {} for
+    one that ran on one machine."""
+    return {host: H.for_host(e, host) for host in H.hosts_of(e)}
+
+
+def render_hosts(r: Results, console: Console, details: bool = False) -> None:
+    """Each host's tables and how the hosts compare, from `r` built with hosts=per_host(r.experiment)."""
+    e = r.experiment
+    if not H.hosts_of(e):
         return
     fleet = e.config.get("fleet") or {}
-    analyses = {}
-    for host in labels:
-        one = H.for_host(e, host)
-        if not one.runs:
-            continue
-        a = analyze(one, min_effect=min_effect)
-        analyses[host] = a
-        m = one.machine
+    analyses = r.hosts or {}
+    for host, a in analyses.items():
+        m = a.experiment.machine
         console.print(Text(f"host {host}: {m.get('cpu_model')}, {m.get('usable_cores')} cores, kernel {m.get('kernel')}, "
                            f"glibc {m.get('glibc')}, THP {m.get('thp')}", style="bold"))
         for w in a.workloads:

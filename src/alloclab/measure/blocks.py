@@ -163,10 +163,10 @@ class MoreBlocks:
         for c in self.cells:
             w = self.workloads[c.workload_idx]
             names = [m.name for m in primary_metrics(w.metrics)] or ["wall_s"]
-            ok_runs = [r for r in runs if r["workload_idx"] == c.workload_idx and r["variant_idx"] == c.variant_idx
-                       and not r["warmup"] and r["status"] == "ok"]
+            ok_runs = [r for r in runs if r.workload_idx == c.workload_idx and r.variant_idx == c.variant_idx
+                       and not r.warmup and r.status == "ok"]
             for name in names:
-                values = [r["metrics"][name] for r in ok_runs if name in r["metrics"]]
+                values = [r.metrics[name] for r in ok_runs if name in r.metrics]
                 if not self.judge.precise_enough(values, target):
                     out.append(c)
                     break

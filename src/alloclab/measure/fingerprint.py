@@ -6,8 +6,9 @@ In that run, launcher/fingerprint.c is preloaded BEFORE the variant's allocator 
 call and forwards it to the next definition) and writes one file per process; the memory system
 calls of the whole tree are counted at the same time (measure/fingerprint_syscalls.py: perf record on
 the syscall tracepoints, with the bytes each call moved, or `strace -f -c` where those are not
-available). `summarize` merges the processes' files into one
-dict, stored with the experiment (store.set_fingerprint) and shown by report/fingerprint.py:
+available). `summary_of` merges the processes' files into one
+Fingerprint (store/fingerprint_model.py), stored with the experiment as JSON (store.set_fingerprint)
+and shown by report/fingerprint.py:
 
 * the demand: allocation calls per second of the run, a power-of-two size histogram (calls and
   bytes), the share at or above 128 KiB (glibc's default mmap and trim thresholds), realloc and
@@ -27,9 +28,10 @@ import shutil
 from pathlib import Path
 
 from alloclab.measure.fingerprint_memory import (  # noqa: F401 (phase_memory: imported from here)
-    _merged_series, allocator_figures, phase_memory)
-from alloclab.measure.fingerprint_work import ALLOC_KINDS, per_work
+    _merged_series, allocator_figures, phase_memory, phases_at)
+from alloclab.measure.fingerprint_work import ALLOC_KINDS, ProcessFile, work_of
 from alloclab.measure.fingerprint_syscalls import SYSCALL_FILE, parse_syscalls, syscall_counter, syscall_wrapper
+from alloclab.store.fingerprint_model import Fingerprint, Lifetime, Memory, MemPoint, Sampled, SizeClass
 from alloclab.workloads import build as cbuild
 
 FP_DIR_VAR = "ALLOCLAB_FP_DIR"
@@ -65,12 +67,12 @@ def preload_env(variant_env: dict[str, str], fp_dir: Path, readable_in: Path | N
 
 # --- merging the per-process files -------------------------------------------------------------------
 
-def read_processes(fp_dir: Path) -> list[dict]:
+def read_processes(fp_dir: Path) -> list[ProcessFile]:
     out = []
     for f in sorted(fp_dir.glob("fp-*.json")):
         try:
-            out.append(json.loads(f.read_text()))
-        except (OSError, ValueError):
+            out.append(ProcessFile.from_dict(json.loads(f.read_text())))
+        except (OSError, ValueError, TypeError, AttributeError):
             continue   # a process killed while renaming leaves nothing half-written; skip anything odd
     return out
 
@@ -89,86 +91,91 @@ def _size(n: int) -> str:
     return f"{n}"
 
 
-def summarize(procs: list[dict], wall_s: float | None, syscalls: dict[str, int] | None = None,
+def summarize(procs: list[ProcessFile | dict], wall_s: float | None, syscalls: dict[str, int] | None = None,
               syscall_note: str = "", syscall_bytes: dict[str, int] | None = None) -> dict:
-    """One dict for the whole process tree of a fingerprint run."""
-    calls, hist, tot, samp, life, still = _sums(procs)
+    """summary_of's Fingerprint as stored."""
+    return summary_of(procs, wall_s, syscalls, syscall_note, syscall_bytes).to_dict()
+
+
+def summary_of(procs: list[ProcessFile | dict], wall_s: float | None, syscalls: dict[str, int] | None = None,
+               syscall_note: str = "", syscall_bytes: dict[str, int] | None = None) -> Fingerprint:
+    """One Fingerprint for the whole process tree of a fingerprint run."""
+    procs = [ProcessFile.of(p) for p in procs]
+    calls = _calls(procs)
     allocs = sum(calls[k] for k in ALLOC_KINDS)
     frees = sum(calls[k] for k in FREE_KINDS)
-    known = samp["frees"] - samp["cross_unknown"]
+    nbytes, big_calls, big_bytes = (sum(p.bytes for p in procs), sum(p.big_calls for p in procs),
+                                    sum(p.big_bytes for p in procs))
+    samp = _sampled(procs)
+    known = samp.frees - samp.cross_unknown
     series6 = _merged_series(procs)
-    series = [pt[:4] for pt in series6]
-    starts = [p["start_ns"] + p["series"][0][0] * 1_000_000 for p in procs if p.get("series")]
-    out: dict = {
-        "processes": len(procs),
-        "process_list": [{"pid": p["pid"], "ppid": p["ppid"], "cmdline": p.get("cmdline", "")[:80],
-                          "allocs": sum(p["calls"].get(k, 0) for k in ALLOC_KINDS), "final": bool(p["final"]),
-                          "live_kb": max(p["live"], 0) // 1024, "anon_kb": p["anon_kb"]} for p in procs],
-        "calls": calls,
-        "allocs": allocs,
-        "frees": frees,
-        "wall_s": wall_s,
-        "calls_per_s": (allocs + frees) / wall_s if wall_s else None,
-        "allocs_per_s": allocs / wall_s if wall_s else None,
-        "bytes": tot["bytes"],
-        "usable_bytes": tot["usable_bytes"],
-        "hist": [[c, class_label(c), n, b] for c, (n, b) in sorted(hist.items())],
-        "big_threshold": BIG,
-        "big_calls": tot["big_calls"],
-        "big_bytes": tot["big_bytes"],
-        "big_call_share": tot["big_calls"] / allocs if allocs else None,
-        "big_byte_share": tot["big_bytes"] / tot["bytes"] if tot["bytes"] else None,
-        "realloc": calls["realloc"],
-        "aligned": sum(calls[k] for k in ALIGNED_KINDS),
-        "threads": tot["threads"],
-        "sample_every": max((p.get("sample_every", 0) for p in procs), default=0),
-        "sampled": samp,
-        "cross_thread_share": samp["cross_thread"] / known if known > 0 else None,
-        "lifetime": _lifetime(life, still),
-        "live_is": "usable bytes (malloc_usable_size of the allocator in use)",
-        "series": series,
+    series = [MemPoint(*pt[:4]) for pt in series6]
+    starts = [p.start_ns + p.series[0][0] * 1_000_000 for p in procs if p.series]
+    out = Fingerprint(
+        processes=len(procs),
+        process_list=[{"pid": p.pid, "ppid": p.ppid, "cmdline": p.cmdline[:80], "allocs": p.alloc_calls,
+                       "final": bool(p.final), "live_kb": max(p.live, 0) // 1024, "anon_kb": p.anon_kb}
+                      for p in procs],
+        calls=calls, allocs=allocs, frees=frees, wall_s=wall_s,
+        calls_per_s=(allocs + frees) / wall_s if wall_s else None,
+        allocs_per_s=allocs / wall_s if wall_s else None,
+        bytes=nbytes, usable_bytes=sum(p.usable_bytes for p in procs),
+        hist=_hist(procs), big_threshold=BIG, big_calls=big_calls, big_bytes=big_bytes,
+        big_call_share=big_calls / allocs if allocs else None,
+        big_byte_share=big_bytes / nbytes if nbytes else None,
+        realloc=calls["realloc"],
+        aligned=sum(calls[k] for k in ALIGNED_KINDS),
+        threads=sum(p.threads for p in procs),
+        sample_every=max((p.sample_every for p in procs), default=0),
+        sampled=samp,
+        cross_thread_share=samp.cross_thread / known if known > 0 else None,
+        lifetime=_lifetime(procs),
+        live_is="usable bytes (malloc_usable_size of the allocator in use)",
+        series=series,
         # CLOCK_MONOTONIC at the series' time 0 (time.perf_counter's clock on Linux).
-        "series_t0_monotonic_s": min(starts) / 1e9 if starts else None,
-    }
-    if series:
-        out["memory"] = _memory(series, procs)
-    sources = sorted({p["allocator_stats"]["source"] for p in procs
-                      if p.get("allocator_stats", {}).get("source", "none") != "none"})
+        series_t0_monotonic_s=min(starts) / 1e9 if starts else None,
+        memory=_memory(series, procs) if series else None,
+        syscalls=syscalls, syscall_bytes=syscall_bytes, syscalls_how=syscall_note,
+    )
+    sources = sorted({p.allocator_stats.source for p in procs if p.allocator_stats.source != "none"})
     if sources and any(pt[4] is not None or pt[5] is not None for pt in series6):
-        out["allocator"] = allocator_figures(series6, sources, out.get("memory"))
-    out["syscalls"] = syscalls
-    out["syscall_bytes"] = syscall_bytes
-    out["syscalls_how"] = syscall_note
+        out.allocator = allocator_figures(series6, sources, out.memory)
     return out
 
 
-def _sums(procs: list[dict]) -> tuple:
-    """The processes' counters added up: calls by kind, the size histogram, totals, the sampled
-    blocks' counts, and their lifetimes (freed, and still live at exit) by decade from 1 us."""
+def _calls(procs: list[ProcessFile]) -> dict[str, int]:
+    """The processes' calls added up, by kind (every kind named, at 0 where none was made)."""
     calls = {k: 0 for k in (*ALLOC_KINDS, *FREE_KINDS, "free_null", "failed")}
-    hist: dict[int, list[int]] = {}
-    tot = {"bytes": 0, "usable_bytes": 0, "big_calls": 0, "big_bytes": 0, "threads": 0}
-    samp = {"allocs": 0, "frees": 0, "cross_thread": 0, "cross_unknown": 0, "dropped": 0}
-    life = [0] * 9
-    still = [0] * 9
     for p in procs:
-        for k, v in p["calls"].items():
+        for k, v in p.calls.items():
             calls[k] = calls.get(k, 0) + v
-        for c, n, b in p["hist"]:
+    return calls
+
+
+def _hist(procs: list[ProcessFile]) -> list[SizeClass]:
+    """The processes' size histograms added up."""
+    hist: dict[int, list[int]] = {}
+    for p in procs:
+        for c, n, b in p.hist:
             h = hist.setdefault(c, [0, 0])
             h[0] += n
             h[1] += b
-        for k in tot:
-            tot[k] += p.get(k, 0)
-        s = p["sampled"]
-        for k in samp:
-            samp[k] += s.get(k, 0)
-        life = [a + b for a, b in zip(life, s["lifetime_decades_from_1us"])]
-        still = [a + b for a, b in zip(still, s.get("still_live_decades_from_1us", [0] * 9))]
-    return calls, hist, tot, samp, life, still
+    return [SizeClass(c, class_label(c), n, b) for c, (n, b) in sorted(hist.items())]
 
 
-def _lifetime(life: list[int], still: list[int]) -> dict:
+def _sampled(procs: list[ProcessFile]) -> Sampled:
+    ss = [p.sampled for p in procs]
+    return Sampled(allocs=sum(s.allocs for s in ss), frees=sum(s.frees for s in ss),
+                   cross_thread=sum(s.cross_thread for s in ss), cross_unknown=sum(s.cross_unknown for s in ss),
+                   dropped=sum(s.dropped for s in ss))
+
+
+def _lifetime(procs: list[ProcessFile]) -> Lifetime:
+    """The sampled blocks' lifetimes (freed, and still live at exit) by decade from 1 us, summed."""
+    life, still = [0] * 9, [0] * 9
+    for p in procs:
+        life = [a + b for a, b in zip(life, p.sampled.lifetime_decades_from_1us)]
+        still = [a + b for a, b in zip(still, p.sampled.still_live_decades_from_1us)]
     short = sum(life[i] for i in SHORT)
     medium = sum(life[i] for i in MEDIUM)
     total = sum(life) + sum(still)
@@ -176,24 +183,24 @@ def _lifetime(life: list[int], still: list[int]) -> dict:
     def share(n: int) -> float | None:
         return n / total if total else None
 
-    return {"sampled": total, "short_lt_1ms": share(short), "medium_1ms_1s": share(medium),
-            "long_ge_1s": share(sum(life) - short - medium), "live_at_exit": share(sum(still)),
-            "freed_decades_from_1us": life, "live_at_exit_decades_from_1us": still}
+    return Lifetime(sampled=total, short_lt_1ms=share(short), medium_1ms_1s=share(medium),
+                    long_ge_1s=share(sum(life) - short - medium), live_at_exit=share(sum(still)),
+                    freed_decades_from_1us=life, live_at_exit_decades_from_1us=still)
 
 
-def _memory(series: list, procs: list[dict]) -> dict:
+def _memory(series: list[MemPoint], procs: list[ProcessFile]) -> Memory:
     """Overhead where the program needs the most (the first reading of its largest live bytes), and
     at the end of the run."""
-    peak = max(series, key=lambda s: s[1])
+    peak = max(series, key=lambda s: s.live_kb)
     end = series[-1]
     # Each process also looks at its live bytes every 1024 allocations of a thread: a short
     # program's peak falls between two 20 ms samples.
-    fine = max((p.get("peak_live", 0) // 1024 for p in procs), default=0)
-    return {"peak_live_kb": max(peak[1], fine), "anon_at_peak_live_kb": peak[3],
-            "overhead_at_peak_kb": peak[3] - peak[1],
-            "peak_anon_kb": max(s[3] for s in series), "peak_rss_kb": max(s[2] for s in series),
-            "end_anon_kb": end[3], "end_live_kb": end[1], "overhead_at_end_kb": end[3] - end[1],
-            "end_t_s": end[0]}
+    fine = max((p.peak_live // 1024 for p in procs), default=0)
+    return Memory(peak_live_kb=max(peak.live_kb, fine), anon_at_peak_live_kb=peak.anon_kb,
+                  overhead_at_peak_kb=peak.anon_kb - peak.live_kb,
+                  peak_anon_kb=max(s.anon_kb for s in series), peak_rss_kb=max(s.rss_kb for s in series),
+                  end_anon_kb=end.anon_kb, end_live_kb=end.live_kb, overhead_at_end_kb=end.anon_kb - end.live_kb,
+                  end_t_s=end.t_s)
 
 
 # --- the untimed runs --------------------------------------------------------------------------------
@@ -244,7 +251,8 @@ def _execute(executor, env: dict[str, str], fp_env: dict[str, str], workdir: Pat
 
 def run_cell(executor, env: dict[str, str], variant_env: dict[str, str], workdir: Path, *,
              timeout_s: float | None, mapped_marker: str | None) -> dict:
-    """One fingerprint run of a workload under a variant, summarized; {"error": ...} if it failed."""
+    """One fingerprint run of a workload under a variant, summarized as stored (Fingerprint.to_dict);
+    {"error": ...} if it failed."""
 
     fp_dir = workdir / "fp"
     fp_dir.mkdir(parents=True, exist_ok=True)
@@ -274,16 +282,11 @@ def run_cell(executor, env: dict[str, str], variant_env: dict[str, str], workdir
         else:
             syscalls, moved, note = parsed
             how = f"{how}; {note}" if note else how
-    out = summarize(procs, result.wall_s, syscalls, how, moved)
-    phases = phase_memory(out["series"], result.stdout, out.get("allocator", {}).get("series"),
-                          out.get("series_t0_monotonic_s"))
+    out = summary_of(procs, result.wall_s, syscalls, how, moved)
+    out.phases = phases_at(out.series, result.stdout, out.allocator.series if out.allocator else None,
+                           out.series_t0_monotonic_s)
     load = getattr(executor, "load", None)
-    if load is not None and (work := per_work(procs, result.values, load.metrics)):
-        out["per_work"] = work
-    if phases:
-        out["phases"] = phases
-    out["status"] = result.status
-    if result.error:
-        out["run_error"] = result.error
-    out["run_peak_rss_kb"] = result.peak_rss_kb
-    return out
+    if load is not None:
+        out.per_work = work_of(procs, result.values, load.metrics)
+    out.status, out.run_error, out.run_peak_rss_kb = result.status, result.error or None, result.peak_rss_kb
+    return out.to_dict()

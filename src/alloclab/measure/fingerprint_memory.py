@@ -6,9 +6,13 @@ read at the end of each memory phase of a server."""
 from __future__ import annotations
 
 import json
+from dataclasses import dataclass
+
+from alloclab.measure.fingerprint_work import ProcessFile
+from alloclab.store.fingerprint_model import AllocatorAt, AllocatorFigures, Memory, MemPoint, OwnPoint, Phase, Plain
 
 
-def _merged_series(procs: list[dict], points: int = 400) -> list[tuple]:
+def _merged_series(procs: list[ProcessFile], points: int = 400) -> list[tuple]:
     """(seconds since the first process started, live KiB, RSS KiB, anonymous RSS KiB, allocator's
     allocated KiB, allocator's held KiB) of the whole tree: each process's last reading held until
     its last write, summed over the processes. The allocator's figures (columns 5-6 of a process's
@@ -16,11 +20,11 @@ def _merged_series(procs: list[dict], points: int = 400) -> list[tuple]:
     processes that report them, None where none does."""
     tracks = []
     for p in procs:
-        pts = [(p["start_ns"] + row[0] * 1_000_000, *row[1:4],
+        pts = [(p.start_ns + row[0] * 1_000_000, *row[1:4],
                 *(v if v >= 0 else None for v in (list(row[4:6]) + [-1, -1])[:2]))
-               for row in p.get("series", [])]
+               for row in p.series]
         if pts:
-            tracks.append((pts, max(p["t_ns"], pts[-1][0])))
+            tracks.append((pts, max(p.t_ns, pts[-1][0])))
     if not tracks:
         return []
     t0 = min(pts[0][0] for pts, _ in tracks)
@@ -57,22 +61,36 @@ ALLOCATOR_FIGURES = {
 }
 
 
-def allocator_figures(series6: list[tuple], sources: list[str], memory: dict | None) -> dict:
+def allocator_figures(series6: list[tuple], sources: list[str], memory: Memory | None) -> AllocatorFigures:
     """The allocator's own count of allocated and held bytes, read at the same instants as our live
     bytes and RSS, at the peak of live bytes and at the end."""
     what = ALLOCATOR_FIGURES.get(sources[0], (None, None)) if len(sources) == 1 else (None, None)
-    out = {"source": ", ".join(sources), "allocated_is": what[0], "held_is": what[1],
-           "series": [(pt[0], pt[4], pt[5]) for pt in series6]}
+    out = AllocatorFigures(", ".join(sources), *what, series=[OwnPoint(pt[0], pt[4], pt[5]) for pt in series6])
     if memory:
         peak = max(series6, key=lambda pt: pt[1])
         end = series6[-1]
-        out |= {"at_peak_live": {"live_kb": peak[1], "allocated_kb": peak[4], "held_kb": peak[5]},
-                "at_end": {"live_kb": end[1], "allocated_kb": end[4], "held_kb": end[5]}}
+        out.at_peak_live, out.at_end = AllocatorAt(peak[1], peak[4], peak[5]), AllocatorAt(end[1], end[4], end[5])
     return out
+
+
+@dataclass
+class PhaseTimes(Plain):
+    """A memory phase as the service's summary line gives it (measure/service/executors.py): its
+    start and end in seconds since the server started, and its end on CLOCK_MONOTONIC where known."""
+    name: str = ""
+    t_start: float = 0.0
+    t_end: float = 0.0
+    end_monotonic_s: float | None = None
 
 
 def phase_memory(series: list[tuple[float, int, int, int]], stdout: str,
                  allocator_series: list[tuple] | None = None, t0_monotonic_s: float | None = None) -> list[dict]:
+    """phases_at's readings as stored."""
+    return [ph.to_dict() for ph in phases_at(series, stdout, allocator_series, t0_monotonic_s)]
+
+
+def phases_at(series: list[tuple[float, int, int, int]], stdout: str,
+              allocator_series: list[tuple] | None = None, t0_monotonic_s: float | None = None) -> list[Phase]:
     """Live bytes beside anonymous RSS at the end of the load and of each memory phase of a service
     run (the phases' times, in seconds since the server started, are in the run's summary line;
     the series counts from the server's first process): what the program still holds against
@@ -87,19 +105,20 @@ def phase_memory(series: list[tuple[float, int, int, int]], stdout: str,
             # Each phase's end on the series' clock: exactly where both are CLOCK_MONOTONIC; else
             # the server's start stands for the series' time 0 (its first process starts a little
             # later, so the reading may fall just into the next phase).
-            phases = [(p["name"], p["end_monotonic_s"] - t0_monotonic_s
-                       if t0_monotonic_s is not None and "end_monotonic_s" in p else float(p["t_end"]),
-                       values.get(f"rss_after_{p['name']}_mb")) for p in values.get("phases") or []]
+            times = [PhaseTimes.from_dict(p) for p in values.get("phases") or []]
+            phases = [(p.name, p.end_monotonic_s - t0_monotonic_s
+                       if t0_monotonic_s is not None and p.end_monotonic_s is not None else float(p.t_end),
+                       values.get(f"rss_after_{p.name}_mb")) for p in times]
             break
     out = []
     for name, t_end, rss_mb in phases:
         at = [pt for pt in series if pt[0] <= t_end]
         if not at:
             continue
-        live, anon = at[-1][1], at[-1][3]
-        out.append({"name": name, "t_end": round(t_end, 3), "live_kb": live, "anon_kb": anon, "overhead_kb": anon - live,
-                    "rss_kb": round(rss_mb * 1024) if rss_mb is not None else None})
-        own = [pt for pt in allocator_series or [] if pt[0] <= t_end]
-        if own:
-            out[-1] |= {"allocated_kb": own[-1][1], "held_kb": own[-1][2]}
+        last = MemPoint(*at[-1][:4])
+        live, anon = last.live_kb, last.anon_kb
+        own = [OwnPoint(*pt) for pt in allocator_series or [] if pt[0] <= t_end]
+        out.append(Phase(name, round(t_end, 3), live, anon, anon - live,
+                         round(rss_mb * 1024) if rss_mb is not None else None,
+                         AllocatorAt(live, own[-1].allocated_kb, own[-1].held_kb) if own else None))
     return out

@@ -145,11 +145,9 @@ def tally(lines) -> tuple[dict[str, int], dict[str, int]]:
             asked[tid] = args.get("brk", 0)
         elif name == "mmap":
             moved["mmap_anon" if args.get("flags", 0) & MAP_ANONYMOUS else "mmap_file"] += args.get("len", 0)
-        elif name == "munmap":
-            moved["munmap"] += args.get("len", 0)
         elif name == "madvise":
             released = args.get("behavior") in (MADV_DONTNEED, MADV_FREE)
             moved["madvise_released" if released else "madvise_other"] += args.get("len_in", 0)
-        elif name == "mprotect":
-            moved["mprotect"] += args.get("len", 0)
+        elif name in ("munmap", "mprotect"):   # their bytes go under the call's name
+            moved[name] += args.get("len", 0)
     return counts, moved

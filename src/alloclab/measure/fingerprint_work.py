@@ -10,26 +10,88 @@ transaction. A progress metric's first `skip` intervals are left out of the wind
 of the metric, so that connection set-up and the first, slower seconds do not count.
 
 The recipe names the unit of work on its primary metric (`work = "transaction"`).
+
+The interposer's per-process file, as read (ProcessFile), is defined here too: the memory series
+(measure/fingerprint_memory.py) and the summary (measure/fingerprint.py) read it as well.
 """
 
 from __future__ import annotations
 
 from bisect import bisect_right
+from dataclasses import dataclass, field
+
+from alloclab.store.fingerprint_model import PerWork, Plain
 
 ALLOC_KINDS = ("malloc", "calloc", "realloc", "memalign", "posix_memalign", "aligned_alloc", "valloc", "new")
 
 
-def _track(p: dict) -> list[tuple[int, int, int]] | None:
+@dataclass
+class ProcessAllocatorStats(Plain):
+    """The allocator's own figures as the process last read them (bytes; -1 where it gives none)."""
+    source: str = "none"
+    allocated: int = -1
+    held: int = -1
+
+
+@dataclass
+class ProcessSampled(Plain):
+    """One process's sampled blocks, and their lifetimes by decade from 1 us (freed, still live at exit)."""
+    allocs: int = 0
+    frees: int = 0
+    cross_thread: int = 0
+    cross_unknown: int = 0
+    realloc_moved: int = 0
+    dropped: int = 0
+    lifetime_decades_from_1us: list[int] = field(default_factory=lambda: [0] * 9)
+    still_live_decades_from_1us: list[int] = field(default_factory=lambda: [0] * 9)
+
+
+@dataclass
+class ProcessFile(Plain):
+    """One process's file from the interposer (launcher/fingerprint.c writes it as it exits, and now
+    and then before). What an older interposer did not write takes its default."""
+    pid: int = 0
+    ppid: int = 0
+    cmdline: str = ""
+    start_ns: int = 0               # CLOCK_MONOTONIC at the process's start (or fork)
+    t_ns: int = 0                   # ... when it wrote this file
+    final: bool = False             # written as it exited
+    calls: dict[str, int] = field(default_factory=dict)   # by kind: malloc, free, ...
+    bytes: int = 0
+    usable_bytes: int = 0
+    big_calls: int = 0
+    big_bytes: int = 0
+    threads: int = 0
+    hist: list[list[int]] = field(default_factory=list)   # [size class, calls, bytes]
+    live: int = 0
+    anon_kb: int = 0
+    peak_live: int = 0
+    allocator_stats: ProcessAllocatorStats = field(default_factory=ProcessAllocatorStats)
+    sample_every: int = 0
+    sampled: ProcessSampled = field(default_factory=ProcessSampled)
+    # Rows of (ms since start, live KiB, RSS KiB, anonymous KiB, the allocator's allocated and held
+    # KiB or -1, alloc calls so far, requested bytes so far); an older interposer wrote 4 or 6 columns.
+    series: list[list[int]] = field(default_factory=list)
+
+    def __post_init__(self) -> None:
+        self.allocator_stats = ProcessAllocatorStats.of(self.allocator_stats) or ProcessAllocatorStats()
+        self.sampled = ProcessSampled.of(self.sampled) or ProcessSampled()
+
+    @property
+    def alloc_calls(self) -> int:
+        return sum(self.calls.get(k, 0) for k in ALLOC_KINDS)
+
+
+def _track(p: ProcessFile) -> list[tuple[int, int, int]] | None:
     """(monotonic ns, calls so far, requested bytes so far) of one process; None from an older
     interposer whose series has no such columns."""
-    rows = p.get("series") or []
+    rows = p.series
     if rows and len(rows[0]) < 8:
         return None
-    start = p["start_ns"]
+    start = p.start_ns
     pts = [(start, 0, 0)] + [(start + row[0] * 1_000_000, row[6], row[7]) for row in rows]
-    if p.get("final"):
-        calls = sum(p["calls"].get(k, 0) for k in ALLOC_KINDS)
-        pts.append((max(p["t_ns"], pts[-1][0]), calls, p.get("bytes", 0)))
+    if p.final:
+        pts.append((max(p.t_ns, pts[-1][0]), p.alloc_calls, p.bytes))
     return pts
 
 
@@ -47,11 +109,11 @@ def _at(pts: list[tuple[int, int, int]], t: int) -> tuple[float, float]:
     return c0 + f * (c1 - c0), b0 + f * (b1 - b0)
 
 
-def calls_between(procs: list[dict], a_ns: int, b_ns: int) -> tuple[float, float] | None:
+def calls_between(procs: list[ProcessFile | dict], a_ns: int, b_ns: int) -> tuple[float, float] | None:
     """Allocation calls and requested bytes of the whole tree between two monotonic times."""
     calls = nbytes = 0.0
     for p in procs:
-        pts = _track(p)
+        pts = _track(ProcessFile.of(p))
         if pts is None:
             return None
         (ca, ba), (cb, bb) = _at(pts, a_ns), _at(pts, b_ns)
@@ -59,10 +121,16 @@ def calls_between(procs: list[dict], a_ns: int, b_ns: int) -> tuple[float, float
     return calls, nbytes
 
 
-def per_work(procs: list[dict], values: dict | None, metrics) -> dict | None:
-    """{"work", "metric", "rate", "window_s", "calls", "bytes", "calls_in_window"} per unit of the
-    primary metric's work, or None where the recipe names no work, the run measured no rate or
-    the interposer kept no counts."""
+def per_work(procs: list[ProcessFile | dict], values: dict | None, metrics) -> dict | None:
+    """work_of's figures as stored: {"work", "metric", "rate", "window_s", "calls", "bytes",
+    "calls_in_window"}, or None."""
+    work = work_of(procs, values, metrics)
+    return work.to_dict() if work is not None else None
+
+
+def work_of(procs: list[ProcessFile | dict], values: dict | None, metrics) -> PerWork | None:
+    """Allocation calls and bytes per unit of the primary metric's work, or None where the recipe
+    names no work, the run measured no rate or the interposer kept no counts."""
     spec = next((m for m in metrics if m.primary and getattr(m, "work", None)), None)
     values = values or {}
     window = values.get("load_window_monotonic_s")
@@ -77,5 +145,5 @@ def per_work(procs: list[dict], values: dict | None, metrics) -> dict | None:
     if counted is None or end <= start:
         return None
     work = rate * (end - start)
-    return {"work": spec.work, "metric": spec.name, "rate": rate, "window_s": round(end - start, 3),
-            "calls": counted[0] / work, "bytes": counted[1] / work, "calls_in_window": round(counted[0])}
+    return PerWork(spec.work, spec.name, rate, round(end - start, 3), counted[0] / work, counted[1] / work,
+                   round(counted[0]))

@@ -40,12 +40,20 @@ class Reading:
     rss_kb: int
     pss_kb: int | None
 
+    def span(self, t0: float | None) -> dict:
+        """Its times as the run's summary line keeps them; given the server's start on the
+        CLOCK_MONOTONIC clock (t0), its end on that clock too, where the fingerprint's series is read."""
+        t_end = round(self.t_end, 3)
+        out = {"name": self.name, "t_start": round(self.t_start, 3), "t_end": t_end}
+        return out if t0 is None else out | {"end_monotonic_s": round(t0 + t_end, 4)}
 
-def phase_summary(ready_kb: int, load: Reading, phases: list[Reading]) -> dict:
+
+def phase_summary(ready_kb: int, load: Reading, phases: list[Reading], t0: float | None = None) -> dict:
     """Metrics of the phases. `returned_after_X` is the share of what the server grew by (from
     readiness to its highest reading at load end or at an earlier phase) that X's reading gave
     back: 1.0 = back to the size at readiness, 0 = nothing, negative = it grew further. Growth
-    under 1 MiB counts as 1 MiB, so a server that barely grew shows about 0, not noise / noise."""
+    under 1 MiB counts as 1 MiB, so a server that barely grew shows about 0, not noise / noise.
+    Its "phases" entry gives every reading's times (Reading.span)."""
     out: dict = {"rss_ready_mb": ready_kb / 1024, "rss_after_load_mb": load.rss_kb / 1024}
     if load.pss_kb is not None:
         out["pss_after_load_mb"] = load.pss_kb / 1024
@@ -56,9 +64,7 @@ def phase_summary(ready_kb: int, load: Reading, phases: list[Reading]) -> dict:
             out[f"pss_after_{r.name}_mb"] = r.pss_kb / 1024
         out[f"returned_after_{r.name}"] = (top - r.rss_kb) / max(top - ready_kb, MIN_GROWTH_KB)
         top = max(top, r.rss_kb)
-    out["phases"] = [{"name": r.name, "t_start": round(r.t_start, 3), "t_end": round(r.t_end, 3)}
-                     for r in [load, *phases]]
-    return out
+    return out | {"phases": [r.span(t0) for r in [load, *phases]]}
 
 
 class PhaseFailed(Exception):

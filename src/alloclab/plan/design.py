@@ -62,10 +62,16 @@ class Design:
     def from_config(cls, config: dict, runs_hint: int) -> "Design":
         d = config.get("design")
         if d:
-            # No "spending" key: stored before alpha spending, judged by the rule it ran under.
-            return cls(float(d["alpha"]), tuple(int(n) for n in d["looks"]), d.get("spending"),
-                       int(d.get("df_drop", 0)))
+            return cls._stored(**d)
         return cls(0.05, (max(1, int(config.get("runs") or runs_hint or 1)),), df_drop=0)
+
+    @classmethod
+    def _stored(cls, alpha: float, looks: list[int], spending: float | None = None, df_drop: int = 0,
+                **derived) -> "Design":
+        """A design as to_config stored it (`rule` and `alpha_per_look` follow from the rest). Stored
+        without "spending": before alpha spending; without "df_drop": before it, with Yuen's own df.
+        Each is judged by the rule it ran under."""
+        return cls(float(alpha), tuple(int(n) for n in looks), spending, int(df_drop))
 
     def to_config(self) -> dict:
         return {"rule": "sequential" if len(self.looks) > 1 else "fixed", "alpha": self.alpha,

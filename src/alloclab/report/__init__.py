@@ -1,7 +1,8 @@
 """Reports: one exporter per format behind one small interface.
 
-An exporter is a module with `export(analysis, options) -> str`. Modules are imported on first
-use, so a terminal report never pays for matplotlib.
+An exporter is a module with `export(results, options) -> str`: it renders the Results that
+stats/results.py built (the analysis, the recommendation, ...) and computes no statistic itself.
+Modules are imported on first use, so a terminal report never pays for matplotlib.
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ from typing import TYPE_CHECKING
 from alloclab.errors import AlloclabError
 
 if TYPE_CHECKING:  # the CLI imports this package at start; the statistics load when a report is made
-    from alloclab.stats.analysis import Analysis
+    from alloclab.stats.results import Results
 
 # format -> module in this package
 FORMATS = {"terminal": "terminal", "md": "markdown", "html": "html", "json": "jsonout", "csv": "csvout"}
@@ -24,7 +25,6 @@ FORMATS = {"terminal": "terminal", "md": "markdown", "html": "html", "json": "js
 @dataclass(frozen=True)
 class Options:
     details: bool = False                    # every standard measure, not only the headline ones
-    max_rss_increase: float | None = None    # memory budget of the recommendation, 0.10 = +10%
 
 
 SUFFIXES = {".txt": "terminal", ".md": "md", ".markdown": "md", ".html": "html", ".htm": "html",
@@ -47,20 +47,19 @@ def exporter(fmt: str):
     return importlib.import_module(f"{__name__}.{FORMATS[fmt]}")
 
 
-def export(a: Analysis, fmt: str, options: Options | None = None) -> str:
-    return exporter(fmt).export(a, options or Options())
+def export(r: Results, fmt: str, options: Options | None = None) -> str:
+    return exporter(fmt).export(r, options or Options())
 
 
-def write_report(a: Analysis, fmt: str, path: str | Path | None, options: Options | None = None,
+def write_report(r: Results, fmt: str, path: str | Path | None, options: Options | None = None,
                  console=None) -> Path | None:
-    """Render `a` as `fmt` into `path`, or onto stdout when path is None (the terminal report
+    """Render `r` as `fmt` into `path`, or onto stdout when path is None (the terminal report
     then keeps its colours through `console`). Returns the path written, if any."""
     options = options or Options()
     if path is None and fmt == "terminal" and console is not None:
-        exporter("terminal").render(a, console, details=options.details,
-                                    max_rss_increase=options.max_rss_increase)
+        exporter("terminal").render(r, console, details=options.details)
         return None
-    text = export(a, fmt, options)
+    text = export(r, fmt, options)
     if path is None:
         sys.stdout.write(text if text.endswith("\n") else text + "\n")
         sys.stdout.flush()

@@ -14,10 +14,16 @@ from alloclab.stats.analysis import Analysis
 def _allocator_share(profile: dict) -> float | None:
     """The median share of the profiled runs' CPU samples that fell in the allocator's functions or
     in the kernel's memory management (page faults, brk, mmap, munmap, madvise), which the allocator
-    drives: what any allocator could change is bounded by both."""
-    shares = [r["shares"].get("allocator", 0.0) + r["shares"].get("kernel_mm", 0.0) for r in profile.get("runs", [])
-              if r.get("status") == "ok" and r.get("samples")]
+    drives: what any allocator could change is bounded by both. `profile` is the stored summary
+    (ProfileSummary.to_dict()), read as stored."""
+    shares = [_where_allocator_acts(r) for r in profile.get("runs", []) if r.get("status") == "ok" and r.get("samples")]
     return statistics.median(shares) if shares else None
+
+
+def _where_allocator_acts(run: dict) -> float:
+    """One profiled run's share in the allocator and in the kernel's memory management."""
+    shares = run["shares"]
+    return shares.get("allocator", 0.0) + shares.get("kernel_mm", 0.0)
 
 
 def gain_bound(share: float, higher_is_better: bool) -> float:

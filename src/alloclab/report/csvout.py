@@ -6,8 +6,12 @@ from __future__ import annotations
 
 import csv
 import io
+from typing import TYPE_CHECKING
 
 from alloclab.stats.analysis import Analysis
+
+if TYPE_CHECKING:
+    from alloclab.stats.results import Results
 
 SUFFIX = ".csv"
 RUN_COLUMNS = ("experiment", "workload_idx", "workload", "variant_idx", "variant", "allocator", "version",
@@ -17,27 +21,28 @@ VERDICT_COLUMNS = ("primary_metric", "verdict", "effect_pct", "ci_low_pct", "ci_
 
 def metric_columns(a: Analysis) -> list[str]:
     """Metric names in the order the experiment defined them, then any other recorded one."""
-    names = list(dict.fromkeys(d["name"] for d in a.experiment.metric_defs))
-    extra = sorted({k for r in a.experiment.runs for k in r["metrics"]} - set(names))
+    names = list(dict.fromkeys(d.name for d in a.experiment.metric_defs))
+    extra = sorted({k for r in a.experiment.runs for k in r.metrics} - set(names))
     return names + extra
 
 
-def export(a: Analysis, options=None) -> str:
+def export(results: Results, options=None) -> str:
+    a = results.analysis
     e = a.experiment
     metrics = metric_columns(a)
-    names = {w["idx"]: w["name"] for w in e.workloads}
+    names = {w.idx: w.name for w in e.workloads}
     buf = io.StringIO()
     out = csv.writer(buf, lineterminator="\n")
     out.writerow([*RUN_COLUMNS, *VERDICT_COLUMNS, *metrics])
     verdicts = _verdicts(a)
-    for r in e.runs:
-        v = e.variants[r["variant_idx"]]
-        out.writerow([e.id, r["workload_idx"], names.get(r["workload_idx"], ""), r["variant_idx"], v["label"],
-                      v.get("allocator") or v.get("library") or "", v.get("version") or "", r["block"],
-                      r["position"], int(bool(r["warmup"])), r["status"], _blank(r["exit_code"]),
-                      _blank(r["signal"]), r["error"] or "", r["started"],
-                      *verdicts.get((r["workload_idx"], r["variant_idx"]), [""] * len(VERDICT_COLUMNS)),
-                      *(_number(r["metrics"].get(m)) for m in metrics)])
+    for run in e.runs:
+        v = e.variants[run.variant_idx]
+        out.writerow([e.id, run.workload_idx, names.get(run.workload_idx, ""), run.variant_idx, v.label,
+                      v.allocator or v.library or "", v.version or "", run.block,
+                      run.position, int(bool(run.warmup)), run.status, _blank(run.exit_code),
+                      _blank(run.signal), run.error or "", run.started,
+                      *verdicts.get((run.workload_idx, run.variant_idx), [""] * len(VERDICT_COLUMNS)),
+                      *(_number(run.metrics.get(m)) for m in metrics)])
     return buf.getvalue()
 
 

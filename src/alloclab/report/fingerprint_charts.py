@@ -8,15 +8,16 @@ import numpy as np
 from matplotlib.figure import Figure
 
 from alloclab.report.charts import _margins, colour, to_svg
+from alloclab.store.fingerprint_model import Fingerprint
 
 
-def size_histogram_chart(labels: list[str], fp_of: dict[int, dict], order: list[int]) -> str:
+def size_histogram_chart(labels: list[str], fp_of: dict[int, Fingerprint], order: list[int]) -> str:
     """Calls per power-of-two size class (bars, one per variant side by side: the program's demand
     should not depend on the allocator, so a difference shows what the allocator changed, e.g. a
     library that sizes its buffers by malloc_usable_size), and the share of bytes per class (dots)."""
-    fps = [(vi, fp_of[vi]) for vi in order if vi in fp_of and fp_of[vi].get("hist")]
-    classes = sorted({h[0] for _, fp in fps for h in fp["hist"]})
-    names = {h[0]: h[1] for _, fp in fps for h in fp["hist"]}
+    fps = [(vi, fp_of[vi]) for vi in order if vi in fp_of and fp_of[vi].hist]
+    classes = sorted({h.size_class for _, fp in fps for h in fp.hist})
+    names = {h.size_class: h.label for _, fp in fps for h in fp.hist}
     fig = Figure(figsize=(11.5, 3.4))
     _margins(fig, [], right=0.7, bottom=0.75)
     ax = fig.add_subplot()
@@ -25,10 +26,10 @@ def size_histogram_chart(labels: list[str], fp_of: dict[int, dict], order: list[
     share_ax = ax.twinx()
     share_ax.grid(False)
     for k, (vi, fp) in enumerate(fps):
-        by = {h[0]: h for h in fp["hist"]}
-        calls = [by[c][2] if c in by else 0 for c in classes]
-        total_bytes = sum(h[3] for h in fp["hist"]) or 1
-        shares = [(by[c][3] / total_bytes * 100) if c in by else 0 for c in classes]
+        by = {h.size_class: h for h in fp.hist}
+        calls = [by[c].calls if c in by else 0 for c in classes]
+        total_bytes = sum(h.bytes for h in fp.hist) or 1
+        shares = [(by[c].bytes / total_bytes * 100) if c in by else 0 for c in classes]
         pos = x - 0.4 + width * (k + 0.5)
         ax.bar(pos, calls, width=width, color=colour(vi), label=f"{labels[vi]}: calls")
         share_ax.plot(pos, shares, linestyle="none", marker="o", markersize=3.5, markerfacecolor="white",
@@ -46,7 +47,7 @@ def size_histogram_chart(labels: list[str], fp_of: dict[int, dict], order: list[
     return to_svg(fig, "allocation sizes")
 
 
-def live_vs_rss_chart(labels: list[str], fp_of: dict[int, dict], order: list[int]) -> str:
+def live_vs_rss_chart(labels: list[str], fp_of: dict[int, Fingerprint], order: list[int]) -> str:
     """Per variant, over its fingerprint run: anonymous RSS (solid), the program's live bytes
     (dashed) and, where the allocator reports it, what the allocator says it holds (dotted). The
     gap between solid and dashed is the allocator's overhead; a server's phases are marked where
@@ -57,22 +58,22 @@ def live_vs_rss_chart(labels: list[str], fp_of: dict[int, dict], order: list[int
     drawn = 0
     ends: dict[str, float] = {}
     for vi in order:
-        fp = fp_of.get(vi) or {}
-        series = fp.get("series") or []
+        fp = fp_of.get(vi)
+        series = fp.series if fp else []
         if not series:
             continue
         drawn += 1
-        t = [pt[0] for pt in series]
-        ax.plot(t, [pt[3] / 1024 for pt in series], color=colour(vi), linewidth=1.6,
+        t = [pt.t_s for pt in series]
+        ax.plot(t, [pt.anon_kb / 1024 for pt in series], color=colour(vi), linewidth=1.6,
                 label=f"{labels[vi]}: anon RSS")
-        ax.plot(t, [pt[1] / 1024 for pt in series], color=colour(vi), linewidth=1.2, linestyle="--",
+        ax.plot(t, [pt.live_kb / 1024 for pt in series], color=colour(vi), linewidth=1.2, linestyle="--",
                 label=f"{labels[vi]}: live")
-        own = (fp.get("allocator") or {}).get("series") or []
-        if any(pt[2] is not None for pt in own):
-            ax.plot([pt[0] for pt in own if pt[2] is not None], [pt[2] / 1024 for pt in own if pt[2] is not None],
+        held = [pt for pt in (fp.allocator.series if fp.allocator else []) if pt.held_kb is not None]
+        if held:
+            ax.plot([pt.t_s for pt in held], [pt.held_kb / 1024 for pt in held],
                     color=colour(vi), linewidth=1.0, linestyle=":", label=f"{labels[vi]}: allocator holds")
-        for ph in fp.get("phases", []):
-            ends.setdefault(ph["name"], ph["t_end"])
+        for ph in fp.phases:
+            ends.setdefault(ph.name, ph.t_end)
     for name, t in ends.items():
         ax.axvline(t, color="#555555", linewidth=0.8, linestyle=":")
         ax.annotate(f"end of {name}", (t, 1.0), xycoords=("data", "axes fraction"), xytext=(-9, -2),
@@ -88,7 +89,7 @@ def live_vs_rss_chart(labels: list[str], fp_of: dict[int, dict], order: list[int
     return to_svg(fig, "live bytes against RSS")
 
 
-def html_section(labels: list[str], fp_of: dict[int, dict], order: list[int], add_job) -> dict | None:
+def html_section(labels: list[str], fp_of: dict[int, Fingerprint | dict], order: list[int], add_job) -> dict | None:
     """The HTML report's fingerprint part of a workload: the table the other reports print, the
     lines under it, and the two charts (as job numbers from `add_job(fn, *args)`, drawn later with
     the page's other charts)."""
@@ -96,13 +97,14 @@ def html_section(labels: list[str], fp_of: dict[int, dict], order: list[int], ad
 
     if not fp_of:
         return None
-    ok = {vi: fp for vi, fp in fp_of.items() if "error" not in fp}
+    fp_of = fingerprint.typed(fp_of)
+    ok = {vi: fp for vi, fp in fp_of.items() if not fp.failed}
     figures = []
-    if any(fp.get("hist") for fp in ok.values()):
+    if any(fp.hist for fp in ok.values()):
         figures.append({"svg": add_job(size_histogram_chart, labels, ok, order), "caption":
                         "Requested sizes in the untimed fingerprint run: calls per power-of-two class (log scale) "
                         "and the share of bytes in each class."})
-    if any(fp.get("series") for fp in ok.values()):
+    if any(fp.series for fp in ok.values()):
         figures.append({"svg": add_job(live_vs_rss_chart, labels, ok, order), "caption":
                         "Anonymous RSS (solid) against the program's live bytes (dashed, usable sizes) over the "
                         "fingerprint run, summed over the process tree; dotted: what the allocator says it holds, "

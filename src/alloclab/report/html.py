@@ -8,17 +8,22 @@ import json
 import math
 import statistics
 from datetime import datetime, timezone
+from typing import TYPE_CHECKING
 
 import jinja2
 
 from alloclab import __version__
 from alloclab.stats.analysis import Analysis
-from alloclab.stats.recommend import RSS_METRIC, Recommendation, recommend
+from alloclab.stats.recommend import RSS_METRIC
+from alloclab.store.model import Run
 from alloclab.report import charts, fingerprint, fingerprint_charts
 from alloclab.report.common import (allocator_lines, baseline_warning, failed_run_lines, fmt_value, full_delta, metadata,
     shown_rows, variant_order, verdict_word, answers, statistics_line, verification_rows,
     verification_summary, warning_groups, process_lines, wrapper_answers)
 from alloclab.report.bounds import bound_answers
+
+if TYPE_CHECKING:
+    from alloclab.stats.results import Results
 
 SUFFIX = ".html"
 
@@ -27,8 +32,8 @@ _env = jinja2.Environment(loader=jinja2.PackageLoader("alloclab.report", "templa
                           trim_blocks=True, lstrip_blocks=True, undefined=jinja2.StrictUndefined)
 
 
-def _series(run: dict) -> list:
-    s = run.get("rss_series")
+def _series(run: Run) -> list:
+    s = run.rss_series
     if isinstance(s, str):
         try:
             s = json.loads(s)
@@ -37,12 +42,12 @@ def _series(run: dict) -> list:
     return [p for p in (s or []) if isinstance(p, (list, tuple)) and len(p) == 2]
 
 
-def _phase_marks(runs: list[dict]) -> list[tuple[str, float]]:
+def _phase_marks(runs: list[Run]) -> list[tuple[str, float]]:
     """Where the memory phases (service_phases) began, as the median over the runs drawn: read
     from the summary line each run's stdout ends with."""
     starts: dict[str, list[float]] = {}
     for r in runs:
-        for line in reversed((r.get("stdout") or "").splitlines()):
+        for line in reversed((r.stdout or "").splitlines()):
             if line.startswith('{"alloclab"'):
                 try:
                     phases = json.loads(line)["alloclab"].get("phases") or []
@@ -70,7 +75,7 @@ def _table(a: Analysis, w, order: list[int], details: bool) -> dict:
         rows.append({"name": row.name, "unit": row.unit, "primary": row.primary,
                      "arrow": "higher is better" if row.higher_is_better else "lower is better", "cells": cells})
     return {"labels": [a.labels[vi] for vi in order], "baseline": a.labels[a.baseline_idx],
-            "status": [w.verification[vi]["status"] for vi in order],
+            "status": [w.verification[vi].status for vi in order],
             "runs": [f"{w.runs_total[vi] - len(w.runs_failed[vi])}/{w.runs_total[vi]}" for vi in order],
             "failed": [bool(w.runs_failed[vi]) for vi in order], "rows": rows}
 
@@ -113,11 +118,11 @@ def _workload(a: Analysis, w, order: list[int], rec_choice, details: bool, jobs:
                         "caption": "Each variant at its median speed and peak RSS with 95% intervals; the dashed "
                                    "line joins the Pareto front (no other variant is both faster and leaner)."})
     # Only the runs drawn are parsed: the others' series are counted, not read.
-    runs: dict[int, list[dict]] = {}
+    runs: dict[int, list[Run]] = {}
     for r in a.experiment.runs:
-        if r["workload_idx"] == w.idx and not r["warmup"] and r["status"] == "ok" and r.get("rss_series") \
-                and r["rss_series"] not in ("[]", []):
-            runs.setdefault(r["variant_idx"], []).append(r)
+        if r.workload_idx == w.idx and not r.warmup and r.status == "ok" and r.rss_series \
+                and r.rss_series not in ("[]", []):
+            runs.setdefault(r.variant_idx, []).append(r)
     wide = None
     if runs:
         chosen = {vi: charts.pick_runs(rs, charts.RSS_LINES_PER_VARIANT) for vi, rs in runs.items()}
@@ -236,8 +241,8 @@ def sweep_figures(a: Analysis) -> tuple[list[dict], str | None]:
 
 # --- the page ---------------------------------------------------------------------------------
 
-def context(a: Analysis, options) -> dict:
-    rec: Recommendation = recommend(a, options.max_rss_increase)
+def context(r: Results, options) -> dict:
+    a, rec = r.analysis, r.recommendation
     charts.reset_ids()
     order = variant_order(a)
     jobs: list = []
@@ -255,7 +260,7 @@ def context(a: Analysis, options) -> dict:
     n_serious = sum(1 for w in workloads for g in w["warnings"] if g.serious) + \
         sum(1 for w in workloads if w["failed"])
     return {
-        "title": a.experiment.row["title"], "experiment": a.experiment,
+        "title": a.experiment.row.title, "experiment": a.experiment,
         "generated": datetime.now(timezone.utc).isoformat(timespec="seconds"), "version": __version__,
         "verification": {"level": level, "sentence": sentence}, "serious_warnings": n_serious,
         "metadata": metadata(a), "allocators": allocator_lines(a), "rec": rec,
@@ -267,5 +272,5 @@ def context(a: Analysis, options) -> dict:
     }
 
 
-def export(a: Analysis, options) -> str:
-    return _env.get_template("report.html.j2").render(**context(a, options))
+def export(r: Results, options) -> str:
+    return _env.get_template("report.html.j2").render(**context(r, options))

@@ -8,14 +8,16 @@ import dataclasses
 import json
 import math
 import uuid
+from typing import TYPE_CHECKING
 
 from alloclab import __version__
-from alloclab.stats.analysis import Analysis
-from alloclab.stats.recommend import recommend
 from alloclab.store.db import Experiment
 from alloclab.report.common import answers, baseline_warning, full_delta, process_lines, statistics_line, \
     verification_summary, wrapper_answers
 from alloclab.report.bounds import bound_answers
+
+if TYPE_CHECKING:
+    from alloclab.stats.results import Results
 
 SUFFIX = ".json"
 
@@ -45,8 +47,8 @@ def _run_json(run) -> str:
     return "{" + "".join(f'"{k}":{v},' for k, v in raw.items()) + body[1:]
 
 
-def _run(r: dict) -> dict:
-    return json.loads(_run_json(r))
+def _run(run) -> dict:
+    return json.loads(_run_json(run))
 
 
 def _verification(v) -> dict:
@@ -74,7 +76,8 @@ def experiment_dict(e: Experiment, runs: bool = True) -> dict:
     }
 
 
-def analysis_dict(a: Analysis, max_rss_increase: float | None = None, runs: bool = True) -> dict:
+def results_dict(r: Results, runs: bool = True) -> dict:
+    a = r.analysis
     # First, as in every other format: a reader (or jq .baseline_warning) sees it before anything.
     out = {"baseline_warning": baseline_warning(a)} | experiment_dict(a.experiment, runs=False)
     out["baseline"] = a.labels[a.baseline_idx]
@@ -105,23 +108,23 @@ def analysis_dict(a: Analysis, max_rss_increase: float | None = None, runs: bool
                        "findings": [dataclasses.asdict(f) for f in c.findings]} for c in row.cells],
         } for row in w.rows],
     } for w in a.workloads]
-    out["recommendation"] = dataclasses.asdict(recommend(a, max_rss_increase))
+    out["recommendation"] = dataclasses.asdict(r.recommendation)
     out = json_safe(out)
     if runs:
-        out["runs"] = [_run(r) for r in a.experiment.runs]
+        out["runs"] = [_run(run) for run in a.experiment.runs]
     return out
 
 
-def render(a: Analysis, max_rss_increase: float | None = None) -> str:
+def render(r: Results) -> str:
     # Compact, through the C encoder (ten times faster than the indenting one): 10,000 runs with
     # their RSS series are megabytes no one reads unformatted anyway (use jq).
     marker = f"@runs-{uuid.uuid4().hex}@"
-    out = analysis_dict(a, max_rss_increase, runs=False)
+    out = results_dict(r, runs=False)
     out["runs"] = marker
     text = json.dumps(out, separators=(",", ":"), default=str)
-    runs = "[" + ",".join(_run_json(r) for r in a.experiment.runs) + "]"
+    runs = "[" + ",".join(_run_json(run) for run in r.experiment.runs) + "]"
     return text.replace(f'"{marker}"', runs, 1)
 
 
-def export(a: Analysis, options) -> str:
-    return render(a, options.max_rss_increase)
+def export(r: Results, options) -> str:
+    return render(r)

@@ -5,13 +5,18 @@ Columns are padded so the raw text reads as well in a plain-text mail as rendere
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from alloclab.stats.analysis import Analysis
 from alloclab.report import fingerprint
-from alloclab.stats.recommend import Choice, recommend
+from alloclab.stats.recommend import Choice
 from alloclab.report.common import (allocator_lines, answers, baseline_ran, baseline_warning, failed_run_lines,
     fmt_value, full_delta, metadata, process_lines, shown_rows, variant_order, verdict_word, verification_rows,
     verification_summary, warning_groups, wrapper_answers)
 from alloclab.report.bounds import bound_answers
+
+if TYPE_CHECKING:
+    from alloclab.stats.results import Results
 
 SUFFIX = ".md"
 
@@ -45,7 +50,7 @@ def workload_section(a: Analysis, w, details: bool) -> list[str]:
     order = variant_order(a)
     out = [f"### {w.name}", "", "Command: `" + " ".join(w.argv).replace("`", "'") + "`", ""]
     head = ["metric"] + [a.labels[vi] + (" (baseline)" if vi == a.baseline_idx else "") for vi in order]
-    rows = [["allocator"] + [w.verification[vi]["status"].replace("ineffective", "**INEFFECTIVE**")
+    rows = [["allocator"] + [w.verification[vi].status.replace("ineffective", "**INEFFECTIVE**")
                              for vi in order],
             ["runs ok/total"] + [f"{w.runs_total[vi] - len(w.runs_failed[vi])}/{w.runs_total[vi]}" for vi in order]]
     for row in shown_rows(w, details):
@@ -114,11 +119,12 @@ def recommendation_section(choices: list[Choice], budget: float | None) -> list[
     return out
 
 
-def export(a: Analysis, options) -> str:
+def export(r: Results, options) -> str:
+    a = r.analysis
     e = a.experiment
     level, sentence = verification_summary(a)
     warning = baseline_warning(a)
-    out = ([f"**{warning}**", ""] if warning else []) + [f"## alloclab: {e.row['title']}", "", *header(a), "",
+    out = ([f"**{warning}**", ""] if warning else []) + [f"## alloclab: {e.row.title}", "", *header(a), "",
            ("**" + sentence + "**") if level != "ok" else sentence, ""]
     rows = answers(a)
     if rows:
@@ -136,6 +142,7 @@ def export(a: Analysis, options) -> str:
     out.append("")
     for w in a.workloads:
         out += workload_section(a, w, options.details)
-    rec = recommend(a, options.max_rss_increase)
-    out += recommendation_section(rec.workloads + ([rec.overall] if len(rec.workloads) > 1 else []), rec.budget)
+    rec = r.recommendation
+    out += recommendation_section(rec.workloads + ([rec.overall] if len(rec.workloads) > 1 else []),
+                                  r.max_rss_increase)
     return "\n".join(out).rstrip() + "\n"

@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import io
+import math
 import re
+from typing import TYPE_CHECKING
 
 from rich.cells import cell_len
 from rich.console import Console, Group
@@ -12,11 +14,15 @@ from rich.table import Table
 from rich.text import Text
 
 from alloclab.stats.analysis import DEFAULT_STANDARD, Analysis
-from alloclab.stats.recommend import Recommendation, recommend
+from alloclab.stats.estimates import format_comparison
+from alloclab.stats.recommend import Recommendation
 from alloclab.report import fingerprint
 from alloclab.report.common import (answers, baseline_ran, baseline_warning, runs_line, delta_text, failed_run_lines,
     fmt_value, metric_title, process_lines, statistics_line, warning_groups, wrapper_answers)
 from alloclab.report.bounds import bound_answers
+
+if TYPE_CHECKING:
+    from alloclab.stats.results import Results
 
 STATUS_STYLE = {"verified": "green", "ineffective": "bold red", "unknown": "yellow"}
 VERDICT_STYLE = {"better": "green", "worse": "red", "equivalent": "cyan", "undecided": "yellow"}
@@ -30,7 +36,7 @@ def workload_table(a: Analysis, w, details: bool = False) -> Table:
         t.add_column(a.labels[vi] + (" (baseline)" if vi == a.baseline_idx else ""), justify="right")
     status = [Text("allocator")]
     for vi in order:
-        s = w.verification[vi]["status"]
+        s = w.verification[vi].status
         status.append(Text(s, style=STATUS_STYLE.get(s, "")))
     t.add_row(*status)
     runs = [Text("runs ok/total")]
@@ -58,13 +64,13 @@ def notes(a: Analysis, w, details: bool = False) -> list[Text]:
     out = []
     plain = []  # verified, and nothing to say beyond where malloc was bound
     for vi, v in w.verification.items():
-        extra = [n for n in v["notes"] if not n.startswith("malloc and free bound to")]
-        if v["status"] == "verified" and not extra and not details:
+        extra = [n for n in v.notes if not n.startswith("malloc and free bound to")]
+        if v.status == "verified" and not extra and not details:
             plain.append(a.labels[vi])
             continue
-        for reason in v["reasons"]:
+        for reason in v.reasons:
             out.append(Text(f"{a.labels[vi]}: allocator INEFFECTIVE: {reason}", style="bold red"))
-        for note in (v["notes"] if details else extra):
+        for note in (v.notes if details else extra):
             out.append(Text(f"{a.labels[vi]}: {note}", style="dim"))
     if plain:
         out.insert(0, Text(f"verified (malloc and free bound to the variant's allocator in every process): "
@@ -226,13 +232,14 @@ def fingerprint_table(a: Analysis, w, console: Console) -> None:
     console.print()
 
 
-def render(a: Analysis, console: Console, details: bool = False, max_rss_increase: float | None = None) -> None:
+def render(r: Results, console: Console, details: bool = False) -> None:
+    a = r.analysis
     e = a.experiment
     m = e.machine
     warning = baseline_warning(a)
     if warning:
         console.print(Text(warning, style="bold red"))
-    console.print(Text(f"experiment {e.id} ({e.row['status']}): {e.row['title']}", style="bold"))
+    console.print(Text(f"experiment {e.id} ({e.row.status}): {e.row.title}", style="bold"))
     console.print(Text(f"host {m.get('host')}: {m.get('cpu_model')}, {m.get('usable_cores')} cores, "
                        f"kernel {m.get('kernel')}, glibc {m.get('glibc')}, THP {m.get('thp')}, "
                        f"governor {m.get('governor') or 'n/a'}; {len(a.labels)} variants; {runs_line(a)}",
@@ -248,13 +255,44 @@ def render(a: Analysis, console: Console, details: bool = False, max_rss_increas
                        "Statistics: " + statistics_line(a) + ".", style="dim"))
     console.print()
     console.print(Text("Recommendation", style="bold underline"))
-    for line in recommendation(recommend(a, max_rss_increase)):
+    for line in recommendation(r.recommendation):
         console.print(line)
 
 
-def export(a: Analysis, options) -> str:
+def export(r: Results, options) -> str:
     """The same report as plain text, for a file."""
     buf = io.StringIO()
-    render(a, Console(file=buf, width=160, color_system=None, force_terminal=False), details=options.details,
-           max_rss_increase=options.max_rss_increase)
+    render(r, Console(file=buf, width=160, color_system=None, force_terminal=False), details=options.details)
     return buf.getvalue()
+
+
+# --- suite's summary across workloads ---------------------------------------------------------
+
+def _ratio_text(g) -> str:
+    if g is None or not math.isfinite(g.ratio):
+        return "n/a"
+    return f"{g.ratio:.3f}x [{g.ci_low:.3f}, {g.ci_high:.3f}]"
+
+
+def summary(r: Results, console: Console) -> None:
+    """Per variant across the workloads (r.summary), then each workload's winner (r.winners)."""
+    a = r.analysis
+    t = Table(title="[bold]Summary across workloads[/] (baseline: " + a.labels[a.baseline_idx] + ")",
+              title_justify="left")
+    for col in ("variant", "speed vs baseline (geomean, >1 faster)", "peak RSS vs baseline (geomean)",
+                "significantly better on", "significantly worse on", "allocator"):
+        t.add_column(col)
+    for s in r.summary:
+        status = "verified" if s.statuses == {"verified"} else ", ".join(sorted(s.statuses))
+        t.add_row(s.label, _ratio_text(s.speed), _ratio_text(s.memory), ", ".join(s.better) or "-",
+                  ", ".join(s.worse) or "-", status)
+    console.print(t)
+    for name, label, row in r.winners:
+        if row is None:
+            continue
+        if label is None:
+            console.print(f"{name}: no variant is significantly better than the baseline on {row.name}.")
+            continue
+        vi = a.labels.index(label)
+        console.print(f"{name}: [bold]{label}[/] wins on {row.name} ({row.unit}): "
+                      f"{format_comparison(row.cells[vi].comparison)}")

@@ -19,11 +19,14 @@ def diagnosis_lines(readings: dict[str, Reading], rx: Prescription) -> list[str]
     out = []
     for r in readings.values():
         v = r.values
-        parts = [f"{v['allocs_per_s']:,.0f} allocations/s"] if "allocs_per_s" in v else []
-        if v.get("threads"):
-            parts.append(f"{v['threads']:.0f} threads")
-        if v.get("trim_bytes"):
-            parts.append(f"heap trimmed {size_text(v['trim_bytes'])} ({v.get('brk_calls', 0):,.0f} brk calls)")
+        # A figure the fingerprint could not give is absent (None); threads and trimming are left
+        # out at zero too.
+        allocs, threads, trimmed = r.get("allocs_per_s"), r.get("threads"), r.get("trim_bytes")
+        parts = [f"{allocs:,.0f} allocations/s"] if allocs is not None else []
+        if threads:
+            parts.append(f"{threads:.0f} threads")
+        if trimmed:
+            parts.append(f"heap trimmed {size_text(trimmed)} ({v.get('brk_calls', 0):,.0f} brk calls)")
         # (reading, words before its size, words after): each shown where the fingerprint gave it.
         for key, before, after in (("heap_swing", "heap swing", f"a {r.per}"), ("munmap_bytes", "unmapped", ""),
                                    ("madvise_bytes", "madvise'd away", ""),

@@ -20,7 +20,9 @@ from alloclab.stats import decide
 from alloclab.stats import estimates as stats
 from alloclab.stats.findings import PER_VARIANT_FINDINGS, cell_findings
 from alloclab.store.db import Experiment
-from alloclab.store.model import Verification
+from alloclab.stats import processes
+from alloclab.stats.processes import Wrapped
+from alloclab.store.model import Run, StoredMetric, Verification
 from alloclab.workloads.primary import primary_metric, primary_metrics
 
 # Shown by default; the rest of the standard measures appear with details=True.
@@ -78,8 +80,9 @@ class WorkloadResult:
     params: dict
     rows: list[MetricRow]
     runs_total: dict[int, int]
-    runs_failed: dict[int, list[dict]]
-    verification: dict[int, dict]
+    runs_failed: dict[int, list[Run]]
+    verification: dict[int, Verification]
+    wrapped: Wrapped | None = None   # more than one program ran under the allocator (stats/processes.py)
 
     def row(self, name: str) -> MetricRow | None:
         return next((r for r in self.rows if r.name == name), None)
@@ -105,21 +108,21 @@ def bootstrap_size(*ns: int) -> int:
     return int(min(2000, max(400, BOOTSTRAP_BUDGET // max(1, max(ns)))))
 
 
-def block_key(r: dict) -> tuple:
+def block_key(r: Run) -> tuple:
     """What pairs runs: the block they ran in (on the host that ran it, for fleet runs)."""
-    return (r.get("host"), r["block"])
+    return (r.extra.get("host"), r.block)
 
 
-def _values(runs: list[dict], metric: str) -> tuple[list[float], list[tuple]]:
+def _values(runs: list[Run], metric: str) -> tuple[list[float], list[tuple]]:
     vals, blocks = [], []
     for r in runs:
-        if r["status"] == "ok" and metric in r["metrics"]:
-            vals.append(r["metrics"][metric])
+        if r.status == "ok" and metric in r.metrics:
+            vals.append(r.metrics[metric])
             blocks.append(block_key(r))
     return vals, blocks
 
 
-def measured_blocks(runs: list[dict]) -> int:
+def measured_blocks(runs: list[Run]) -> int:
     """Blocks a variant took part in (failed runs too): the look a comparison is at."""
     return len({block_key(r) for r in runs})
 
@@ -141,21 +144,33 @@ def judge_cells(a: "Analysis", base: Cell, cand: Cell, higher_is_better: bool, f
                       blocks=max(base.n_blocks, cand.n_blocks), family_size=family, margin=a.min_effect)
 
 
-def _run_facts(runs: list[dict]) -> dict:
+@dataclass(frozen=True)
+class RunFacts:
     """What the checks read from a cell's runs rather than from one metric: the same for every row."""
-    return dict(
-        durations_s=[r["wall_s"] for r in runs if r["status"] == "ok"],
-        load_avg=[r["extra"].get("load") for r in runs if r["extra"].get("load") is not None],
-        n_failed=sum(1 for r in runs if r["status"] != "ok"),
-        # Recorded (possibly None: too short to tell) for commands; absent for services.
-        other_cpu=([r["extra"]["other_cpu"] for r in runs if r["extra"].get("other_cpu") is not None]
-                   if any("other_cpu" in r["extra"] for r in runs) else None))
+    n_failed: int
+    durations_s: list[float] | None = None
+    load_avg: list[float] | None = None
+    other_cpu: list[float] | None = None   # recorded (possibly None: too short to tell) for commands only
+
+    @classmethod
+    def of(cls, runs: list[Run]) -> "RunFacts":
+        return cls(n_failed=_failed(runs),
+                   durations_s=[r.wall_s for r in runs if r.status == "ok"],
+                   load_avg=[x for r in runs if (x := r.extra.get("load")) is not None],
+                   other_cpu=([x for r in runs if (x := r.extra.get("other_cpu")) is not None]
+                              if any("other_cpu" in r.extra for r in runs) else None))
 
 
-def _checks(vals, blocks, facts: dict, per_variant_only: bool, *, alpha: float, n_comparisons: int,
+def _failed(runs: list[Run]) -> int:
+    return sum(1 for r in runs if r.status != "ok")
+
+
+def _checks(vals, blocks, facts: RunFacts, per_variant_only: bool, *, alpha: float, n_comparisons: int,
             n_cores, floor: float) -> list[stats.Finding]:
     return cell_findings(vals, alpha=alpha, n_comparisons=n_comparisons, blocks=[b for _, b in blocks],
-                         n_cores=n_cores, floor=floor, per_variant_only=per_variant_only, **facts)
+                         n_cores=n_cores, floor=floor, per_variant_only=per_variant_only,
+                         durations_s=facts.durations_s, load_avg=facts.load_avg, n_failed=facts.n_failed,
+                         other_cpu=facts.other_cpu)
 
 
 def analyze(exp: Experiment, baseline: str | int | None = None, alpha: float = defaults.ALPHA,
@@ -165,7 +180,7 @@ def analyze(exp: Experiment, baseline: str | int | None = None, alpha: float = d
     """`only_primary` and `workload_idxs` give the cheap analysis a sequential look needs.
     `reachable`: the blocks a comparison could still reach (the runner's budget); by default a
     sequential design's --max-runs, so that what cannot be decided within it is said to be futile."""
-    labels = [v["label"] for v in exp.variants]
+    labels = [v.label for v in exp.variants]
     base = _baseline_index(labels, baseline)
     if min_effect is None:
         min_effect = float(exp.config.get("margin", defaults.MARGIN))
@@ -181,18 +196,17 @@ def analyze(exp: Experiment, baseline: str | int | None = None, alpha: float = d
     # the families are known
     pending: list[tuple] = []
     for w in exp.workloads:
-        wi = w["idx"]
+        wi = w.idx
         if workload_idxs is not None and wi not in workload_idxs:
             continue
         cell_runs = {vi: exp.cell_runs(wi, vi) for vi in range(len(labels))}
         blocks_of = {vi: measured_blocks(runs) for vi, runs in cell_runs.items()}
         rows = []
         defs = exp.defs_for(wi)
-        judged = {d["name"] for d in primary_metrics(defs)}   # what the runner's looks judge
+        judged = {d.name for d in primary_metrics(defs)}   # what the runner's looks judge
         if only_primary:
             defs = primary_metrics(defs)
-        facts = {vi: {"n_failed": sum(1 for r in runs if r["status"] != "ok")} if only_primary else _run_facts(runs)
-                 for vi, runs in cell_runs.items()}
+        facts = {vi: RunFacts(_failed(runs)) if only_primary else RunFacts.of(runs) for vi, runs in cell_runs.items()}
         for d in defs:
             row = _row(d, cell_runs, blocks_of, facts, only_primary=only_primary, alpha=alpha,
                        n_cmp=n_cmp, cores=cores, floor=min_effect)
@@ -201,15 +215,16 @@ def analyze(exp: Experiment, baseline: str | int | None = None, alpha: float = d
             for c in row.cells:
                 if c.variant_idx != base and c.values and row.cells[base].values:
                     key = (("headline",) if row.headline else ("detail",)) if family == "experiment" \
-                        else (wi, d["name"])
-                    pending.append((key, row, c, blocks_of[c.variant_idx], (wi, d["name"] in judged)))
+                        else (wi, d.name)
+                    pending.append((key, row, c, blocks_of[c.variant_idx], (wi, d.name in judged)))
             rows.append(row)
         workloads.append(WorkloadResult(
-            wi, w["name"], w["argv"], w["info"], w["params"], rows,
+            wi, w.name, w.argv, w.info, w.params, rows,
             runs_total={vi: len(r) for vi, r in cell_runs.items()},
-            runs_failed={vi: [r for r in runs if r["status"] != "ok"] for vi, runs in cell_runs.items()},
+            runs_failed={vi: [r for r in runs if r.status != "ok"] for vi, runs in cell_runs.items()},
             verification={vi: exp.verifications.get((wi, vi)) or Verification(wi, vi)
-                          for vi in range(len(labels))}))
+                          for vi in range(len(labels))},
+            wrapped=None if only_primary else processes.wrapped(exp, labels, wi, w.name)))
     # A sequential experiment that has stopped adds no more runs: what it left undecided is said as
     # what ended it (closed by the futility rule: a bound; cut short by the budget or --max-runs:
     # stopped by it), with the runs a verdict would have needed.
@@ -219,25 +234,24 @@ def analyze(exp: Experiment, baseline: str | int | None = None, alpha: float = d
     return Analysis(exp, base, labels, workloads, alpha, min_effect, design)
 
 
-def _row(d: dict, cell_runs: dict, blocks_of: dict, facts: dict, *, only_primary: bool, alpha: float,
-         n_cmp: int, cores, floor: float) -> MetricRow | None:
+def _row(d: StoredMetric, cell_runs: dict, blocks_of: dict, facts: dict[int, RunFacts], *, only_primary: bool,
+         alpha: float, n_cmp: int, cores, floor: float) -> MetricRow | None:
     """One metric's cells, one per variant; None where no run has a value for it."""
     cells = []
     for vi, runs in cell_runs.items():
-        vals, blocks = _values(runs, d["name"])
-        summary = stats.summarize(vals, n_failed=facts[vi]["n_failed"])
+        vals, blocks = _values(runs, d.name)
+        summary = stats.summarize(vals, n_failed=facts[vi].n_failed)
         check = None if only_primary else functools.partial(
             _checks, vals, blocks, facts[vi], alpha=alpha, n_comparisons=n_cmp, n_cores=cores, floor=floor)
         cells.append(Cell(vi, vals, blocks, summary, n_blocks=blocks_of[vi], check=check))
     if not any(c.values for c in cells):
         return None
-    return MetricRow(d["name"], d["unit"], bool(d["higher_is_better"]), d["source"],
-                     bool(d["primary_metric"]), cells)
+    return MetricRow(d.name, d.unit, bool(d.higher_is_better), d.source, bool(d.primary), cells)
 
 
 @dataclass(frozen=True)
 class Stop:
-    """Why a sequential experiment stopped adding blocks (the runner's config["stopped"]: decided,
+    """Why a sequential experiment stopped adding blocks (the runner's config, key `stopped`: decided,
     bounded, budget, max-runs), after how many, and whether this analysis asks what its looks asked
     (the same baseline and margin), so that what its looks closed can be told from the runs."""
     reason: str | None
@@ -248,9 +262,9 @@ class Stop:
 
 def _stop(exp: Experiment, base: int, margin: float) -> Stop | None:
     """None while the experiment may still add runs (running, interrupted, or fixed --runs)."""
-    if exp.row.get("status") != "complete" or not exp.config.get("until_decided"):
+    if exp.row.status != "complete" or not exp.config.get("until_decided"):
         return None
-    done = exp.config.get("runs_done") or max((measured_blocks(exp.cell_runs(w["idx"], vi))
+    done = exp.config.get("runs_done") or max((measured_blocks(exp.cell_runs(w.idx, vi))
                                                for w in exp.workloads for vi in range(len(exp.variants))), default=0)
     # The runner judges against the first variant at the margin it was given.
     same = base == 0 and math.isclose(margin, float(exp.config.get("margin", defaults.MARGIN)), abs_tol=1e-12)
@@ -342,7 +356,7 @@ def summarize_variants(a: Analysis) -> list[VariantSummary]:
     for vi, label in enumerate(a.labels):
         speed_pairs, mem_pairs, better, worse, statuses = [], [], [], [], set()
         for w in a.workloads:
-            statuses.add(w.verification[vi]["status"])
+            statuses.add(w.verification[vi].status)
             p = w.primary()
             if p is not None:
                 if is_speed(p):

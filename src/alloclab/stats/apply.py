@@ -39,9 +39,10 @@ def command_text(argv: list[str] | None, info: dict | None = None) -> str:
     if not argv:
         return "CMD"
     info = info or {}
-    if info.get("mode") != "service" and not info.get("experiment_file"):
+    recipe = info.get("experiment_file")
+    if info.get("mode") != "service" and not recipe:
         return shlex.join(argv)   # a plain command's braces are the user's own text
-    fixed = {"recipe_dir": str(Path(info["experiment_file"]).parent)} if info.get("experiment_file") else {}
+    fixed = {"recipe_dir": str(Path(recipe).parent)} if recipe else {}
     names: list[str] = []
 
     def mark(m: re.Match) -> str:
@@ -59,11 +60,11 @@ def command_text(argv: list[str] | None, info: dict | None = None) -> str:
 def how_to_apply(a: Analysis, variant_idx: int, argv: list[str] | None, info: dict | None = None) -> HowToApply:
     e = a.experiment
     v = e.variants[variant_idx]
-    env: dict[str, str] = dict(v["env"])
-    base_env = e.variants[a.baseline_idx]["env"]
+    env: dict[str, str] = dict(v.env)
+    base_env = e.variants[a.baseline_idx].env
     unset = tuple(k for k in base_env if k not in env)
     command = command_text(argv, info)
-    parts = (["env"] + [f"-u {k}" for k in unset] if unset else []) + \
+    parts = (["env", *(f"-u {k}" for k in unset)] if unset else []) + \
         [f"{k}={shlex.quote(val)}" for k, val in env.items()] + [command]
     env_line = " ".join(parts)
     drop_in = ["# systemctl edit YOUR.service  (a drop-in in /etc/systemd/system/YOUR.service.d/)",
@@ -72,7 +73,7 @@ def how_to_apply(a: Analysis, variant_idx: int, argv: list[str] | None, info: di
     drop_in += [f"UnsetEnvironment={k}" for k in unset]
     if not env and not unset:
         drop_in.append("# nothing to set: this is the default")
-    allocator = cat.load_catalog().allocators.get(v.get("allocator") or "")
+    allocator = cat.load_catalog().allocators.get(v.allocator or "")
     build = None
     if allocator and allocator.build_option and allocator.build_option != "(default)":
         build = allocator.build_option

@@ -18,6 +18,7 @@ from __future__ import annotations
 import math
 import re
 from dataclasses import dataclass
+from typing import NamedTuple
 
 from alloclab.stats.analysis import Analysis, MetricRow, WorkloadResult
 
@@ -28,7 +29,7 @@ RETURNED = re.compile(r"^returned_after_(?P<phase>.+)$")
 def held_phase(row: MetricRow) -> tuple[str, str] | None:
     """(rss | pss, phase) for a held-memory metric (a size where lower is better), else None."""
     m = HELD.match(row.name)
-    return (m["kind"], m["phase"]) if m and not row.higher_is_better else None
+    return m.group("kind", "phase") if m and not row.higher_is_better else None
 
 
 @dataclass(frozen=True)
@@ -145,15 +146,23 @@ def keeps_more_text(a: Analysis, ws: list[WorkloadResult], keepers: dict[int, He
     return "; ".join(parts)
 
 
-def overhead_after(a: Analysis, ws: list[WorkloadResult], vi: int, phase: str) -> dict | None:
-    """The fingerprint run's reading of variant `vi` at the end of `phase` (live bytes, anonymous
-    RSS, overhead = the difference), from the first of these workloads (one server) that has it."""
-    fps = getattr(a.experiment, "fingerprints", {}) or {}
+class Overhead(NamedTuple):
+    """A fingerprint run's reading at the end of a phase (KiB): live bytes, and the anonymous RSS
+    beyond them."""
+    live_kb: float
+    overhead_kb: float
+
+
+def overhead_after(a: Analysis, ws: list[WorkloadResult], vi: int, phase: str) -> Overhead | None:
+    """The fingerprint run's reading of variant `vi` at the end of `phase`, from the first of these
+    workloads (one server) that has it."""
+    fps = a.experiment.fingerprints
     for w in ws:
         fp = fps.get((w.idx, vi)) or {}
-        ph = next((x for x in fp.get("phases", []) if x["name"] == phase), None)
-        if ph is not None:
-            return ph
+        # The stored fingerprint is JSON (measure/fingerprint.py): read at this edge.
+        for ph in fp.get("phases", []):
+            if ph["name"] == phase:
+                return Overhead(ph["live_kb"], ph["overhead_kb"])
     return None
 
 
@@ -166,8 +175,8 @@ def overhead_text(a: Analysis, ws: list[WorkloadResult], vis: list[int], phase: 
         ph = overhead_after(a, ws, vi, phase)
         if ph is None:
             continue
-        live = f" beyond the program's {ph['live_kb'] / 1024:.1f} MiB live" if not parts else ""
-        parts.append(f"{a.labels[vi]} {ph['overhead_kb'] / 1024:.1f} MiB{live}")
+        live = f" beyond the program's {ph.live_kb / 1024:.1f} MiB live" if not parts else ""
+        parts.append(f"{a.labels[vi]} {ph.overhead_kb / 1024:.1f} MiB{live}")
     return f" (fingerprint run: {', '.join(parts)})" if parts else ""
 
 

@@ -17,7 +17,8 @@ import shlex
 import statistics
 from dataclasses import dataclass
 
-from alloclab.stats.analysis import Analysis, WorkloadResult
+from alloclab.store.db import Experiment
+from alloclab.store.model import Run
 
 # Programs that start other programs or do a shim's plumbing, never the work being measured:
 # shells, the launchers people put in front of a command, and the coreutils shims call.
@@ -53,17 +54,32 @@ class Wrapped:
         return shlex.join([self.program_exe, *argv[1:]]) if self.program_exe else None
 
 
-def image(p: dict) -> str:
-    return os.path.basename(p["exe"]) if p.get("exe") else p["name"]
+@dataclass(frozen=True)
+class Seen:
+    """A process of a run as the sampler stored it (measure/run.py, ProcessSeen, as JSON); a store
+    written before images, CPU and faults were recorded lacks them."""
+    name: str
+    exe: str | None = None
+    mapped: bool | None = None
+    cpu_s: float | None = None
+    minflt: int | None = None
+
+    @classmethod
+    def of(cls, p: dict) -> "Seen":
+        return cls(p["name"], p.get("exe"), p.get("mapped"), p.get("cpu_s"), p.get("minflt"))
 
 
-def _runs(a: Analysis, w: WorkloadResult, vi: int) -> list[tuple[dict, list[dict]]]:
+def image(p: Seen) -> str:
+    return os.path.basename(p.exe) if p.exe else p.name
+
+
+def _runs(exp: Experiment, wi: int, vi: int) -> list[tuple[Run, list[Seen]]]:
     out = []
-    for r in a.experiment.cell_runs(w.idx, vi):
-        text = r.get("processes") or "[]"
-        if r["status"] != "ok" or text.count('"pid"') < 2:   # one process: no wrapper to find
+    for r in exp.cell_runs(wi, vi):
+        text = r.processes or "[]"
+        if r.status != "ok" or text.count('"pid"') < 2:   # one process: no wrapper to find
             continue
-        procs = [p for p in json.loads(text) if p.get("mapped") is not False]
+        procs = [p for p in map(Seen.of, json.loads(text)) if p.mapped is not False]
         out.append((r, procs))
     return out
 
@@ -73,9 +89,10 @@ def _share(values: list[float], totals: list[float]) -> float | None:
     return min(1.0, statistics.median(pairs)) if pairs else None
 
 
-def wrapped(a: Analysis, w: WorkloadResult) -> Wrapped | None:
-    """What ran under each variant of `w`, when more than one program did; None otherwise."""
-    runs = {vi: _runs(a, w, vi) for vi in range(len(a.labels))}
+def wrapped(exp: Experiment, labels: list[str], wi: int, name: str) -> Wrapped | None:
+    """What ran under each variant of workload `wi` (`name`), when more than one program did; None
+    otherwise. The analysis reads it once per workload (stats/analysis.py, WorkloadResult.wrapped)."""
+    runs = {vi: _runs(exp, wi, vi) for vi in range(len(labels))}
     images = {image(p) for rs in runs.values() for _, procs in rs for p in procs}
     if len(images) < 2:
         return None
@@ -84,8 +101,8 @@ def wrapped(a: Analysis, w: WorkloadResult) -> Wrapped | None:
     for rs in runs.values():
         for _, procs in rs:
             for p in procs:
-                faults[image(p)] = faults.get(image(p), 0) + (p.get("minflt") or 0)
-                exe.setdefault(image(p), p.get("exe"))
+                faults[image(p)] = faults.get(image(p), 0) + (p.minflt or 0)
+                exe.setdefault(image(p), p.exe)
     programs = sorted((i for i in images if i not in WRAPPERS), key=lambda i: -faults.get(i, 0))
     cells = []
     for vi, rs in runs.items():
@@ -93,45 +110,15 @@ def wrapped(a: Analysis, w: WorkloadResult) -> Wrapped | None:
             continue
         counts = {i: statistics.median([sum(1 for p in procs if image(p) == i) for _, procs in rs]) for i in images}
         own = [[p for p in procs if image(p) in programs] for _, procs in rs]
-        timed = any(p.get("cpu_s") is not None for _, procs in rs for p in procs)
-        cpu = _share([sum(p.get("cpu_s") or 0 for p in ps) for ps in own],
-                     [r["metrics"].get("cpu_s", 0) for r, _ in rs]) if timed else None
-        flt = _share([sum(p.get("minflt") or 0 for p in ps) for ps in own],
-                     [r["metrics"].get("minflt", 0) for r, _ in rs]) if timed else None
-        cells.append(VariantPrograms(a.labels[vi], {i: c for i, c in sorted(counts.items(), key=lambda x: -x[1]) if c}, cpu, flt))
+        timed = any(p.cpu_s is not None for _, procs in rs for p in procs)
+        cpu = _share([sum(p.cpu_s or 0 for p in ps) for ps in own],
+                     [r.metrics.get("cpu_s", 0) for r, _ in rs]) if timed else None
+        flt = _share([sum(p.minflt or 0 for p in ps) for ps in own],
+                     [r.metrics.get("minflt", 0) for r, _ in rs]) if timed else None
+        cells.append(VariantPrograms(labels[vi], {i: c for i, c in sorted(counts.items(), key=lambda x: -x[1]) if c}, cpu, flt))
     wrappers_per_run = [sum(n for i, n in c.per_run.items() if i in WRAPPERS) for c in cells]
     dominated = bool(programs) and any(
         (c.program_faults is not None and c.program_faults < DOMINANT) or
         (c.program_faults is None and n >= 2 and n > sum(c.per_run.get(i, 0) for i in programs))
         for c, n in zip(cells, wrappers_per_run))
-    return Wrapped(w.name, programs, exe.get(programs[0]) if programs else None, cells, dominated)
-
-
-def _pct(x: float | None) -> str:
-    return f"{x * 100:.0f}%" if x is not None else "n/a"
-
-
-def cell_line(c: VariantPrograms, programs: list[str]) -> str:
-    """"tcmalloc: per run 1 python3.11, 5 bash, 2 env; python3.11 itself 13% of the CPU, 5% of the faults"."""
-    procs = ", ".join(f"{n:g} {i}" for i, n in c.per_run.items())
-    own = " and ".join(programs) or "no program but wrappers"
-    shares = f"; {own} itself {_pct(c.program_cpu)} of the CPU, {_pct(c.program_faults)} of the faults" \
-        if c.program_faults is not None else ""
-    return f"{c.label}: {procs} seen per run{shares}"
-
-
-def answer_line(x: Wrapped, argv: list[str], with_workload: bool = True) -> str | None:
-    """The sentence for the answer when wrappers carry the runs, with the command to measure instead."""
-    if not x.dominated or not x.program_exe:   # stored before images were recorded: counts only
-        return None
-    n = max(sum(v for i, v in c.per_run.items() if i in WRAPPERS) for c in x.cells)
-    kinds = sorted({i for c in x.cells for i in c.per_run if i in WRAPPERS})
-    shares = [c.program_faults for c in x.cells if c.program_faults is not None]
-    span = "" if not shares else _pct(min(shares)) if _pct(min(shares)) == _pct(max(shares)) else \
-        f"{_pct(min(shares))} to {_pct(max(shares))}"
-    carried = f"; {x.programs[0]} itself accounts for only {span} of the faults seen" if shares else ""
-    cmd = x.command(argv)
-    return ((f"{x.workload}: " if with_workload else "") +
-            f"{os.path.basename(argv[0])} is a wrapper, not the program: up to {n:g} {'/'.join(kinds)} processes "
-            f"per run started under the allocator besides {' and '.join(x.programs)}{carried}, so the effect is "
-            f"largely the wrappers' start-up" + (f"; measure `{cmd}` directly" if cmd else ""))
+    return Wrapped(name, programs, exe.get(programs[0]) if programs else None, cells, dominated)

@@ -116,7 +116,7 @@ def _workload_points(a: Analysis, w: WorkloadResult) -> tuple[list[Point], str, 
         pc = primary.cells[vi] if primary else None
         rc = rss.cells[vi] if rss else None
         base = vi == a.baseline_idx
-        status = w.verification[vi]["status"]
+        status = w.verification[vi].status
         speed = pc.summary.median if pc else math.nan
         points.append(Point(
             vi, label, speed, rc.summary.median if rc else math.nan,
@@ -155,7 +155,7 @@ def _budget_text(budget: float | None, held: bool = False) -> str:
 def _caveats(a: Analysis, ws: list[WorkloadResult], vi: int) -> list[str]:
     out = []
     for w in ws:
-        status = w.verification[vi]["status"]
+        status = w.verification[vi].status
         if status == "unknown":
             out.append(f"{a.labels[vi]} was not verified on {w.name} (verification off or inconclusive)")
         failed = len(w.runs_failed[vi])

@@ -8,6 +8,7 @@ the best point, the cheapest within noise, thread scaling for `threads`) and Abl
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from dataclasses import dataclass, field
 
@@ -19,6 +20,66 @@ from alloclab.stats.analysis import Analysis, Cell, MetricRow, judge_cells
 
 SCALING_GAIN = 1.10      # adding threads must give at least +10% to count as scaling
 SCALING_PARAMS = ("threads",)
+
+
+# --- the stored structures ------------------------------------------------------------
+# Written by plan/sweep.py and plan/param_sweep.py into the experiment's config (JSON); read here
+# into typed values, keeping the keys each type has (another alloclab version may add some).
+
+def _typed(cls, d: dict, **parsed):
+    names = {f.name for f in dataclasses.fields(cls)}
+    return cls(**{k: v for k, v in d.items() if k in names} | parsed)
+
+
+@dataclass(frozen=True)
+class SweepPoint:
+    value: int | float | str
+    text: str | None = None          # as written; the value's text where not stored
+    variant: str | None = None       # variant sweeps: the point's variant
+    workload: int | None = None      # parameter sweeps: the point's workload
+
+    @property
+    def shown(self) -> str:
+        return str(self.value if self.text is None else self.text)
+
+
+@dataclass(frozen=True)
+class VariantSweep:
+    tunable: str
+    points: list[SweepPoint]
+    fixed: dict = field(default_factory=dict)   # the other tunables' values
+    setting: str = ""                # the swept setting's key
+
+
+@dataclass(frozen=True)
+class ParamSweep:
+    param: str
+    points: list[SweepPoint]
+    base: str = ""                   # the swept program
+    fixed: dict = field(default_factory=dict)   # the other parameters' values
+
+
+@dataclass(frozen=True)
+class AblationSetting:
+    setting: str                     # as written, e.g. "MALLOC_ARENA_MAX=2"
+    variant: str                     # the variant that has it alone
+
+
+@dataclass(frozen=True)
+class Ablation:
+    baseline: str                    # the variant without the settings
+    combined: str                    # the variant with all of them
+    settings: list[AblationSetting]
+    spec: str = ""                   # the --ablate text
+
+
+def _sweep(cls, s: dict):
+    return _typed(cls, s, points=[_typed(SweepPoint, p) for p in s["points"]])
+
+
+def _ablation(structure: dict) -> Ablation:
+    abl = structure["ablation"]
+    return _typed(Ablation, abl, settings=[_typed(AblationSetting, x) for x in abl["settings"]])
 
 
 # --- curves ----------------------------------------------------------------------
@@ -126,35 +187,35 @@ def sweep_results(a: Analysis, sweeps: list[dict]) -> list[SweepCurve]:
     curves = []
     for i, s in enumerate(sweeps):
         if "tunable" in s:
-            curves += _variant_curves(a, s, i)
+            curves += _variant_curves(a, _sweep(VariantSweep, s), i)
         elif "param" in s:
-            curves += _param_curves(a, s, i)
+            curves += _param_curves(a, _sweep(ParamSweep, s), i)
     return curves
 
 
-def _variant_curves(a: Analysis, s: dict, source: int) -> list[SweepCurve]:
+def _variant_curves(a: Analysis, s: VariantSweep, source: int) -> list[SweepCurve]:
     idx = {label: i for i, label in enumerate(a.labels)}
-    points = [p for p in s["points"] if p["variant"] in idx]
+    points = [p for p in s.points if p.variant in idx]
     out = []
     for w in a.workloads:
         row = w.primary()
         if row is None or len(points) < 2:
             continue
         rows = _rows(w)
-        curve = SweepCurve("variant", s["tunable"], source, w.name, w.name, s.get("fixed", {}), row.name, row.unit,
+        curve = SweepCurve("variant", s.tunable, source, w.name, w.name, s.fixed, row.name, row.unit,
                            row.higher_is_better,
-                           _order([_point(p.get("text", p["value"]), p["value"], p["variant"], row,
-                                          idx[p["variant"]], rows) for p in points]), None, None)
+                           _order([_point(p.shown, p.value, p.variant, row, idx[p.variant], rows)
+                                   for p in points]), None, None)
         out.append(_decide(curve, a))
     return out
 
 
-def _param_curves(a: Analysis, s: dict, source: int) -> list[SweepCurve]:
+def _param_curves(a: Analysis, s: ParamSweep, source: int) -> list[SweepCurve]:
     by_idx = {w.idx: w for w in a.workloads}
-    points = [p for p in s["points"] if p["workload"] in by_idx]
+    points = [p for p in s.points if p.workload in by_idx]
     if len(points) < 2:
         return []
-    first = by_idx[points[0]["workload"]].primary()
+    first = by_idx[points[0].workload].primary()
     if first is None:
         return []
     cores = a.experiment.machine.get("usable_cores")
@@ -162,16 +223,15 @@ def _param_curves(a: Analysis, s: dict, source: int) -> list[SweepCurve]:
     for vi, label in enumerate(a.labels):
         made = []
         for p in points:
-            w = by_idx[p["workload"]]
+            w = by_idx[p.workload]
             row = w.row(first.name)
             if row is not None:
-                made.append(_point(p.get("text", p["value"]), p["value"], w.name, row, vi, _rows(w)))
-        fixed = dict(s.get("fixed", {}))
-        curve = SweepCurve("param", s["param"], source, s.get("base", ""), label, fixed, first.name, first.unit,
+                made.append(_point(p.shown, p.value, w.name, row, vi, _rows(w)))
+        curve = SweepCurve("param", s.param, source, s.base, label, dict(s.fixed), first.name, first.unit,
                            first.higher_is_better,
                            _order(made), None, None)
         curve = _decide(curve, a)
-        if s["param"] in SCALING_PARAMS:
+        if s.param in SCALING_PARAMS:
             curve.scaling = scaling_result(curve, cores, a)
         out.append(curve)
     return out
@@ -270,9 +330,9 @@ def _interaction_ci(base: Cell, singles: list[Cell], combined: Cell, a: Analysis
 
 def ablation_result(a: Analysis, structure: dict) -> list[AblationResult]:
     """Per workload: each setting's contribution alone, all together, and whether they interact."""
-    abl = structure["ablation"]
+    abl = _ablation(structure)
     idx = {label: i for i, label in enumerate(a.labels)}
-    labels = [abl["baseline"]] + [s["variant"] for s in abl["settings"]] + [abl["combined"]]
+    labels = [abl.baseline] + [s.variant for s in abl.settings] + [abl.combined]
     if any(lab not in idx for lab in labels):
         return []
     out = []
@@ -282,18 +342,18 @@ def ablation_result(a: Analysis, structure: dict) -> list[AblationResult]:
             continue
         rss = w.row("peak_rss_mb")
         hib = row.higher_is_better
-        base = row.cells[idx[abl["baseline"]]]
+        base = row.cells[idx[abl.baseline]]
         others = [row.cells[idx[lab]] for lab in labels[1:]]
         # One engine: the answer's verdict where it exists, so the ablation table can never disagree with
         # the answer; judged the same way (paired, the alpha the looks left) where the baseline differs.
-        own = idx[abl["baseline"]] == a.baseline_idx
+        own = idx[abl.baseline] == a.baseline_idx
         comps = [c.comparison if own and c.comparison else judge_cells(a, base, c, hib, len(others)) for c in others]
         effects = []
-        for name, lab, cell, comp in zip([s["setting"] for s in abl["settings"]] + ["all together"],
+        for name, lab, cell, comp in zip([s.setting for s in abl.settings] + ["all together"],
                                          labels[1:], others, comps):
             mem = None
             if rss:
-                rb, rc = rss.cells[idx[abl["baseline"]]], rss.cells[idx[lab]]
+                rb, rc = rss.cells[idx[abl.baseline]], rss.cells[idx[lab]]
                 mem = rc.comparison if own and rc.comparison else judge_cells(a, rb, rc, False, len(others))
             effects.append(Effect(name, lab, cell.summary, comp, mem))
         singles, combined = effects[:-1], effects[-1]
@@ -301,7 +361,7 @@ def ablation_result(a: Analysis, structure: dict) -> list[AblationResult]:
         est, lo, hi = _interaction_ci(base, others[:-1], others[-1], a)
         inter = est if math.isfinite(est) else (combined.comparison.ratio / expected if expected else math.nan)
         verdict, text = _interaction_words(inter, lo, hi, hib, row.name)
-        out.append(AblationResult(w.name, row.name, row.unit, hib, abl["baseline"], base.summary, singles,
+        out.append(AblationResult(w.name, row.name, row.unit, hib, abl.baseline, base.summary, singles,
                                   combined, expected, inter, lo, hi, verdict, text))
     return out
 

@@ -226,13 +226,13 @@ class Store:
         runs = {r[0]: (r[1], r[2]) for r in q(
             "SELECT experiment_id, count(*), sum(status = 'ok') FROM runs WHERE warmup = 0 GROUP BY experiment_id")}
         out = []
-        for row in self.experiments():
-            machine = json.loads(row["machine"])
-            total, ok = runs.get(row["id"], (0, 0))
-            out.append({"id": row["id"], "date": row["created"], "kind": row["kind"], "status": row["status"],
-                        "title": row["title"], "workloads": workloads.get(row["id"], 0),
-                        "variants": variants.get(row["id"], []), "runs": total, "runs_ok": ok or 0,
-                        "host": machine.get("host", ""), "kernel": machine.get("kernel", ""),
+        for id_, created, kind, status, title, machine in q(
+                "SELECT id, created, kind, status, title, machine FROM experiments ORDER BY id"):
+            machine = json.loads(machine)
+            total, ok = runs.get(id_, (0, 0))
+            out.append({"id": id_, "date": created, "kind": kind, "status": status, "title": title,
+                        "workloads": workloads.get(id_, 0), "variants": variants.get(id_, []), "runs": total,
+                        "runs_ok": ok or 0, "host": machine.get("host", ""), "kernel": machine.get("kernel", ""),
                         "glibc": machine.get("glibc", "")})
         return out
 
@@ -251,31 +251,39 @@ class Store:
 
     def load(self, exp: int | None = None) -> "Experiment":
         exp = self.latest() if exp is None else exp
-        row = self.db.execute("SELECT * FROM experiments WHERE id=?", (exp,)).fetchone()
+        row = self.db.execute(f"SELECT {ExperimentRow.COLUMNS}, config, machine FROM experiments WHERE id=?",
+                              (exp,)).fetchone()
         if row is None:
-            ids = [str(r["id"]) for r in self.experiments()]
+            ids = [str(id_) for id_, in self.db.execute("SELECT id FROM experiments ORDER BY id")]
             raise AlloclabError(f"No experiment {exp} in {self.path}; it holds {', '.join(ids) or 'none'}. "
                                 f"Run `alloclab experiments` to list them.")
-        q = lambda sql: self.db.execute(sql, (exp,)).fetchall()  # noqa: E731
-        runs = q("SELECT * FROM runs WHERE experiment_id=? ORDER BY id")
+        *head, config, machine = row
+
+        def records(rec, table: str, order: str = "") -> list:
+            # Columns by name, in the order rec.from_row reads them: a table's own order may differ.
+            rows = self.db.execute(f"SELECT {rec.COLUMNS} FROM {table} WHERE experiment_id=? {order}", (exp,))
+            return [rec.from_row(r) for r in rows]
+
+        def by_cell(table: str, column: str) -> dict:
+            return {(wi, vi): json.loads(text) for wi, vi, text in self.db.execute(
+                f"SELECT workload_idx, variant_idx, {column} FROM {table} WHERE experiment_id=?", (exp,))}
+
+        runs = records(Run, "runs", "ORDER BY id")
         values: dict[int, dict[str, float]] = {}
-        for r in self.db.execute("SELECT m.run_id, m.name, m.value FROM metrics m JOIN runs r ON r.id=m.run_id"
-                                 " WHERE r.experiment_id=?", (exp,)):
-            values.setdefault(r[0], {})[r[1]] = r[2]
+        for run_id, name, value in self.db.execute("SELECT m.run_id, m.name, m.value FROM metrics m JOIN runs r"
+                                                   " ON r.id=m.run_id WHERE r.experiment_id=?", (exp,)):
+            values.setdefault(run_id, {})[name] = value
+        for run in runs:
+            run.metrics = values.get(run.id, {})
         return Experiment(
-            id=exp, row=ExperimentRow.of(row), config=json.loads(row["config"]), machine=json.loads(row["machine"]),
-            workloads=[WorkloadRecord.from_row(r) for r in q("SELECT * FROM workloads WHERE experiment_id=? ORDER BY idx")],
-            variants=[VariantRecord.from_row(r) for r in q("SELECT * FROM variants WHERE experiment_id=? ORDER BY idx")],
-            metric_defs=[StoredMetric.from_row(r) for r in
-                         q("SELECT * FROM metric_defs WHERE experiment_id=? ORDER BY workload_idx, ord")],
-            verifications={(v.workload_idx, v.variant_idx): v for v in
-                           map(Verification.from_row, q("SELECT * FROM verifications WHERE experiment_id=?"))},
-            runs=[Run.from_row(r, values.get(r["id"], {})) for r in runs],
-            fingerprints={(r["workload_idx"], r["variant_idx"]): json.loads(r["data"])
-                          for r in q("SELECT * FROM fingerprints WHERE experiment_id=?")},
-            profiles={(r["workload_idx"], r["variant_idx"]): json.loads(r["summary"])
-                      for r in q("SELECT * FROM profiles WHERE experiment_id=?")},
+            id=exp, row=ExperimentRow.from_row(head), config=json.loads(config), machine=json.loads(machine),
+            workloads=records(WorkloadRecord, "workloads", "ORDER BY idx"),
+            variants=records(VariantRecord, "variants", "ORDER BY idx"),
+            metric_defs=records(StoredMetric, "metric_defs", "ORDER BY workload_idx, ord"),
+            verifications={(v.workload_idx, v.variant_idx): v for v in records(Verification, "verifications")},
+            runs=runs, fingerprints=by_cell("fingerprints", "data"), profiles=by_cell("profiles", "summary"),
         )
+
 
 @dataclass
 class Experiment:

@@ -41,10 +41,10 @@ def merge_session(store: Store, exp_id: int, db_bytes: bytes, host: str) -> dict
 
 def _merge(store: Store, exp_id: int, host: str) -> dict:
     db = store.db
-    row = db.execute("SELECT * FROM src.experiments ORDER BY id DESC LIMIT 1").fetchone()
+    row = db.execute("SELECT id, config, machine FROM src.experiments ORDER BY id DESC LIMIT 1").fetchone()
     if row is None:
         return {"runs": 0, "measured_blocks": 0, "config": {}, "machine": {}, "verifications": {}}
-    src = row["id"]
+    src, config, machine = row
     if db.execute("SELECT count(*) FROM workloads WHERE experiment_id=?", (exp_id,)).fetchone()[0] == 0:
         # The first session back defines what was run; every host ran the same spec.
         for table in ("workloads", "metric_defs", "variants"):
@@ -67,10 +67,12 @@ def _merge(store: Store, exp_id: int, host: str) -> dict:
         n += 1
     measured = db.execute("SELECT count(DISTINCT block) FROM src.runs WHERE experiment_id=? AND warmup=0",
                           (src,)).fetchone()[0]
-    verifications = {(v["workload_idx"], v["variant_idx"]): {"status": v["status"], "reasons": json.loads(v["reasons"]),
-                                                             "notes": json.loads(v["notes"])}
-                     for v in db.execute("SELECT * FROM src.verifications WHERE experiment_id=?", (src,))}
-    return {"runs": n, "config": json.loads(row["config"]), "machine": json.loads(row["machine"]),
+    # The fleet's wire shape: a host's verifications travel in the experiment's machine record.
+    verifications = {(wi, vi): {"status": status, "reasons": json.loads(reasons), "notes": json.loads(notes)}
+                     for wi, vi, status, reasons, notes in db.execute(
+                         "SELECT workload_idx, variant_idx, status, reasons, notes FROM src.verifications"
+                         " WHERE experiment_id=?", (src,))}
+    return {"runs": n, "config": json.loads(config), "machine": json.loads(machine),
             "verifications": verifications, "measured_blocks": measured}
 
 

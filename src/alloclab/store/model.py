@@ -5,8 +5,9 @@ In: SQLite rows (store/db.py), or what the runner and the fleet write. Out: Expe
 WorkloadRecord, VariantRecord, StoredMetric, Verification and Run. Dicts stay at the edges that
 serialize (the SQLite rows, JSON export, the fleet's wire); `to_dict()` gives each record's row.
 
-`Record` also reads as a mapping (`run["status"]`) for code not yet moved to attributes, and for the
-fleet's JSON; new code uses attributes.
+`Record` also reads as a mapping (subscripts, get, keys) for code not yet moved to attributes, and
+for the fleet's JSON; new code uses attributes. Each `from_row` reads the columns its `COLUMNS` names,
+in that order (Store.load selects them so), decoding the JSON ones.
 """
 
 from __future__ import annotations
@@ -82,13 +83,19 @@ class ExperimentRow(Record):
     status: str = ""
     summary: dict = field(default_factory=dict)
 
+    COLUMNS: ClassVar[str] = "id, created, finished, kind, title, status, summary"
+
     @classmethod
     def of(cls, data):
         if isinstance(data, cls):
             return data
         d = dict(data)
-        d["summary"] = _json(d.get("summary"), {})
-        return super().of(d)
+        return super().of(d | {"summary": _json(d.get("summary"), {})})
+
+    @classmethod
+    def from_row(cls, r) -> "ExperimentRow":
+        *head, summary = r
+        return cls(*head, _json(summary, {}))
 
 
 @dataclass
@@ -104,10 +111,12 @@ class WorkloadRecord(Record):
         return {"experiment_id": self.experiment_id, "idx": self.idx, "name": self.name, "argv": self.argv,
                 "params": self.params, "info": self.info}
 
+    COLUMNS: ClassVar[str] = "idx, name, argv, params, info, experiment_id"
+
     @classmethod
     def from_row(cls, r) -> "WorkloadRecord":
-        return cls(r["idx"], r["name"], json.loads(r["argv"]), json.loads(r["params"]), json.loads(r["info"]),
-                   r["experiment_id"])
+        idx, name, argv, params, info, exp = r
+        return cls(idx, name, json.loads(argv), json.loads(params), json.loads(info), exp)
 
 
 @dataclass
@@ -132,10 +141,12 @@ class VariantRecord(Record):
                 "allocator": self.allocator, "library": self.library, "version": self.version, "env": self.env,
                 "settings": self.settings, "notes": self.notes}
 
+    COLUMNS: ClassVar[str] = "idx, label, spec, allocator, library, version, env, settings, notes, experiment_id"
+
     @classmethod
     def from_row(cls, r) -> "VariantRecord":
-        return cls(r["idx"], r["label"], r["spec"], r["allocator"], r["library"], r["version"], json.loads(r["env"]),
-                   json.loads(r["settings"]), json.loads(r["notes"]), r["experiment_id"])
+        *head, env, settings, notes, exp = r
+        return cls(*head, json.loads(env), json.loads(settings), json.loads(notes), exp)
 
 
 @dataclass(frozen=True)
@@ -155,10 +166,13 @@ class StoredMetric(MetricDef, Record):
                 "unit": self.unit, "higher_is_better": int(self.higher_is_better), "source": self.source,
                 "pattern": self.pattern, "primary_metric": int(self.primary), "ord": self.ord}
 
+    COLUMNS: ClassVar[str] = ("name, unit, higher_is_better, source, pattern, primary_metric, workload_idx, ord, "
+                              "experiment_id")
+
     @classmethod
     def from_row(cls, r) -> "StoredMetric":
-        return cls(r["name"], r["unit"], bool(r["higher_is_better"]), r["source"], r["pattern"],
-                   bool(r["primary_metric"]), r["workload_idx"], r["ord"], r["experiment_id"])
+        name, unit, higher, source, pattern, primary, *rest = r
+        return cls(name, unit, bool(higher), source, pattern, bool(primary), *rest)
 
 
 @dataclass
@@ -174,10 +188,12 @@ class Verification(Record):
         return {"experiment_id": self.experiment_id, "workload_idx": self.workload_idx,
                 "variant_idx": self.variant_idx, "status": self.status, "reasons": self.reasons, "notes": self.notes}
 
+    COLUMNS: ClassVar[str] = "workload_idx, variant_idx, status, reasons, notes, experiment_id"
+
     @classmethod
     def from_row(cls, r) -> "Verification":
-        return cls(r["workload_idx"], r["variant_idx"], r["status"], json.loads(r["reasons"]),
-                   json.loads(r["notes"]), r["experiment_id"])
+        wi, vi, status, reasons, notes, exp = r
+        return cls(wi, vi, status, json.loads(reasons), json.loads(notes), exp)
 
 
 @dataclass
@@ -216,9 +232,11 @@ class Run(Record):
                     "processes": self.processes}
         return out | {"extra": self.extra, "metrics": self.metrics}
 
+    COLUMNS: ClassVar[str] = ("workload_idx, variant_idx, block, position, warmup, status, wall_s, extra, exit_code, "
+                              "signal, error, started, id, experiment_id, stdout, stderr, rss_series, processes")
+
     @classmethod
-    def from_row(cls, r, metrics: dict[str, float]) -> "Run":
-        return cls(r["workload_idx"], r["variant_idx"], r["block"], r["position"], bool(r["warmup"]), r["status"],
-                   r["wall_s"], metrics, json.loads(r["extra"] or "{}"), r["exit_code"], r["signal"], r["error"],
-                   r["started"], r["id"], r["experiment_id"], r["stdout"], r["stderr"], r["rss_series"],
-                   r["processes"])
+    def from_row(cls, r) -> "Run":
+        """Without its metrics (another table): the caller adds them."""
+        wi, vi, block, position, warmup, status, wall_s, extra, *rest = r
+        return cls(wi, vi, block, position, bool(warmup), status, wall_s, {}, json.loads(extra or "{}"), *rest)

@@ -91,7 +91,7 @@ def _faults(a: Analysis, vi: int) -> str:
 
 
 def _usable(a: Analysis, vi: int) -> bool:
-    return all(w.verification.get(vi, {}).get("status", "") not in BAD_STATUS for w in a.workloads)
+    return all((v := w.verification.get(vi)) is None or v.status not in BAD_STATUS for w in a.workloads)
 
 
 def _decided_best(a: Analysis, metric_of, candidates: list[int], exclude=lambda vi: False) -> int | None:
@@ -139,7 +139,7 @@ def answer(a: Analysis, candidates: list[Candidate], max_rss_increase: float | N
     for c in candidates:
         if c.refused:
             out.refused.append(f"{c.spec} ({c.rule}): {c.refused}")
-    spec_of = {v["label"]: v.get("spec", v["label"]) for v in a.experiment.variants}
+    spec_of = {v.label: v.spec for v in a.experiment.variants}
     for c in candidates:
         for label, spec in spec_of.items():
             if spec == c.spec:

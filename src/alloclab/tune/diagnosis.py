@@ -1,7 +1,8 @@
 """From fingerprints to readings: what the program asks of each allocator and what that allocator
 does about it, reduced to the named figures tune's rules read (catalog/tune_rules.toml).
 
-In: the fingerprint dicts of the diagnosed workloads under the plain allocators (measure/fingerprint.py).
+In: the fingerprints of the diagnosed workloads under the plain allocators (measure/fingerprint.py;
+store/fingerprint_model.py's Fingerprint, or the stored dicts).
 Out: a Reading per allocator, each a set of named numbers (bytes, per second, per unit of work).
 """
 
@@ -9,6 +10,8 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass, field
+
+from alloclab.store.fingerprint_model import Fingerprint, Memory, SizeClass
 
 BIG = 128 * 1024
 
@@ -27,86 +30,78 @@ class Reading:
         return self.values.get(name)
 
 
-def _big_block(hist: list) -> float | None:
+def _big_block(hist: list[SizeClass]) -> float | None:
     """The upper edge of the power-of-two size class at or above 128 KiB that carries most bytes."""
-    big = [(b, c) for c, _, n, b in hist if n and (1 << max(c - 1, 0)) >= BIG]
+    big = [(h.bytes, h.size_class) for h in hist if h.calls and (1 << max(h.size_class - 1, 0)) >= BIG]
     if not big:
         return None
     _, c = max(big)
     return float(1 << c)
 
 
-def _held(fp: dict) -> tuple[float | None, float | None, str]:
+def _held(fp: Fingerprint) -> tuple[float | None, float | None, str]:
     """The most memory held beyond the live bytes after a memory phase of a service (after FLUSHALL,
     after the clients disconnect), with its share of the anonymous RSS there and which phase: what a
     server keeps between loads. A command's end is not such a phase: the process exits."""
-    spots = [(ph["overhead_kb"], ph.get("anon_kb"), f"after {ph['name']}") for ph in fp.get("phases") or []]
+    spots = [(ph.overhead_kb, ph.anon_kb, f"after {ph.name}") for ph in fp.phases]
     if not spots:
         return None, None, "after a phase"
     kb, anon, where = max(spots, key=lambda s: s[0])
     return kb * 1024.0, (kb / anon if anon else None), where
 
 
-def reading(allocator: str, label: str, fp: dict, cpus: int | None = None) -> Reading:
-    """The named figures of one fingerprint (measure/fingerprint.py's dict)."""
-    wall = fp.get("wall_s") or None
-    v: dict[str, float] = {"cpus": float(cpus or os.cpu_count() or 1)}
-    v["threads"] = float(fp.get("threads") or 0)
-    v["allocs"] = float(fp.get("allocs") or 0)
-    if fp.get("allocs_per_s") is not None:
-        v["allocs_per_s"] = float(fp["allocs_per_s"])
-    if fp.get("cross_thread_share") is not None:
-        v["cross_thread_share"] = float(fp["cross_thread_share"])
-    mem = fp.get("memory") or {}
-    for key, name in (("peak_live_kb", "peak_live"), ("end_live_kb", "end_live"),
-                      ("overhead_at_peak_kb", "overhead_peak"), ("overhead_at_end_kb", "overhead_end"),
-                      ("peak_anon_kb", "peak_anon")):
-        if key in mem:
-            v[name] = mem[key] * 1024.0
-    if mem.get("end_anon_kb"):
-        v["overhead_end_share"] = mem["overhead_at_end_kb"] / mem["end_anon_kb"]
-    if mem.get("anon_at_peak_live_kb"):
-        v["overhead_peak_share"] = mem["overhead_at_peak_kb"] / mem["anon_at_peak_live_kb"]
-    series = fp.get("series") or []   # (t, live KiB, RSS KiB, anonymous KiB) every 20 ms
-    if series:
-        most = max(series, key=lambda pt: pt[3] - pt[1])
-        v["overhead_most"] = (most[3] - most[1]) * 1024.0
-        if most[3] > 0:
-            v["overhead_most_share"] = (most[3] - most[1]) / most[3]
+def _known(**figures: float | None) -> dict[str, float]:
+    """The figures the fingerprint gave, as floats; one it could not give (None) is left out."""
+    return {name: float(x) for name, x in figures.items() if x is not None}
+
+
+def _kib(kb: float | None) -> float | None:
+    return None if kb is None else kb * 1024.0
+
+
+def _share(part: float | None, whole: float | None) -> float | None:
+    """part / whole, where the whole is known and not zero."""
+    return part / whole if whole and part is not None else None
+
+
+def reading(allocator: str, label: str, fp: Fingerprint | dict, cpus: int | None = None) -> Reading:
+    """The named figures of one fingerprint (measure/fingerprint.py's; stored dicts are read as one)."""
+    fp = Fingerprint.of(fp)
+    wall = fp.wall_s or None
+    v = _known(cpus=cpus or os.cpu_count() or 1, threads=fp.threads or 0, allocs=fp.allocs or 0,
+               allocs_per_s=fp.allocs_per_s, cross_thread_share=fp.cross_thread_share)
+    mem = fp.memory or Memory()
+    peak_live = _kib(mem.peak_live_kb)
+    v |= _known(peak_live=peak_live, end_live=_kib(mem.end_live_kb),
+                overhead_peak=_kib(mem.overhead_at_peak_kb), overhead_end=_kib(mem.overhead_at_end_kb),
+                peak_anon=_kib(mem.peak_anon_kb),
+                overhead_end_share=_share(mem.overhead_at_end_kb, mem.end_anon_kb),
+                overhead_peak_share=_share(mem.overhead_at_peak_kb, mem.anon_at_peak_live_kb))
+    if fp.series:   # (t, live KiB, RSS KiB, anonymous KiB) every 20 ms
+        most = max(fp.series, key=lambda pt: pt.anon_kb - pt.live_kb)
+        gap = most.anon_kb - most.live_kb
+        v |= _known(overhead_most=gap * 1024.0, overhead_most_share=gap / most.anon_kb if most.anon_kb > 0 else None)
     held, share, where = _held(fp)
-    if held is not None:
-        v["held_after_phase"] = held
-        if share is not None:
-            v["held_after_phase_share"] = share
-    if (bb := _big_block(fp.get("hist") or [])) is not None:
-        v["big_block"] = bb
-    big_bytes = float(fp.get("big_bytes") or 0)
-    if wall:
-        v["big_bytes_per_s"] = big_bytes / wall
-    calls, moved = fp.get("syscalls") or {}, fp.get("syscall_bytes") or {}
-    for key in ("brk", "mmap", "munmap", "madvise"):
-        if key in calls:
-            v[f"{key}_calls"] = float(calls[key])
-    if moved:
-        grown, shrunk = float(moved.get("brk_grown", 0)), float(moved.get("brk_shrunk", 0))
-        v["trim_bytes"], v["munmap_bytes"] = shrunk, float(moved.get("munmap", 0))
-        v["madvise_bytes"] = float(moved.get("madvise_released", 0))
-        if grown:
-            v["trim_share"] = shrunk / grown
-        if big_bytes:
-            v["big_unmapped_share"] = v["munmap_bytes"] / big_bytes
-        if wall:
-            v["trim_bytes_per_s"] = shrunk / wall
-            v["mmap_churn_bytes_per_s"] = v["munmap_bytes"] / wall
-            v["madvise_bytes_per_s"] = v["madvise_bytes"] / wall
+    big_bytes = float(fp.big_bytes or 0)
+    v |= _known(held_after_phase=held, held_after_phase_share=share,
+                big_block=_big_block(fp.hist), big_bytes_per_s=big_bytes / wall if wall else None)
+    calls = fp.syscalls or {}
+    v |= {f"{key}_calls": float(calls[key]) for key in ("brk", "mmap", "munmap", "madvise") if key in calls}
     per, units = _units(fp)
-    if "trim_bytes" in v:
+    if fp.syscall_bytes is not None:
+        moved = fp.syscall_bytes
+        grown, trimmed = float(moved.brk_grown), float(moved.brk_shrunk)
+        unmapped, released = float(moved.munmap), float(moved.madvise_released)
         # The heap given back and regrown in one unit of work; without a unit, in one cycle of the
         # heap, which cannot exceed the most the program ever held live.
-        if units:
-            v["heap_swing"] = v["trim_bytes"] / units
-        elif v["trim_bytes"]:
-            v["heap_swing"] = min(v["trim_bytes"], v.get("peak_live", v["trim_bytes"]))
+        swing = trimmed / units if units else min(trimmed, trimmed if peak_live is None else peak_live)
+        v |= _known(trim_bytes=trimmed, munmap_bytes=unmapped, madvise_bytes=released,
+                    trim_share=trimmed / grown if grown else None,
+                    big_unmapped_share=unmapped / big_bytes if big_bytes else None,
+                    trim_bytes_per_s=trimmed / wall if wall else None,
+                    mmap_churn_bytes_per_s=unmapped / wall if wall else None,
+                    madvise_bytes_per_s=released / wall if wall else None,
+                    heap_swing=swing if units or trimmed else None)
     return Reading(allocator, label, v, per, where)
 
 
@@ -120,19 +115,19 @@ def merged(parts: list[Reading]) -> Reading:
     for r in parts:
         for k, x in r.values.items():
             values[k] = max(values.get(k, x), x)
-    held = max((r for r in parts if "held_after_phase" in r.values), key=lambda r: r.values["held_after_phase"],
+    held = max((r for r in parts if r.get("held_after_phase") is not None), key=lambda r: r.get("held_after_phase"),
                default=first)
     return Reading(first.allocator, first.label, values, first.per, held.held_where)
 
 
-def _units(fp: dict) -> tuple[str, float | None]:
+def _units(fp: Fingerprint) -> tuple[str, float | None]:
     """The work unit and how much of it the fingerprint run measured: a recipe's transactions in the
     client's measured window, or none for a command. The run's system calls also count its start
     and warm-up, so a figure per unit is, if anything, high: a pad sized from it errs large."""
-    pw = fp.get("per_work")
-    if not pw or not pw.get("rate") or not pw.get("window_s"):
+    pw = fp.per_work
+    if not pw or not pw.rate or not pw.window_s:
         return "cycle of the heap", None
-    return pw["work"], pw["rate"] * pw["window_s"]
+    return pw.work, pw.rate * pw.window_s
 
 
 def size_text(n: float) -> str:

@@ -105,7 +105,7 @@ def finalists(a: Analysis, candidates: list[Candidate], slots: int) -> Finalists
     gain in memory (only where it screened below the default's); the ranking whose leader gained
     more goes first. At least one."""
     by_spec = {c.spec: c for c in candidates}
-    spec_of = {i: v.get("spec", v["label"]) for i, v in enumerate(a.experiment.variants)}
+    spec_of = {i: v.spec for i, v in enumerate(a.experiment.variants)}
     scored = []
     for vi, spec in spec_of.items():
         if vi == a.baseline_idx or spec not in by_spec:

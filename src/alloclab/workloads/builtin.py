@@ -42,14 +42,20 @@ class BuiltinDef:
 def registry() -> dict[str, BuiltinDef]:
     data = tomllib.loads(resources.files("alloclab.workloads").joinpath("builtin.toml").read_text())
     common = data.get("common", {}).get("params", {})
-    out = {}
-    for name, w in data["workloads"].items():
-        metrics = tuple(MetricDef(key, m.get("unit", ""), bool(m["higher"]), "json", key, bool(m.get("primary")))
-                        for key, m in w["metrics"].items())
-        out[name] = BuiltinDef(name, w["source"], w["description"], w["stands_for"],
-                               tuple(w["default_args"]), tuple(w["quick_args"]),
-                               {**w.get("params", {}), **common}, metrics)
-    return out
+    return {name: _builtin(name, common, **w) for name, w in data["workloads"].items()}
+
+
+def _builtin(name: str, common_params: dict[str, str], *, source: str, description: str, stands_for: str,
+             default_args: list[str], quick_args: list[str], metrics: dict[str, dict],
+             params: dict[str, str] | None = None) -> BuiltinDef:
+    """A [workloads.NAME] table of builtin.toml, its keys as arguments (an unknown key is an error)."""
+    return BuiltinDef(name, source, description, stands_for, tuple(default_args), tuple(quick_args),
+                      {**(params or {}), **common_params}, tuple(_metric(k, **m) for k, m in metrics.items()))
+
+
+def _metric(name: str, *, higher: bool, unit: str = "", primary: bool = False) -> MetricDef:
+    """A [workloads.W.metrics.NAME] table: the program prints the metric as a key of its JSON line."""
+    return MetricDef(name, unit, bool(higher), "json", name, bool(primary))
 
 
 @functools.cache

@@ -46,6 +46,20 @@ METRIC = {"name": "string", "unit": "string", "higher": "bool (higher is better)
 RATIO_MEASURES = ("cpu_s", "user_s", "sys_s", "wall_s", "load_cpu_s")   # load_cpu_s: a server's, while loaded
 
 
+class Checker(_Checker):
+    """toml_check's checker with the two reads this schema repeats, by key as typed() and number()
+    read a value: a key's table and a key's command, each checked and named by its path."""
+
+    def table_at(self, data: dict, key: str, where: tuple, allowed: dict[str, str],
+                 required: tuple[str, ...] = ()) -> dict:
+        return self.table(data[key], where + (key,), allowed, required)
+
+    def argv_at(self, data: dict, key: str, where: tuple, default=None):
+        """The command under `key`, or `default` where it is absent (a required key is there: table()
+        checked it)."""
+        return self.argv(data[key], where + (key,)) if key in data else default
+
+
 def parse(path: str | Path) -> ExperimentFile:
     path = Path(path)
     try:
@@ -58,7 +72,7 @@ def parse(path: str | Path) -> ExperimentFile:
         data = tomllib.loads(text)
     except tomllib.TOMLDecodeError as exc:
         raise AlloclabError(f"{path}: not valid TOML: {exc}. Fix the syntax at that line.") from None
-    c = _Checker(path, text, loc)
+    c = Checker(path, text, loc)
     c.table(data, (), TOP)
     exp = c.table(data.get("experiment", {}), ("experiment",), EXPERIMENT)
     variants = c.typed(exp, "variants", ("experiment",), list, "a list of variant specs", [])
@@ -83,7 +97,7 @@ def parse(path: str | Path) -> ExperimentFile:
     return ef
 
 
-def _requires(c: _Checker, exp: dict) -> list[Requirement]:
+def _requires(c: Checker, exp: dict) -> list[Requirement]:
     requires = []
     for i, r in enumerate(c.typed(exp, "requires", ("experiment",), list, "a list of tables", [])):
         where = ("experiment", "requires", i)
@@ -93,7 +107,7 @@ def _requires(c: _Checker, exp: dict) -> list[Requirement]:
     return requires
 
 
-def _params(c: _Checker, data: dict) -> dict:
+def _params(c: Checker, data: dict) -> dict:
     params = c.table(data.get("params", {}), ("params",), {k: "parameter" for k in data.get("params", {})})
     for key, value in params.items():
         if not _NAME.match(key) or key in BUILTIN_PLACEHOLDERS:
@@ -105,7 +119,7 @@ def _params(c: _Checker, data: dict) -> dict:
     return dict(params)
 
 
-def _files(c: _Checker, data: dict) -> dict:
+def _files(c: Checker, data: dict) -> dict:
     files = c.table(data.get("files", {}), ("files",), {k: "contents" for k in data.get("files", {})})
     for fname, content in files.items():
         if not isinstance(content, str) or "/" in fname or fname in (".", "..") or not fname:
@@ -114,7 +128,7 @@ def _files(c: _Checker, data: dict) -> dict:
     return dict(files)
 
 
-def _env(c: _Checker, exp: dict) -> dict:
+def _env(c: Checker, exp: dict) -> dict:
     env = c.table(exp.get("env", {}), ("experiment", "env"), {k: "value" for k in exp.get("env", {})})
     for var, value in env.items():
         if not isinstance(value, str) or not re.match(r"^[A-Za-z_][A-Za-z0-9_]*$", var) or \
@@ -125,7 +139,7 @@ def _env(c: _Checker, exp: dict) -> dict:
     return dict(env)
 
 
-def _steps(c: _Checker, data: dict, key: str) -> list[Step]:
+def _steps(c: Checker, data: dict, key: str) -> list[Step]:
     raw = data.get(key, [])
     if not isinstance(raw, list):
         raise c.error((key,), f"'{key}' must be an array of tables.", f"Write each step as [[{key}]].")
@@ -139,14 +153,14 @@ def _steps(c: _Checker, data: dict, key: str) -> list[Step]:
             raise c.error(where + ("background",), "`background = true` is for a [[setup]] step that starts "
                                                    "a daemon, without `service` or `timeout`.",
                           "Remove the other keys, or make it an ordinary step.")
-        out.append(Step(c.argv(s["command"], where + ("command",)),
+        out.append(Step(c.argv_at(s, "command", where),
                         c.number(s, "timeout", where, None), with_service, background))
     return out
 
 
-def _service_and_loads(c: _Checker, data: dict, setup: list[Step]) -> tuple["Service | None", list]:
+def _service_and_loads(c: Checker, data: dict, setup: list[Step]) -> tuple["Service | None", list]:
     """A [service] with its [[client]] loads, or [[command]] loads run under the variant themselves."""
-    service = _service(c, data["service"]) if "service" in data else None
+    service = _service(c, data) if "service" in data else None
     if service is None and any(s.with_service for s in setup):
         raise c.error(("setup",), "a [[setup]] step has `service = true` but the file has no [service].",
                       "Add a [service] table or remove `service = true`.")
@@ -160,10 +174,10 @@ def _service_and_loads(c: _Checker, data: dict, setup: list[Step]) -> tuple["Ser
     return service, _loads(c, data.get(key, []), key)
 
 
-def _service(c: _Checker, raw) -> Service:
+def _service(c: Checker, data: dict) -> Service:
     w = ("service",)
-    s = c.table(raw, w, SERVICE, ("command", "ready"))
-    ready = c.table(s["ready"], w + ("ready",), {"tcp": "true", "command": "argv list", "log": "regex"})
+    s = c.table_at(data, "service", (), SERVICE, ("command", "ready"))
+    ready = c.table_at(s, "ready", w, {"tcp": "true", "command": "argv list", "log": "regex"})
     kinds = [k for k in ("tcp", "command", "log") if k in ready]
     if len(kinds) != 1:
         raise c.error(w + ("ready",), "service.ready needs exactly one probe.",
@@ -172,10 +186,10 @@ def _service(c: _Checker, raw) -> Service:
     kind = kinds[0]
     ready_command: tuple[str, ...] = ()
     ready_log = ""
-    if kind == "tcp" and ready["tcp"] is not True:
+    if kind == "tcp" and ready != {"tcp": True}:
         raise c.error(w + ("ready", "tcp"), "service.ready.tcp must be true.", "Write ready = { tcp = true }.")
     if kind == "command":
-        ready_command = c.argv(ready["command"], w + ("ready", "command"))
+        ready_command = c.argv_at(ready, "command", w + ("ready",))
     if kind == "log":
         ready_log = c.typed(ready, "log", w + ("ready",), str, "a regex string")
         try:
@@ -188,16 +202,17 @@ def _service(c: _Checker, raw) -> Service:
         raise c.error(w + ("stop",), "service.stop needs exactly one of signal or command.",
                       'Write stop = { signal = "SIGINT" } or stop = { command = ["redis-cli", ...] }.')
     stop_signal, stop_command = signal.SIGTERM, ()
-    if "signal" in stop:
-        name = str(stop["signal"]).upper()
+    given = c.typed(stop, "signal", w + ("stop",), str, "a signal name such as SIGTERM")
+    if given is not None:
+        name = given.upper()
         name = name if name.startswith("SIG") else "SIG" + name
         try:
             stop_signal = signal.Signals[name]
         except KeyError:
-            raise c.error(w + ("stop", "signal"), f"unknown signal '{stop['signal']}'.",
+            raise c.error(w + ("stop", "signal"), f"unknown signal '{given}'.",
                           "Use a name such as SIGTERM, SIGINT or SIGQUIT.") from None
     else:
-        stop_command = c.argv(stop["command"], w + ("stop", "command"))
+        stop_command = c.argv_at(stop, "command", w + ("stop",))
     lifetime = c.typed(s, "lifetime", w, str, '"run" or "block"', "run")
     if lifetime not in ("run", "block"):
         raise c.error(w + ("lifetime",), f"service.lifetime must be \"run\" or \"block\" (got {lifetime!r}).",
@@ -217,13 +232,13 @@ def _service(c: _Checker, raw) -> Service:
         raise c.error(w + ("reset_data",), "service.reset_data needs service.data_dir.",
                       "Add data_dir = \"data\" and use {data_dir} in the commands.")
     return Service(
-        command=c.argv(s["command"], w + ("command",)), ready=kind, ready_command=ready_command,
+        command=c.argv_at(s, "command", w), ready=kind, ready_command=ready_command,
         ready_log=ready_log, start_timeout=c.number(s, "start_timeout", w, 30.0, 0.1),
         stop_signal=stop_signal, stop_command=stop_command, stop_timeout=c.number(s, "stop_timeout", w, 30.0, 0.1),
         port=port, lifetime=lifetime, data_dir=data_dir, reset_data=reset, idle=c.number(s, "idle", w, 0.0))
 
 
-def _loads(c: _Checker, raw, key: str) -> list[Load]:
+def _loads(c: Checker, raw, key: str) -> list[Load]:
     if isinstance(raw, dict):
         raise c.error((key,), f"[{key}] must be an array of tables.", f"Write [[{key}]] (double brackets), one "
                                                                        f"per {key}.")
@@ -251,13 +266,13 @@ def _loads(c: _Checker, raw, key: str) -> list[Load]:
         if len({m.name for m in metrics}) != len(metrics):
             raise c.error(where + ("metrics",), f"[[{key}]] '{name}' names two metrics alike.",
                           "Give each metric its own name.")
-        loads.append(Load(name, c.argv(entry["command"], where + ("command",)),
+        loads.append(Load(name, c.argv_at(entry, "command", where),
                           c.number(entry, "timeout", where, None, 0.1), tuple(metrics),
                           phases.parse_warmup(c, entry, where), phases.parse_phases(c, entry, where)))
     return loads
 
 
-def _metric(c: _Checker, raw, where: tuple) -> MetricSpec:
+def _metric(c: Checker, raw, where: tuple) -> MetricSpec:
     m = c.table(raw, where, METRIC, ("name",))
     name = c.typed(m, "name", where, str, "a string")
     if not re.match(r"^[A-Za-z_][\w.-]*$", name):
@@ -270,37 +285,38 @@ def _metric(c: _Checker, raw, where: tuple) -> MetricSpec:
     regex = json_path = ratio = progress = None
     skip = phases.check_progress_metric(c, m, where)
 
-    def compiled(pattern, at: tuple) -> str:
-        if not isinstance(pattern, str):
-            raise c.error(at, f"'{_fmt_path(at)}' must be a regex string.", "Fix its value.")
+    def compiled(table: dict, key: str, at: tuple) -> str:
+        """The regex under `key`: a string that compiles."""
+        pattern = c.typed(table, key, at, str, "a regex string")
         try:
             re.compile(pattern)
         except re.error as exc:
-            raise c.error(at, f"the regex of metric '{name}' does not compile ({exc}).",
+            raise c.error(at + (key,), f"the regex of metric '{name}' does not compile ({exc}).",
                           "Fix the pattern; put the number in the first group.") from None
         return pattern
 
     if "regex" in m:
-        regex = compiled(m["regex"], where + ("regex",))
+        regex = compiled(m, "regex", where)
     elif "json" in m:
         json_path = c.typed(m, "json", where, str, "a KEY.PATH string")
     elif "progress" in m:
-        progress = compiled(m["progress"], where + ("progress",))
+        progress = compiled(m, "progress", where)
     scale = 1.0
     if "ratio" in m:
-        r = c.table(m["ratio"], where + ("ratio",), {"numerator": "regex, or @cpu_s, @user_s, @sys_s, @wall_s",
-                                                     "denominator": "regex", "scale": "number"},
-                    ("numerator", "denominator"))
-        num = r["numerator"]
-        if isinstance(num, str) and num.startswith("@"):
+        at = where + ("ratio",)
+        r = c.table_at(m, "ratio", where, {"numerator": "regex, or @cpu_s, @user_s, @sys_s, @wall_s",
+                                           "denominator": "regex", "scale": "number"},
+                       ("numerator", "denominator"))
+        num = c.typed(r, "numerator", at, str, "a regex string, or @cpu_s, @user_s, @sys_s, @wall_s")
+        if num.startswith("@"):
             if num[1:] not in RATIO_MEASURES:
-                raise c.error(where + ("ratio", "numerator"), f"metric '{name}': unknown measure '{num}'.",
+                raise c.error(at + ("numerator",), f"metric '{name}': unknown measure '{num}'.",
                               f"Use one of {', '.join('@' + x for x in RATIO_MEASURES)} (of the process under "
                               f"the variant), or a regex.")
         else:
-            num = compiled(num, where + ("ratio", "numerator"))
-        ratio = (num, compiled(r["denominator"], where + ("ratio", "denominator")))
-        scale = float(c.number(r, "scale", where + ("ratio",), 1.0, 1e-12))
+            num = compiled(r, "numerator", at)
+        ratio = (num, compiled(r, "denominator", at))
+        scale = float(c.number(r, "scale", at, 1.0, 1e-12))
     return MetricSpec(name, c.typed(m, "unit", where, str, "a string", ""),
                       bool(c.typed(m, "higher", where, bool, "true or false", True)),
                       bool(c.typed(m, "primary", where, bool, "true or false", False)),
@@ -308,7 +324,7 @@ def _metric(c: _Checker, raw, where: tuple) -> MetricSpec:
                       c.typed(m, "work", where, str, "a noun such as \"transaction\"", None) or None)
 
 
-def _check_placeholders(c: _Checker, ef: ExperimentFile, data: dict) -> None:
+def _check_placeholders(c: Checker, ef: ExperimentFile, data: dict) -> None:
     known = set(BUILTIN_PLACEHOLDERS) | set(ef.params)
     for where, text in _strings(data):
         if where and (where[0] == "params" or (where[0] == "experiment" and where[1:2] != ("env",))):

@@ -2,8 +2,9 @@
 profiler and the reports: the metrics marked primary (a service has one per client); else the
 program's first metric; else wall time.
 
-The rule reads metric definitions (workloads.metrics.MetricDef), the store's metric rows (dicts
-with `primary_metric`) and the analysis' rows (stats.analysis.MetricRow) alike.
+The rule reads anything with `.name`, `.source` and `.primary`: metric definitions
+(workloads.metrics.MetricDef), the store's (store.model.StoredMetric) and the analysis' rows
+(stats.analysis.MetricRow) alike.
 """
 
 from __future__ import annotations
@@ -14,22 +15,14 @@ from typing import TypeVar
 M = TypeVar("M")
 
 
-def _field(m, name: str):
-    return m[name] if isinstance(m, dict) else getattr(m, name)
-
-
-def _marked(m) -> bool:
-    return bool(m["primary_metric"] if isinstance(m, dict) else m.primary)
-
-
 def primary_metrics(metrics: Sequence[M]) -> list[M]:
-    marked = [m for m in metrics if _marked(m)]
+    marked = [m for m in metrics if m.primary]
     if marked:
         return marked
-    program = next((m for m in metrics if _field(m, "source") != "run"), None)
+    program = next((m for m in metrics if m.source != "run"), None)
     if program is not None:
         return [program]
-    return [m for m in metrics if _field(m, "name") == "wall_s"][:1]
+    return [m for m in metrics if m.name == "wall_s"][:1]
 
 
 def primary_metric(metrics: Sequence[M]) -> M | None:

@@ -213,8 +213,9 @@ def parse_perf_script(lines: Iterable[str]) -> Iterator[Sample]:
         if m:
             if current and current.frames:
                 yield current
-            current = Sample(m["comm"], int(m["pid"]), int(m["period"]), [])
-            f = _FRAME.match(m["rest"] or "")
+            comm, pid, _tid, period, _event, rest = m.groups()
+            current = Sample(comm, int(pid), int(period), [])
+            f = _FRAME.match(rest or "")
             if f:
                 current.frames.append(_frame(f))
             continue
@@ -226,7 +227,8 @@ def parse_perf_script(lines: Iterable[str]) -> Iterator[Sample]:
 
 
 def _frame(m: re.Match) -> Frame:
-    return Frame(int(m["ip"], 16), m["sym"].strip() or "[unknown]", m["dso"].strip() or "[unknown]")
+    ip, sym, dso = m.groups()
+    return Frame(int(ip, 16), sym.strip() or "[unknown]", dso.strip() or "[unknown]")
 
 
 # --- one run's attribution -------------------------------------------------------------------------

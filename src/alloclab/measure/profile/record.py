@@ -296,7 +296,7 @@ def profile_experiment(store, exp, workloads: list[Workload], variants: list[Var
     measure/auto_profile.py).
     """
     exp_id = exp.id
-    labels = [v["label"] for v in exp.variants]
+    labels = [v.label for v in exp.variants]
     if labels != [v.label for v in variants]:
         raise AlloclabError(f"The variants {[v.label for v in variants]} are not those of experiment {exp_id} "
                             f"({labels}); profile with the same -a options.")
@@ -306,7 +306,7 @@ def profile_experiment(store, exp, workloads: list[Workload], variants: list[Var
         for wi, w in enumerate(workloads):
             if only is not None and wi not in only:
                 continue
-            plain = {v.label: [r["metrics"] for r in exp.cell_runs(wi, vi) if r["status"] == "ok"]
+            plain = {v.label: [r.metrics for r in exp.cell_runs(wi, vi) if r.status == "ok"]
                      for vi, v in enumerate(variants)}
             summaries += profile_workload(w, variants, runs, frequency, call_graph, baseline=plain,
                                           timeout_s=timeout_s, workload_idx=wi, seed=seed, advance=advance,

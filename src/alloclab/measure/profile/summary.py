@@ -64,10 +64,14 @@ class ProfileSummary:
                   for r in self.ok_runs]
         return (statistics.median(values), min(values), max(values)) if values else None
 
+    def plain_values(self, metric: str) -> list[float]:
+        """The unprofiled runs' values of a metric (each run's metrics by name), where they have one."""
+        return [v for v in (p.get(metric) for p in self.plain) if v]
+
     def allocator_seconds(self) -> float | None:
         """CPU seconds per run spent in the allocator: its share times the unprofiled runs' CPU time.
         Unlike the share, this compares across variants whose runs take different times."""
-        cpu = [p["cpu_s"] for p in self.plain if p.get("cpu_s")]
+        cpu = self.plain_values("cpu_s")
         share = self.allocator
         return share[0] * statistics.median(cpu) if cpu and share else None
 
@@ -88,7 +92,7 @@ class ProfileSummary:
     def coverage(self) -> float | None:
         """CPU time the samples stand for over the CPU time of the unprofiled runs (medians)."""
         sampled = [r.sampled_s for r in self.ok_runs if r.sampled_s]
-        cpu = [p["cpu_s"] for p in self.plain if p.get("cpu_s")]
+        cpu = self.plain_values("cpu_s")
         return statistics.median(sampled) / statistics.median(cpu) if sampled and cpu else None
 
     def kernel_from_allocator(self) -> float | None:
@@ -109,7 +113,7 @@ class ProfileSummary:
 
     def _medians(self, key: str) -> tuple[float, float] | None:
         prof = [v for v in (getattr(r, key) if key == "metric" else r.wall_s for r in self.ok_runs) if v]
-        plain = [v for v in (p.get(self.metric if key == "metric" else "wall_s") for p in self.plain) if v]
+        plain = self.plain_values(self.metric if key == "metric" else "wall_s")
         return (statistics.median(prof), statistics.median(plain)) if prof and plain else None
 
     def wall_overhead(self) -> float | None:
@@ -144,9 +148,9 @@ class ProfileSummary:
 
     @classmethod
     def from_dict(cls, data: dict) -> "ProfileSummary":
-        data = dict(data)
-        data["runs"] = [RunProfile(**r) for r in data.get("runs", [])]
-        return cls(**data)
+        summary = cls(**data)
+        summary.runs = [RunProfile(**r) for r in summary.runs]
+        return summary
 
 
 def _finish(s: ProfileSummary) -> ProfileSummary:
@@ -199,15 +203,17 @@ def load_profiles(store, exp_id: int) -> list[ProfileSummary]:
 
 def counters_of(experiment, workload_idx: int, variant_idx: int) -> dict | None:
     """Medians of the perf stat counters of an experiment's measured runs, with IPC; None without."""
+    # tests/test_profile.py's fake experiment gives its runs as dicts: read as mappings until it gives Runs.
     runs = [r for r in experiment.cell_runs(workload_idx, variant_idx) if r["status"] == "ok"]
     values: dict[str, list[float]] = {}
     for r in runs:
-        m = r["metrics"]
+        m = r["metrics"]   # a run's values by metric name; a counter the machine lacks is absent
         for k in ("cycles", "instructions", "cache_misses"):
             if m.get(k):
                 values.setdefault(k, []).append(m[k])
-        if m.get("cycles") and m.get("instructions"):
-            values.setdefault("ipc", []).append(m["instructions"] / m["cycles"])
+        cycles, instructions = m.get("cycles"), m.get("instructions")
+        if cycles and instructions:
+            values.setdefault("ipc", []).append(instructions / cycles)
     return {k: statistics.median(v) for k, v in values.items()} or None
 
 
@@ -222,10 +228,10 @@ def rss_over_time(experiment, workload_idx: int = 0) -> dict[str, list[list[tupl
     for vi, v in enumerate(experiment.variants):
         series = []
         for r in experiment.cell_runs(workload_idx, vi):
-            raw = r.get("rss_series")
+            raw = r.rss_series
             points = json.loads(raw) if isinstance(raw, str) else (raw or [])
             series.append([(float(t), int(kb)) for t, kb in points])
-        out[v["label"]] = series
+        out[v.label] = series
     return out
 
 

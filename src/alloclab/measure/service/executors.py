@@ -179,8 +179,8 @@ class ServiceExecutor(_FileLoad):
         # A shared server's figures are a window that opens after the warm-up already.
         excluded = phase_excl if shared else _plus(warm_excl, phase_excl)
         self._account(server, shared, result, final_kb, excluded)
-        summary = self._summary(server, shared, result, done, excluded, final_pss, load_cpu_s) | phase_info
-        summary["load_window_monotonic_s"] = window
+        summary = (self._summary(server, shared, result, done, excluded, final_pss, load_cpu_s) | phase_info
+                   | {"load_window_monotonic_s": window})
         result.values = summary
         result.stdout = done.output.rstrip("\n") + "\n" + summary_line(summary) + "\n"
         result.stderr = _loader_lines(server)
@@ -232,11 +232,9 @@ class ServiceExecutor(_FileLoad):
         try:
             readings = service_phases.run_phases(server, self.load, run_command, s.clean_for_commands(),
                                                  s.workdir, SAMPLE_S)
-            phase_info = service_phases.phase_summary(ready_kb, load_reading, readings)
-            # The same clock as the fingerprint interposer's (CLOCK_MONOTONIC): its series can be
+            # tree.t0 is on the fingerprint interposer's clock (CLOCK_MONOTONIC): its series can be
             # read at each phase's end exactly (measure/fingerprint.phase_memory).
-            for ph in phase_info["phases"]:
-                ph["end_monotonic_s"] = round(tree.t0 + ph["t_end"], 4)
+            phase_info = service_phases.phase_summary(ready_kb, load_reading, readings, t0=tree.t0)
         except (service_phases.PhaseFailed, ServiceFailed) as exc:
             failure = str(exc)
         return phase_info, failure, _minus(tree.usage_so_far(), before)
@@ -245,6 +243,7 @@ class ServiceExecutor(_FileLoad):
                  final_pss: int, load_cpu_s: float) -> dict:
         """The run's figures beyond the standard ones, for the summary line the runner reads."""
         load, tree = self.load, server.tree
+        # Values by name, in the order the summary line prints them; some only where they apply.
         summary: dict = {"server_processes": len(tree.stat),
                          "cpu_sampled_s": max(0.0, tree.sampled_cpu_s() - excluded[0] - excluded[1]),
                          "cpu_source": "proc-window" if shared else "wait4+orphans", "server_port": server.port,
@@ -252,15 +251,12 @@ class ServiceExecutor(_FileLoad):
         if load.warmup is not None or load.phases:
             summary["excluded_cpu_s"] = excluded[0] + excluded[1]
         if tree.pss_ok:
-            summary["peak_pss_mb"] = (tree.win_pss_peak_kb if shared else tree.pss_peak_kb) / 1024
-            summary["final_pss_mb"] = final_pss / 1024
-        summary["load_cpu_s"] = load_cpu_s
-        summary |= derived_values(load.metrics, done.output, result, {"load_cpu_s": load_cpu_s})
+            summary |= {"peak_pss_mb": (tree.win_pss_peak_kb if shared else tree.pss_peak_kb) / 1024,
+                        "final_pss_mb": final_pss / 1024}
+        measures = {"load_cpu_s": load_cpu_s}   # a ratio may divide it too (numerator = "@load_cpu_s")
+        summary |= measures | derived_values(load.metrics, done.output, result, measures)
         steady, intervals = phases.steady_values(load.metrics, done.output)
-        summary |= steady
-        if intervals:
-            summary["intervals"] = intervals
-        return summary
+        return summary | steady | ({"intervals": intervals} if intervals else {})
 
     @staticmethod
     def _status(result: RunResult, server: Server, done: Finished, timeout: float | None, died: bool,

@@ -246,10 +246,11 @@ def fio(d: str, args: list[str]) -> int:
     for job in doc.get("jobs", []):
         for rw in ("read", "write"):
             part = job.get(rw, {})
-            if not part.get("total_ios"):
+            ios = part.get("total_ios")
+            if not ios:
                 continue
             out[f"{rw}_iops"] = out.get(f"{rw}_iops", 0.0) + part["iops"]
-            out[f"{rw}_ios"] = out.get(f"{rw}_ios", 0) + part["total_ios"]
+            out[f"{rw}_ios"] = out.get(f"{rw}_ios", 0) + ios
             pct = part.get("clat_ns", {}).get("percentile", {})
             for key, label in (("50.000000", "p50"), ("99.000000", "p99"), ("99.900000", "p99_9")):
                 if key in pct:
