@@ -49,23 +49,23 @@ def test_recipe_ceph_rbd_client(cli, scratch):
             *RBD_SMALL, timeout=240)
     assert p.returncode == 0, p.stdout + p.stderr
     e = Store(cli.db).load()
-    names = [w["name"] for w in e.workloads]
+    names = [w.name for w in e.workloads]
     assert names == [f"ceph-rbd-client: {n}" for n in ("fio randread", "fio randwrite", "rbd bench", "qemu-img bench")]
-    ver = {(e.workloads[wi]["name"].split(": ")[1], e.variants[vi]["label"]): v for (wi, vi), v in e.verifications.items()}
-    assert all(v["status"] == "verified" for v in ver.values()), ver
+    ver = {(e.workloads[wi].name.split(": ")[1], e.variants[vi].label): v for (wi, vi), v in e.verifications.items()}
+    assert all(v.status == "verified" for v in ver.values()), ver
     # What the files say of the client and of librbd/librados: Debian's build links no allocator.
     for client in ("fio randread", "rbd bench"):
-        notes = " ".join(ver[(client, "glibc")]["notes"])
+        notes = " ".join(ver[(client, "glibc")].notes)
         assert "librbd.so.1" in notes and "librados.so.2" in notes and "link no allocator" in notes, notes
     for r in e.runs:
-        m = r["metrics"]
-        assert r["status"] == "ok", r
+        m = r.metrics
+        assert r.status == "ok", r
         assert m["iops"] > 100
         # CPU per I/O is the client's own CPU (the launcher's rusage) over the I/Os it reported.
         ios = {"fio randread": r"issued rwts: total=(\d+),", "fio randwrite": r"issued rwts: total=\d+,(\d+),",
                "rbd bench": r"ops:\s*(\d+)", "qemu-img bench": r"Sending (\d+) read requests"}
-        name = e.workloads[r["workload_idx"]]["name"].split(": ")[1]
-        count = int(re.findall(ios[name], r["stdout"])[-1])
+        name = e.workloads[r.workload_idx].name.split(": ")[1]
+        count = int(re.findall(ios[name], r.stdout)[-1])
         assert m["cpu_us_per_io"] == pytest.approx(m["cpu_s"] * 1e6 / count, rel=0.01)
         assert 10 < m["peak_rss_mb"] < 1024
     assert ceph_left(scratch) == []
@@ -80,19 +80,19 @@ def test_recipe_ceph_osd(cli, scratch):
             "--idle", "0", *OSD_SMALL, timeout=240)
     assert p.returncode == 0, p.stdout + p.stderr
     e = Store(cli.db).load()
-    assert [w["name"] for w in e.workloads] == ["ceph-osd: 4K randwrite", "ceph-osd: 4K randread"]
-    assert all(v["status"] == "verified" for v in e.verifications.values()), e.verifications
+    assert [w.name for w in e.workloads] == ["ceph-osd: 4K randwrite", "ceph-osd: 4K randread"]
+    assert all(v.status == "verified" for v in e.verifications.values()), e.verifications
     serials = set()
     for r in e.runs:
-        m, s = r["metrics"], summary(r)
-        assert r["status"] == "ok", r
+        m, s = r.metrics, summary(r)
+        assert r.status == "ok", r
         assert m["iops"] > 50
         assert 0 < m["clat_p50_us"] <= m["clat_p99_us"] <= m["clat_p99_9_us"]
         # The OSD's CPU while fio ran is part of its whole life's CPU (start-up and stop included).
         assert 0 < s["load_cpu_s"] <= m["cpu_s"]
         assert m["osd_cpu_us_per_io"] > 0
         assert 50 < m["peak_pss_mb"] <= m["peak_rss_mb"] + 1
-        assert {q["name"] for q in json.loads(r["processes"])} == {"ceph-osd"}  # the variant's tree: the OSD
+        assert {q["name"] for q in json.loads(r.processes)} == {"ceph-osd"}  # the variant's tree: the OSD
         serials.add(s["server_serial"])
     assert len(serials) == len(e.runs)  # a fresh OSD under the variant for every run
     assert ceph_left(scratch) == []
@@ -141,4 +141,4 @@ def test_ctrl_c_mid_run_stops_the_osd_the_monitor_and_fio(tmp_path, scratch):
     assert ceph_left(scratch) == []
     assert not commands.port_in_use(port), f"the monitor's port {port} is still taken"
     assert list(scratch.iterdir()) == []
-    assert Store(db).load().row["status"] == "interrupted"
+    assert Store(db).load().row.status == "interrupted"

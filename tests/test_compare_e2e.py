@@ -25,14 +25,14 @@ def test_compare_measures_every_installed_allocator(build, cli, store_of, tmp_pa
     p = cli("compare", "--runs", "3", "-m", OPS, "--export-json", str(out), "--", str(prog), "300", "48")
     assert p.returncode == 0, p.stderr
     e = store_of(cli.db).load()
-    assert e.row["status"] == "complete"
-    assert [v["label"] for v in e.variants][0] == "glibc"
-    assert {v["label"] for v in e.variants} == set(installed_allocators())
-    measured = [r for r in e.runs if not r["warmup"]]
+    assert e.row.status == "complete"
+    assert [v.label for v in e.variants][0] == "glibc"
+    assert {v.label for v in e.variants} == set(installed_allocators())
+    measured = [r for r in e.runs if not r.warmup]
     assert len(measured) == 3 * len(e.variants)
     for r in measured:
-        assert r["status"] == "ok"
-        m = r["metrics"]
+        assert r.status == "ok"
+        m = r.metrics
         assert m["ops"] > 0 and m["wall_s"] > 0 and m["cpu_s"] > 0
         # 48 MiB kept alive: the tree's peak RSS must show it, and not Python's own memory.
         assert 48 <= m["peak_rss_mb"] < 90, m
@@ -40,7 +40,7 @@ def test_compare_measures_every_installed_allocator(build, cli, store_of, tmp_pa
     # Blocks are shuffled and every block runs every variant once.
     blocks = {}
     for r in measured:
-        blocks.setdefault(r["block"], []).append(r["variant_idx"])
+        blocks.setdefault(r.block, []).append(r.variant_idx)
     assert all(sorted(v) == list(range(len(e.variants))) for v in blocks.values())
     orders = {tuple(v) for v in blocks.values()}
     assert len(e.variants) < 3 or len(orders) > 1
@@ -81,10 +81,10 @@ def test_failing_under_one_allocator_is_recorded_and_others_go_on(build, cli, st
             str(prog), "100", "1", "libjemalloc")
     assert p.returncode == 0, p.stderr
     e = store_of(cli.db).load()
-    by_variant = {vi: [r for r in e.runs if r["variant_idx"] == vi] for vi in range(2)}
-    assert all(r["status"] == "ok" for r in by_variant[0])
-    assert all(r["status"] == "failed" and r["exit_code"] == 3 for r in by_variant[1])
-    assert "refusing to run under libjemalloc" in by_variant[1][0]["stderr"]
+    by_variant = {vi: [r for r in e.runs if r.variant_idx == vi] for vi in range(2)}
+    assert all(r.status == "ok" for r in by_variant[0])
+    assert all(r.status == "failed" and r.exit_code == 3 for r in by_variant[1])
+    assert "refusing to run under libjemalloc" in by_variant[1][0].stderr
     assert "0/2" in p.stdout and "exited with status 3" in p.stdout
 
 
@@ -106,8 +106,8 @@ def test_timeout_kills_the_process_group_and_marks_the_run(build, cli, store_of)
     assert p.returncode == 2 and "Every run of the first block timed out (--timeout 0.5 s)" in p.stderr
     assert "Raise --timeout" in p.stderr
     e = store_of(cli.db).load()
-    assert [r["status"] for r in e.runs] == ["timeout"]
-    assert "timed out after 0.5 s" in e.runs[0]["error"]
+    assert [r.status for r in e.runs] == ["timeout"]
+    assert "timed out after 0.5 s" in e.runs[0].error
     assert not [q for q in psutil.process_iter(["cmdline"]) if str(prog) in " ".join(q.info["cmdline"] or [])]
 
 
@@ -137,8 +137,8 @@ def test_ctrl_c_kills_children_and_keeps_partial_results(build, tmp_path, store_
     assert not [pid for pid in children if psutil.pid_exists(pid) and
                 psutil.Process(pid).status() != psutil.STATUS_ZOMBIE]
     e = store_of(db).load()
-    assert e.row["status"] == "interrupted"
-    assert sum(r["status"] == "ok" for r in e.runs) >= 2
+    assert e.row.status == "interrupted"
+    assert sum(r.status == "ok" for r in e.runs) >= 2
     # The partial results are readable with the command the message gives.
     rep = subprocess.run([*ALLOCLAB, "report", "--db", str(db)], capture_output=True, text=True)
     assert rep.returncode == 0 and "ops" in rep.stdout

@@ -67,7 +67,7 @@ def test_futile_comparison_is_closed_and_reported_as_a_bound():
     # A real difference of ~0.5% in 5% noise: 16 blocks give +-4%, +-2% would need hundreds.
     d = Design.sequential(4, 30)
     exp = experiment([100.0, 100.5, 100.0, 100.0], n=16, spread=0.05, design=d, seed=3)
-    exp.runs = [r for r in exp.runs if r["variant_idx"] in (0, 1)]
+    exp.runs = [r for r in exp.runs if r.variant_idx in (0, 1)]
     exp.variants = exp.variants[:2]
     a = analyze(exp)
     c = a.workloads[0].primary().cells[1].comparison
@@ -93,13 +93,13 @@ def test_what_a_stopped_sequential_run_left_undecided_reads_as_what_stopped_it()
     # Not decidable at its look, and more runs were possible: while running it is open ...
     d = Design.sequential(4, 30)
     exp = experiment([100.0, 103.0], n=8, spread=0.05, design=d, seed=5)
-    exp.row["status"] = "running"
+    exp.row.status = "running"
     c = analyze(exp).workloads[0].primary().cells[1].comparison
     assert c.verdict == "undecided" and not c.futile and c.stopped is None
     assert ", no difference beyond" not in estimates.format_comparison(c)
     # ... once the budget stopped the run no run will come, but the futility rule did not close it:
     # said as stopped by the budget (not as a bound), with the runs a verdict would need (issue 34).
-    exp.row["status"] = "complete"
+    exp.row.status = "complete"
     exp.config.update({"until_decided": True, "stopped": "budget", "runs_done": 8})
     c = analyze(exp).workloads[0].primary().cells[1].comparison
     assert c.verdict == "undecided" and not c.futile and c.stopped == "budget" and c.more_runs

@@ -24,7 +24,7 @@ def test_recipe_postgres_fingerprint_of_a_forked_server_run_as_postgres(cli, sto
             "-p", "duration=4", "-p", "warmup_s=1", timeout=300)
     assert p.returncode == 0, p.stdout + p.stderr
     e = store_of(cli.db).load()
-    fps = {(wi, e.variants[vi]["label"]): f for (wi, vi), f in e.fingerprints.items()}
+    fps = {(wi, e.variants[vi].label): f for (wi, vi), f in e.fingerprints.items()}
     assert len(fps) == 4 and not [f for f in fps.values() if "error" in f], fps
     for (wi, label), f in fps.items():
         assert f["processes"] >= 4 and f["allocs"] > 10_000, (wi, label, f["processes"], f["allocs"])

@@ -38,9 +38,9 @@ def test_verification_across_hosts_is_the_worst_and_names_the_host():
     ok = {"status": "verified", "reasons": [], "notes": ["malloc and free bound to libtcmalloc"]}
     bad = {"status": "ineffective", "reasons": ["process x escaped the preload"], "notes": ["malloc and free bound to libtcmalloc", "odd"]}
     out = combine_verifications({"h1": {(0, 1): ok}, "h2": {(0, 1): bad}})[(0, 1)]
-    assert out["status"] == "ineffective"
-    assert out["reasons"] == ["on h2: process x escaped the preload"]
-    assert out["notes"] == ["malloc and free bound to libtcmalloc", "on h2: odd"]
+    assert out.status == "ineffective"
+    assert out.reasons == ["on h2: process x escaped the preload"]
+    assert out.notes == ["malloc and free bound to libtcmalloc", "on h2: odd"]
 
 
 def _experiment() -> Experiment:

@@ -23,7 +23,7 @@ OPS = "ops=ops/s: (\\d+):higher"
 def _hosts(e) -> dict[str, list[dict]]:
     out: dict[str, list[dict]] = {}
     for r in e.runs:
-        out.setdefault(r["extra"]["host"], []).append(r)
+        out.setdefault(r.extra["host"], []).append(r)
     return out
 
 
@@ -89,12 +89,12 @@ def test_compare_on_two_local_workers_stores_both_hosts_and_reports_each(build, 
     assert len(hosts) == 2 and all("/w" in h for h in hosts)   # one machine: hostname/worker labels
     for runs in hosts.values():
         for vi in (0, 1):
-            measured = [r for r in runs if r["variant_idx"] == vi and not r["warmup"]]
-            assert len(measured) == 6 and all(r["status"] == "ok" and r["metrics"]["ops"] > 0 for r in measured)
-    assert set(e.machine["hosts"]) == set(hosts) and e.row["status"] == "complete"
-    a, b = ({r["block"] for r in runs} for runs in hosts.values())
+            measured = [r for r in runs if r.variant_idx == vi and not r.warmup]
+            assert len(measured) == 6 and all(r.status == "ok" and r.metrics["ops"] > 0 for r in measured)
+    assert set(e.machine["hosts"]) == set(hosts) and e.row.status == "complete"
+    a, b = ({r.block for r in runs} for runs in hosts.values())
     assert not a & b            # a block is one host's: the analysis pairs the runs of a block
-    assert all(v["status"] == "verified" for v in e.verifications.values())
+    assert all(v.status == "verified" for v in e.verifications.values())
     for h in hosts:
         assert f"host {h}:" in p.stdout
     assert "Across hosts" in p.stdout and "tcmalloc (ops)" in p.stdout
@@ -117,15 +117,15 @@ def test_split_mode_spreads_whole_blocks_over_identical_hosts(build, cli, store_
     e = store_of(cli.db).load()
     hosts = _hosts(e)
     assert len(hosts) == 2
-    measured = [r for r in e.runs if not r["warmup"]]
+    measured = [r for r in e.runs if not r.warmup]
     assert len(measured) == 8   # 4 runs x 2 variants, shared out
-    blocks = {h: {r["block"] for r in runs} for h, runs in hosts.items()}
+    blocks = {h: {r.block for r in runs} for h, runs in hosts.items()}
     a, b = blocks.values()
     assert not a & b            # a block is whole on one host
     for runs in hosts.values():   # and every block runs every variant once
         by_block: dict[int, list[int]] = {}
         for r in runs:
-            by_block.setdefault(r["block"], []).append(r["variant_idx"])
+            by_block.setdefault(r.block, []).append(r.variant_idx)
         assert all(sorted(v) == [0, 1] for v in by_block.values())
     assert e.config["fleet"]["mode"] == "split"
 
@@ -164,7 +164,7 @@ def test_a_killed_worker_has_its_task_retried_and_the_other_host_loses_nothing(b
     retried = [t for t in fleet["tasks"].values() if t["attempt"] == 2]
     failed = fleet["failed"]
     assert retried or failed, fleet
-    per_host = {h: len([r for r in runs if r["status"] == "ok"]) for h, runs in _hosts(e).items()}
+    per_host = {h: len([r for r in runs if r.status == "ok"]) for h, runs in _hosts(e).items()}
     full = 2 * (1 + 6)
     # The host whose worker lived keeps all its runs; the other ran again, or is named as failed.
     assert sorted(per_host.values()) == [full, full] or (len(failed) == 1 and full in per_host.values()), (per_host, fleet)
@@ -191,7 +191,7 @@ def test_ctrl_c_stops_every_worker_session_and_keeps_the_runs_that_came_back(bui
     time.sleep(0.5)
     assert not _alive(everything)                        # no worker, session or program left running
     e = store_of(db).load()
-    assert e.row["status"] == "interrupted"
+    assert e.row.status == "interrupted"
     per_host = {h: len(runs) for h, runs in _hosts(e).items()}
     assert len(per_host) == 2 and all(n >= 3 for n in per_host.values()), (per_host, err)
     assert len(e.runs) < 2 * 2 * 21
@@ -227,7 +227,7 @@ def test_tcp_scheduler_preflight_leaves_out_a_worker_without_the_resource(build,
                 "--", str(prog), "100", "4", check=True)
         assert "worker shared left out" in p.stderr
         e = store_of(cli.db).load()
-        assert len(_hosts(e)) == 1 and len([r for r in e.runs if not r["warmup"]]) == 4
+        assert len(_hosts(e)) == 1 and len([r for r in e.runs if not r.warmup]) == 4
         assert "shared" in json.dumps(e.config["fleet"]["left_out"])
     finally:
         for p in reversed(procs):

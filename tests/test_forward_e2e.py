@@ -22,12 +22,12 @@ from test_service_e2e import run_file, scratch  # noqa: E402,F401  (the fixture,
 
 
 def _by_label(e) -> dict:
-    return {e.variants[vi]["label"]: v for (_, vi), v in e.verifications.items()}
+    return {e.variants[vi].label: v for (_, vi), v in e.verifications.items()}
 
 
 def _stdout(e, label: str) -> str:
-    vi = next(i for i, v in enumerate(e.variants) if v["label"] == label)
-    return next(r["stdout"] for r in e.runs if r["variant_idx"] == vi and not r["warmup"])
+    vi = next(i for i, v in enumerate(e.variants) if v.label == label)
+    return next(r.stdout for r in e.runs if r.variant_idx == vi and not r.warmup)
 
 
 def _compare_linked(build, cli, store_of, *options: str):
@@ -46,18 +46,18 @@ def test_a_program_linked_against_jemalloc_runs_glibcs_malloc_under_glibc(build,
     got = _by_label(e)
     # The baseline asked for no preload: the program runs the jemalloc it links, and the answer
     # says so before anything else.
-    assert got["glibc-linked"]["status"] == "ineffective"
+    assert got["glibc-linked"].status == "ineffective"
     assert " ".join(p.stdout.split()).startswith(   # rich folds the long line: compare the words
         f"glibc-linked is not in use: {prog.name} links libjemalloc.so.2; every comparison below is against "
         f"jemalloc, not glibc-linked.")
     for label in ("glibc", "glibc TOP_PAD=64M"):
         v = got[label]
-        notes = " ".join(v["notes"])
-        assert v["status"] == "verified", (label, v)
+        notes = " ".join(v.notes)
+        assert v.status == "verified", (label, v)
         assert "glibc's malloc forced by alloclab's forwarding preload alloclab-glibc-forward-" in notes
         assert re.search(r"malloc and free bound to alloclab-glibc-forward-\w+\.so in \d process", notes), notes
         assert "malloc resolves to the forwarder" in notes
-    assert "MALLOC_TOP_PAD_=64M in effect in glibc's malloc" in " ".join(got["glibc TOP_PAD=64M"]["notes"])
+    assert "MALLOC_TOP_PAD_=64M in effect in glibc's malloc" in " ".join(got["glibc TOP_PAD=64M"].notes)
     # The program's own view: glibc's arena holds its memory and glibc's usable size answers
     # (104 for malloc(100); jemalloc's size class is 112); its mallctl still reaches jemalloc.
     facts = {label: dict(kv.split("=") for kv in _stdout(e, label).split())
@@ -108,17 +108,17 @@ def test_debian_redis_server_runs_glibcs_malloc_under_glibc(tmp_path, scratch): 
     e = run_file(path, tmp_path / "r.db", variants=("glibc", "glibc-linked"), runs=1, warmup=1, verify=True)
     got = _by_label(e)
     v = got["glibc"]
-    notes = " ".join(v["notes"])
-    assert v["status"] == "verified", v
+    notes = " ".join(v.notes)
+    assert v.status == "verified", v
     # Debian's redis-server is a link to redis-check-rdb, the file the loader runs.
     assert re.search(r"redis-(server|check-rdb) links libjemalloc.so.2: glibc's malloc forced by alloclab's "
                      r"forwarding preload", notes), notes
     assert re.search(r"malloc and free bound to alloclab-glibc-forward-\w+\.so", notes), notes
     assert "mallctl" in notes   # what still reaches jemalloc is named
-    assert got["glibc-linked"]["status"] == "ineffective"
+    assert got["glibc-linked"].status == "ineffective"
     assert any(re.match(r"in use instead: jemalloc \(redis-(server|check-rdb) links libjemalloc.so.2\)", n)
-               for n in got["glibc-linked"]["notes"]), got["glibc-linked"]
-    runs = {e.variants[r["variant_idx"]]["label"]: r["metrics"] for r in e.runs if not r["warmup"]}
+               for n in got["glibc-linked"].notes), got["glibc-linked"]
+    runs = {e.variants[r.variant_idx].label: r.metrics for r in e.runs if not r.warmup}
     # ~20 MB of values went in; under the forwarder jemalloc holds next to nothing of them.
     assert runs["glibc"]["used_memory"] > 15e6
     assert runs["glibc"]["allocator_allocated"] < 1e6
@@ -130,7 +130,7 @@ def test_the_fingerprint_of_the_forwarded_glibc_counts_glibcs_malloc(build, cli,
     # grows glibc's heap by brk (2,000 blocks of 1000 B), where the linked jemalloc maps its own.
     e, _, _ = _compare_linked(build, cli, store_of, "--runs", "1", "--warmup", "0", "--no-verify",
                               "--fingerprint", "-a", "glibc-linked", "-a", "glibc")
-    fp = {e.variants[vi]["label"]: f for (_, vi), f in e.fingerprints.items()}
+    fp = {e.variants[vi].label: f for (_, vi), f in e.fingerprints.items()}
     assert all(f["allocs"] >= 2000 for f in fp.values()), fp
     assert fp["glibc"]["syscalls"]["brk"] >= fp["glibc-linked"]["syscalls"]["brk"] + 5, \
         (fp["glibc"]["syscalls"], fp["glibc-linked"]["syscalls"])

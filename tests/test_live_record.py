@@ -54,7 +54,7 @@ def test_the_record_in_memory_is_what_the_store_gives_back(experiment):
     assert live.workloads == stored.workloads and live.variants == stored.variants
     assert live.metric_defs == stored.metric_defs and live.verifications == stored.verifications
     assert live.runs == [dataclasses.replace(r, **dict.fromkeys(OUTPUT_KEYS)) for r in stored.runs]
-    assert stored.runs[0]["stdout"].startswith("ops=1000")   # the output is in the store, not in memory
-    assert live.row["status"] == stored.row["status"] == "complete"
+    assert stored.runs[0].stdout.startswith("ops=1000")   # the output is in the store, not in memory
+    assert live.row.status == stored.row.status == "complete"
     judge = Judge()
     assert judge.open_comparisons(live, {0}, 0.02) == judge.open_comparisons(stored, {0}, 0.02)

@@ -26,6 +26,7 @@ from alloclab.workloads.metrics import MetricDef
 from alloclab.measure.profile.attribution import Attribution, Frame, RunProfile, Sample, attribute, parse_perf_script
 from alloclab.measure.profile.perf import perf_access, perf_script, sampling_event, wrap_perf_record
 from alloclab.measure.profile.record import profile_workload
+from alloclab.store.model import Run
 from alloclab.measure.profile.summary import (ProfileSummary, _finish, counters_of, headline, load_profiles,
                                               store_profiles)
 from alloclab.store.db import Store
@@ -214,15 +215,15 @@ def test_profiles_are_stored_with_the_experiment(tmp_path):
 def test_counters_give_ipc_from_the_timed_runs():
     class Exp:
         def cell_runs(self, wi, vi):
-            return [{"status": "ok", "metrics": {"cycles": 2e9, "instructions": 3e9, "cache_misses": 1e6}},
-                    {"status": "ok", "metrics": {"cycles": 2e9, "instructions": 5e9, "cache_misses": 3e6}},
-                    {"status": "failed", "metrics": {"cycles": 1.0, "instructions": 1e12}}]
+            return [Run(0, 0, status="ok", metrics={"cycles": 2e9, "instructions": 3e9, "cache_misses": 1e6}),
+                    Run(0, 0, status="ok", metrics={"cycles": 2e9, "instructions": 5e9, "cache_misses": 3e6}),
+                    Run(0, 0, status="failed", metrics={"cycles": 1.0, "instructions": 1e12})]
     c = counters_of(Exp(), 0, 0)
     assert c == {"cycles": 2e9, "instructions": 4e9, "cache_misses": 2e6, "ipc": 2.0}
 
     class Bare:
         def cell_runs(self, wi, vi):
-            return [{"status": "ok", "metrics": {"wall_s": 1.0}}]
+            return [Run(0, 0, status="ok", metrics={"wall_s": 1.0})]
     assert counters_of(Bare(), 0, 0) is None
 
 
@@ -406,7 +407,7 @@ def test_profile_command_stores_profiles_and_counts_instructions(build, cli, sto
     assert "Sampling overhead" in out and "RSS over time" in out and "callgrind" in out
     assert ("Hardware counters: not measured" in out) != machine.perf_counters()[0]
     e = store_of(cli.db).load()
-    assert e.row["kind"] == "profile" and e.row["status"] == "complete"
+    assert e.row.kind == "profile" and e.row.status == "complete"
     profiles = load_profiles(store_of(cli.db), e.id)
     assert [s.variant for s in profiles] == ["glibc", "tcmalloc-minimal"]
     for s in profiles:

@@ -81,9 +81,9 @@ def test_non_pie_executable_taking_mallocs_address_is_verified(build, cli, store
     p = cli("compare", "--runs", "1", "-a", "glibc", "-a", "jemalloc", "--", str(prog))
     assert p.returncode == 0, p.stderr
     e = store_of(cli.db).load()
-    got = {e.variants[vi]["label"]: v for (_, vi), v in e.verifications.items()}
-    assert got["jemalloc"]["status"] == "verified", got
-    assert got["glibc"]["status"] == "verified", got
+    got = {e.variants[vi].label: v for (_, vi), v in e.verifications.items()}
+    assert got["jemalloc"].status == "verified", got
+    assert got["glibc"].status == "verified", got
 
 
 @pytest.mark.parametrize("program,flags", [("own_malloc", ()), ("bundled", ()), ("churn", ("-static",))])
@@ -103,6 +103,6 @@ def test_compare_on_debian_python3_verifies_every_allocator(cli, store_of):
     p = cli("compare", "--runs", "1", "--", "/usr/bin/python3", "-c", "x=[bytearray(700) for _ in range(20000)]")
     assert p.returncode == 0, p.stderr
     e = store_of(cli.db).load()
-    got = {e.variants[vi]["label"]: v["status"] for (_, vi), v in e.verifications.items()}
+    got = {e.variants[vi].label: v.status for (_, vi), v in e.verifications.items()}
     assert set(got.values()) == {"verified"}, got
     assert "INEFFECTIVE" not in p.stdout

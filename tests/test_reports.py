@@ -108,13 +108,13 @@ def test_every_format_of_a_real_experiment(real):
     rows = list(csv.DictReader(io.StringIO((d / "r.csv").read_text())))
     assert len(rows) == len(e.runs)
     for row, run in zip(rows, e.runs):
-        assert row["status"] == run["status"] and int(row["block"]) == run["block"]
-        assert float(row["peak_rss_mb"]) == run["metrics"]["peak_rss_mb"]
-        if run["status"] == "ok":
-            assert float(row["ops"]) == run["metrics"]["ops"]
+        assert row["status"] == run.status and int(row["block"]) == run.block
+        assert float(row["peak_rss_mb"]) == run.metrics["peak_rss_mb"]
+        if run.status == "ok":
+            assert float(row["ops"]) == run.metrics["ops"]
     raw = json.loads((d / "r.json").read_text())
     assert raw["schema"] == 2 and raw["experiment"]["id"] == 1
-    assert len(raw["runs"]) == len(e.runs) and raw["runs"][0]["rss_series"] == json.loads(e.runs[0]["rss_series"])
+    assert len(raw["runs"]) == len(e.runs) and raw["runs"][0]["rss_series"] == json.loads(e.runs[0].rss_series)
     ops = next(m for m in raw["results"][0]["metrics"] if m["name"] == "ops")
     assert [c["variant"] for c in ops["cells"]] == ["glibc-mmap0", "jemalloc"]
     assert ops["cells"][1]["comparison"]["verdict"] == "better"
@@ -127,7 +127,7 @@ def test_every_format_of_a_real_experiment(real):
     html = export(r, "html")
     assert html.count("<svg ") == 4 and "Use jemalloc" in html
     # The RSS chart draws every measured run that lasted long enough for a sample.
-    sampled = sum(1 for r in e.runs if not r["warmup"] and r["status"] == "ok" and json.loads(r["rss_series"]))
+    sampled = sum(1 for r in e.runs if not r.warmup and r.status == "ok" and json.loads(r.rss_series))
     assert sampled > 0 and f"RSS over time, {sampled} of {sampled} measured runs drawn" in html
 
 
@@ -154,8 +154,8 @@ def test_diff_of_two_real_experiments(real):
     a, b = Store(db).load(1), Store(db).load(2)
     ops = next(r for r in raw["workloads"][0]["rows"] if r["metric"] == "ops")
     for vi, cell in enumerate(ops["cells"]):
-        va = [r["metrics"]["ops"] for r in a.cell_runs(0, vi) if r["status"] == "ok"]
-        vb = [r["metrics"]["ops"] for r in b.cell_runs(0, vi) if r["status"] == "ok"]
+        va = [r.metrics["ops"] for r in a.cell_runs(0, vi) if r.status == "ok"]
+        vb = [r.metrics["ops"] for r in b.cell_runs(0, vi) if r.status == "ok"]
         assert cell["a"]["median"] == stats.summarize(va).median
         assert cell["comparison"]["ratio"] == pytest.approx(stats.compare(va, vb, True).ratio)
     console = Console(file=io.StringIO(), width=200)
@@ -219,7 +219,7 @@ def test_csv_has_one_row_per_run_with_every_metric(three):
     assert len(rows) == len(e.runs)
     assert {"ops", "wall_s", "peak_rss_mb", "variant", "block", "warmup", "status"} <= set(rows[0])
     assert [r["variant"] for r in rows[:3]] == ["glibc", "jemalloc", "mimalloc"]
-    assert float(rows[1]["ops"]) == e.runs[1]["metrics"]["ops"]
+    assert float(rows[1]["ops"]) == e.runs[1].metrics["ops"]
 
 
 def test_json_is_versioned_and_complete(three):

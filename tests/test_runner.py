@@ -71,7 +71,7 @@ def test_until_precise_adds_blocks_and_stops_at_the_cap(build, cli, store_of):
     assert p.returncode == 0, p.stderr
     e = store_of(cli.db).load()
     # 0.01% is out of reach: blocks are added up to the cap, then it says so.
-    assert len([r for r in e.runs if not r["warmup"]]) == 5
+    assert len([r for r in e.runs if not r.warmup]) == 5
     assert "stopped at 5 runs" in p.stderr
     assert e.config["until_precise"] == pytest.approx(0.0001)
 
@@ -97,7 +97,7 @@ def test_other_work_is_told_apart_from_the_workloads_own_threads(cli, store_of):
     processes started beside it show up as about the cores they took."""
     def other_cpu():
         e = store_of(cli.db).load()
-        values = [r["extra"]["other_cpu"] for r in e.runs if not r["warmup"] and r["status"] == "ok"]
+        values = [r.extra["other_cpu"] for r in e.runs if not r.warmup and r.status == "ok"]
         assert len(values) == 3
         return sorted(values)[1]
 

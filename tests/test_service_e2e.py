@@ -102,7 +102,7 @@ def run_file(path: Path, db: Path, variants=("glibc",), runs: int = 1, warmup: i
 
 
 def summary(run: dict) -> dict:
-    for line in reversed(run["stdout"].splitlines()):
+    for line in reversed(run.stdout.splitlines()):
         if line.startswith('{"alloclab"'):
             return json.loads(line)["alloclab"]
     return {}
@@ -139,22 +139,22 @@ def test_the_variant_reaches_the_server_tree_and_never_the_client(tmp_path, scra
     require_allocator("jemalloc")
     path, token = toy(tmp_path, params="", extra_service="idle = 0.3")
     e = run_file(path, tmp_path / "a.db", variants=("glibc", "jemalloc"), verify=True, params={"burn": "0.6"})
-    assert e.row["status"] == "complete"
-    assert {v["label"]: e.verifications[(0, i)]["status"] for i, v in enumerate(e.variants)} == \
+    assert e.row.status == "complete"
+    assert {v.label: e.verifications[(0, i)].status for i, v in enumerate(e.variants)} == \
         {"glibc": "verified", "jemalloc": "verified"}
     runs = e.runs
-    assert len(runs) == 4 and all(r["status"] == "ok" for r in runs)
+    assert len(runs) == 4 and all(r.status == "ok" for r in runs)
     for r in runs:
-        m, s = r["metrics"], summary(r)
+        m, s = r.metrics, summary(r)
         assert m["bytes"] > 0
         assert m["preloaded"] == 0, "the client ran under the variant or with LD_DEBUG"
         # The client burned 0.6 s of CPU; the server's figure is the server's alone.
-        assert r["wall_s"] >= 0.6 and m["cpu_s"] < 0.45, m
+        assert r.wall_s >= 0.6 and m["cpu_s"] < 0.45, m
         assert 0 < m["peak_pss_mb"] <= m["peak_rss_mb"] and m["final_rss_mb"] > 0
         assert s["cpu_source"] == "wait4+orphans" and m["cpu_s"] >= s["cpu_sampled_s"] - 0.05
-        procs = json.loads(r["processes"])
+        procs = json.loads(r.processes)
         assert len(procs) == 1 and procs[0]["name"].startswith("python")
-        if e.variants[r["variant_idx"]]["label"] == "jemalloc":
+        if e.variants[r.variant_idx].label == "jemalloc":
             assert procs[0]["mapped"] is True
     assert_torn_down(token, scratch, [summary(r)["server_port"] for r in runs])
 
@@ -176,12 +176,12 @@ metrics = [{{ name = "bytes", regex = "bytes=(\\\\d+)" }}]
                       extra_service='lifetime = "block"\ndata_dir = "data"\nready = { log = "Serving HTTP on" }')
     path.write_text(path.read_text().replace("ready = { tcp = true }\n", ""))
     e = run_file(path, tmp_path / "b.db", variants=("glibc", "jemalloc"), runs=2)
-    assert e.row["status"] == "complete" and all(r["status"] == "ok" for r in e.runs)
+    assert e.row.status == "complete" and all(r.status == "ok" for r in e.runs)
     serial = {}
     for r in e.runs:
         s = summary(r)
         assert s["cpu_source"] == "proc-window"
-        serial.setdefault((r["block"], r["variant_idx"]), set()).add(s["server_serial"])
+        serial.setdefault((r.block, r.variant_idx), set()).add(s["server_serial"])
     # One server per (block, variant), shared by both clients; a new one in the next block.
     assert all(len(v) == 1 for v in serial.values())
     assert serial[(0, 0)] != serial[(1, 0)] and serial[(0, 1)] != serial[(1, 1)]
@@ -212,9 +212,9 @@ metrics = [{{ name = "lines", regex = "lines=(\\\\d+)" }}]
                       extra_service=f'data_dir = "data"\nreset_data = true\nready = {{ command = ["{{python}}", "-c", \'{probe}\', "{{port}}"] }}')
     path.write_text(path.read_text().replace("ready = { tcp = true }\n", ""))
     e = run_file(path, tmp_path / "c.db", runs=3)
-    assert [r["status"] for r in e.runs] == ["ok"] * 3
-    assert [r["metrics"]["lines"] for r in e.runs] == [1, 1, 1]  # without the reset: 1, 2, 3
-    assert all(f"from files {token}" in r["stdout"] for r in e.runs)
+    assert [r.status for r in e.runs] == ["ok"] * 3
+    assert [r.metrics["lines"] for r in e.runs] == [1, 1, 1]  # without the reset: 1, 2, 3
+    assert all(f"from files {token}" in r.stdout for r in e.runs)
     assert_torn_down(token, scratch)
 
 
@@ -228,10 +228,10 @@ def test_a_child_that_drops_the_preload_fails_verification(tmp_path, scratch):
     # A process counts as escaped once seen twice without the library (right after exec the loader
     # has not mapped it yet): the client waits so that the server is sampled often enough.
     e = run_file(path, tmp_path / "d.db", variants=("glibc", "jemalloc"), params={"client_delay": "0.5"})
-    ver = {e.variants[vi]["label"]: v for (wi, vi), v in e.verifications.items()}
-    assert ver["glibc"]["status"] != "ineffective"
-    assert ver["jemalloc"]["status"] == "ineffective"
-    assert any("process python" in r and "escaped the preload" in r for r in ver["jemalloc"]["reasons"])
+    ver = {e.variants[vi].label: v for (wi, vi), v in e.verifications.items()}
+    assert ver["glibc"].status != "ineffective"
+    assert ver["jemalloc"].status == "ineffective"
+    assert any("process python" in r and "escaped the preload" in r for r in ver["jemalloc"].reasons)
     assert_torn_down(token, scratch)
 
 
@@ -246,7 +246,7 @@ def test_a_service_that_never_becomes_ready_shows_its_log_tail(tmp_path, scratch
     assert "did not become ready within 1 s" in msg and "TCP port 127.0.0.1:" in msg
     assert "booting" in msg  # the service's own output
     e = Store(tmp_path / "e.db").load()
-    assert e.row["status"] == "failed" and e.runs[0]["status"] == "failed"
+    assert e.row.status == "failed" and e.runs[0].status == "failed"
     assert_torn_down(token, scratch, [summary(e.runs[0]).get("server_port", 0) or 1])
 
 
@@ -302,7 +302,7 @@ def test_ctrl_c_mid_run_stops_server_and_client_and_removes_the_workdir(tmp_path
     assert "Interrupted" in err
     assert_torn_down(token, scratch, [port])
     e = Store(db).load()
-    assert e.row["status"] == "interrupted"
+    assert e.row.status == "interrupted"
 
 
 def test_cli_errors_name_the_file_line_and_the_install_line(tmp_path, cli):
@@ -332,21 +332,21 @@ def test_recipe_postgres_partitions(cli, store_of, scratch):
             "-p", "scale=1", "-p", "partitions=20", "-p", "duration=5", "-p", "warmup_s=1", timeout=240)
     assert p.returncode == 0, p.stdout + p.stderr
     e = store_of(cli.db).load()
-    assert [w["name"] for w in e.workloads] == ["postgres-partitions: 1 client", "postgres-partitions: 2 clients"]
-    assert all(v["status"] == "verified" for v in e.verifications.values()), e.verifications
+    assert [w.name for w in e.workloads] == ["postgres-partitions: 1 client", "postgres-partitions: 2 clients"]
+    assert all(v.status == "verified" for v in e.verifications.values()), e.verifications
     for r in e.runs:
-        m, s = r["metrics"], summary(r)
-        assert r["status"] == "ok" and m["tps"] > 0 and m["tps_whole_run"] > 0
+        m, s = r.metrics, summary(r)
+        assert r.status == "ok" and m["tps"] > 0 and m["tps_whole_run"] > 0
         # tps is the steady state: the mean of the per-second figures after the first two.
         assert len(s["intervals"]["tps"]) >= 3
         assert m["tps"] == pytest.approx(sum(s["intervals"]["tps"][2:]) / len(s["intervals"]["tps"][2:]), rel=1e-4)
         # The warm-up (prewarm, pgbench, CHECKPOINT) ran and its server CPU was taken out.
         assert s["excluded_cpu_s"] > 0
         assert m["rss_after_disconnect_mb"] > 0 and m["pss_after_disconnect_mb"] > 0
-        procs = json.loads(r["processes"])
+        procs = json.loads(r.processes)
         # postmaster, its auxiliary processes and the client's backends: all postgres, all checked
         assert len(procs) >= 5 and {q["name"] for q in procs} <= {"postgres"}
-        if e.variants[r["variant_idx"]]["label"] == "jemalloc":
+        if e.variants[r.variant_idx].label == "jemalloc":
             # The warm-up's psql backends may exit before their maps are read (mapped unknown);
             # none ran without the library, and the long-lived ones were all seen with it.
             assert all(q["mapped"] is not False for q in procs)
@@ -367,28 +367,28 @@ def test_recipe_redis_reports_the_packaged_jemalloc(cli, store_of, scratch):
             "-p", "requests=1000", "-p", "clients=10", "-p", "keys=20000", "-p", "rest=0.5")
     assert p.returncode == 0, p.stdout + p.stderr
     e = store_of(cli.db).load()
-    ver = {e.variants[vi]["label"]: v for (wi, vi), v in e.verifications.items()}
+    ver = {e.variants[vi].label: v for (wi, vi), v in e.verifications.items()}
     # Debian's redis-server is linked against libjemalloc.so.2: with nothing preloaded
     # (glibc-linked) it runs jemalloc, and the answer says so first. ("glibc" gets alloclab's
     # forwarding preload instead: test_forward_e2e.py.)
-    assert ver["glibc-linked"]["status"] == "ineffective"
-    assert any("libjemalloc" in r for r in ver["glibc-linked"]["reasons"])
+    assert ver["glibc-linked"].status == "ineffective"
+    assert any("libjemalloc" in r for r in ver["glibc-linked"].reasons)
     assert " ".join(p.stdout.split()).startswith("glibc-linked is not in use on redis: benchmark, redis: memory: ")
-    assert ver["jemalloc"]["status"] == "verified"
-    assert all(r["status"] == "ok" for r in e.runs)
+    assert ver["jemalloc"].status == "verified"
+    assert all(r.status == "ok" for r in e.runs)
     for r in e.runs:
-        if e.workloads[r["workload_idx"]]["name"] != "redis: benchmark":
+        if e.workloads[r.workload_idx].name != "redis: benchmark":
             continue  # the memory client: test_service_phases_e2e.py
         for metric in ("set_rps", "get_rps", "lpush_rps", "lrange_100_rps", "lrange_600_rps"):
-            assert r["metrics"][metric] > 0
+            assert r.metrics[metric] > 0
     assert "INEFFECTIVE" in p.stdout
     # The memory client: per variant, RSS after the load, after each phase, and what was given back.
     for name in ("rss_after_load_mb", "rss_after_flush_mb", "rss_after_idle_mb", "returned_after_purge"):
         assert name in p.stdout
-    memory = [r for r in e.runs if e.workloads[r["workload_idx"]]["name"] == "redis: memory" and not r["warmup"]]
+    memory = [r for r in e.runs if e.workloads[r.workload_idx].name == "redis: memory" and not r.warmup]
     assert len(memory) == 2
     for r in memory:
-        m, s = r["metrics"], summary(r)
+        m, s = r.metrics, summary(r)
         # 20,000 values of 1000 B went in through the protocol.
         assert m["rss_after_load_mb"] - s["rss_ready_mb"] > 15
         assert m["rss_after_flush_mb"] <= m["rss_after_delete_half_mb"] + 1
@@ -409,10 +409,10 @@ def test_recipe_qemu_img_is_a_command_recipe(cli, store_of, scratch):
             "-p", "size=64M", "-p", "count=20000")
     assert p.returncode == 0, p.stdout + p.stderr
     e = store_of(cli.db).load()
-    assert [w["name"] for w in e.workloads] == ["qemu-img: qcow2", "qemu-img: raw"]
-    assert all(v["status"] == "verified" for v in e.verifications.values())
+    assert [w.name for w in e.workloads] == ["qemu-img: qcow2", "qemu-img: raw"]
+    assert all(v.status == "verified" for v in e.verifications.values())
     for r in e.runs:
-        m = r["metrics"]
-        assert r["status"] == "ok"
+        m = r.metrics
+        assert r.status == "ok"
         assert m["ops_per_s"] == pytest.approx(20000 / m["run_s"], rel=1e-3)
     assert list(scratch.iterdir()) == []

@@ -88,12 +88,12 @@ def test_phases_read_memory_after_each_action_under_real_allocators(tmp_path, sc
     require_allocator("jemalloc")
     path, token = experiment(tmp_path, PHASED, params="rest = 0.5")
     e = run_file(path, cli.db, variants=("glibc", "jemalloc"), verify=True)
-    assert e.row["status"] == "complete"
-    assert all(v["status"] == "verified" for v in e.verifications.values()), e.verifications
-    runs = [r for r in e.runs if not r["warmup"]]
-    assert runs and all(r["status"] == "ok" for r in e.runs)
+    assert e.row.status == "complete"
+    assert all(v.status == "verified" for v in e.verifications.values()), e.verifications
+    runs = [r for r in e.runs if not r.warmup]
+    assert runs and all(r.status == "ok" for r in e.runs)
     for r in e.runs:
-        m, s = r["metrics"], summary(r)
+        m, s = r.metrics, summary(r)
         # Two warm-up requests ran, unmeasured, before the load; the load saw them.
         assert m["hits_before"] == 2
         # Steady state: the first interval (1 tps) dropped, the mean of the others kept.
@@ -137,11 +137,11 @@ metrics = [{{ name = "hits", regex = 'hits=(\\d+)' }}]
     path, token = experiment(tmp_path, client)
     e = run_file(path, tmp_path / "w.db")
     r = e.runs[0]
-    assert r["status"] == "ok"
+    assert r.status == "ok"
     # The measured run's first request found the warm-up's requests already served.
-    assert r["metrics"]["hits"] > 3
+    assert r.metrics["hits"] > 3
     # The run's time is the measured client's alone (0.2 s of requests), not the warm-up's 0.6 s.
-    assert r["wall_s"] < 0.55
+    assert r.wall_s < 0.55
     assert summary(r)["excluded_cpu_s"] > 0
     assert_torn_down(token, scratch, [summary(r)["server_port"]])
 
@@ -161,7 +161,7 @@ command = ["{{python}}", "-c", "import sys; print(\\"no such thing\\"); sys.exit
     assert "phase 'broken'" in str(info.value) and "exited with status 4" in str(info.value)
     assert "no such thing" in str(info.value)
     e = Store(tmp_path / "f.db").load()
-    assert e.runs[0]["status"] == "failed"
+    assert e.runs[0].status == "failed"
     assert_torn_down(token, scratch, [summary(e.runs[0])["server_port"]])
 
 
@@ -192,4 +192,4 @@ idle = 60
     out, err = proc.communicate(timeout=30)
     assert proc.returncode == 130, err
     assert_torn_down(token, scratch, [port])
-    assert Store(db).load().row["status"] == "interrupted"
+    assert Store(db).load().row.status == "interrupted"

@@ -87,8 +87,8 @@ def test_compare_prints_each_setting_read_back_and_ineffective_ones(build, cli, 
     assert "APP_MODE=fast: plain environment" in p.stdout
     assert "INEFFECTIVE: TCMALLOC_MAX_TOTAL_THREAD_CACHE_BYTES=4G not read as asked by tcmalloc" in p.stdout
     e = store_of(cli.db).load()
-    got = {e.variants[vi]["label"]: v for (_, vi), v in e.verifications.items()}
-    assert got["tcmalloc MAX_TOTAL_THREAD_CACHE_BYTES=4G"]["status"] == "ineffective"
+    got = {e.variants[vi].label: v for (_, vi), v in e.verifications.items()}
+    assert got["tcmalloc MAX_TOTAL_THREAD_CACHE_BYTES=4G"].status == "ineffective"
     assert "in effect" in json.dumps(json.loads(out.read_text()))
 
 

@@ -94,7 +94,7 @@ def test_a_variant_closed_at_an_earlier_look_is_a_bound_though_the_budget_ended_
     # it; the experiment went on to 12 blocks for v2, and the budget ended that.
     exp = stopped_experiment([100.0, 100.5, 101.5], n=12, stopped="budget", looks=(4, 40), spread=0.015, seed=0)
     assert 7 in Design.sequential(4, 40).looks
-    exp.runs = [r for r in exp.runs if not (r["variant_idx"] == 1 and r["block"] >= 7)]
+    exp.runs = [r for r in exp.runs if not (r.variant_idx == 1 and r.block >= 7)]
     a = analyze(exp)
     c1, c2 = (a.workloads[0].primary().cells[vi].comparison for vi in (1, 2))
     assert c1.verdict == "undecided" and c1.futile and c1.stopped is None
@@ -103,7 +103,7 @@ def test_a_variant_closed_at_an_earlier_look_is_a_bound_though_the_budget_ended_
     assert ", stopped by the budget; " in format_comparison(c2)
     # An interval the rule would not call a bound (wider than +-10%) is never inferred to be one.
     exp = stopped_experiment([100.0, 100.5, 101.5], n=12, stopped="budget", looks=(4, 40), spread=0.015, seed=1)
-    exp.runs = [r for r in exp.runs if not (r["variant_idx"] == 1 and r["block"] >= 7)]
+    exp.runs = [r for r in exp.runs if not (r.variant_idx == 1 and r.block >= 7)]
     c1 = primary(exp)
     assert c1.verdict == "undecided" and not decide.narrow(c1.ci_low, c1.ci_high, 0.02)
     assert not c1.futile and "no difference beyond" not in format_comparison(c1)
@@ -128,7 +128,7 @@ def test_what_the_runner_did_not_judge_is_never_inferred_to_be_a_bound():
 def test_an_experiment_still_running_or_interrupted_is_plainly_undecided():
     for status in ("running", "interrupted"):
         exp = stopped_experiment([100.0, 103.0], n=8)
-        exp.row["status"] = status
+        exp.row.status = status
         c = primary(exp)
         assert c.verdict == "undecided" and not c.futile and c.stopped is None
         assert format_comparison(c) == f"? {(c.ratio - 1) * 100:+.1f}% [{(c.ci_low - 1) * 100:+.1f}, " \

@@ -50,8 +50,8 @@ def run(tmp_path, executor: FakeExecutor, clock: FakeClock | None = None, **sett
 def measured(e) -> dict[int, int]:
     out: dict[int, int] = {}
     for r in e.runs:
-        if not r["warmup"]:
-            out[r["variant_idx"]] = out.get(r["variant_idx"], 0) + 1
+        if not r.warmup:
+            out[r.variant_idx] = out.get(r.variant_idx, 0) + 1
     return out
 
 
@@ -59,7 +59,7 @@ def test_a_clear_difference_stops_at_the_first_look_as_decided(tmp_path):
     # 20% apart with 1% noise: decided at the first look, nothing more is run.
     e, error = run(tmp_path, FakeExecutor(lambda env, n: 0.08 if env else 0.1, noise=0.01))
     assert error is None
-    assert e.row["status"] == "complete" and e.config["stopped"] == "decided"
+    assert e.row.status == "complete" and e.config["stopped"] == "decided"
     assert measured(e) == {0: 4, 1: 4} and e.config["runs_done"] == 4
 
 
@@ -72,7 +72,7 @@ def NEAR(env: dict, n: int) -> float:
 def test_an_undecided_difference_runs_to_max_runs(tmp_path):
     e, error = run(tmp_path, FakeExecutor(NEAR), max_runs=12)
     assert error is None
-    assert e.row["status"] == "complete" and e.config["stopped"] == "max-runs"
+    assert e.row.status == "complete" and e.config["stopped"] == "max-runs"
     assert measured(e) == {0: 12, 1: 12}
 
 
@@ -86,7 +86,7 @@ def test_a_comparison_more_runs_cannot_decide_is_bounded_before_max_runs(tmp_pat
     # once its interval is a bound worth stating (within ±10%).
     e, error = run(tmp_path, FakeExecutor(SEESAW5), max_runs=60)
     assert error is None
-    assert e.row["status"] == "complete" and e.config["stopped"] == "bounded"
+    assert e.row.status == "complete" and e.config["stopped"] == "bounded"
     assert measured(e)[1] < 60
 
 
@@ -112,7 +112,7 @@ def test_the_budget_stops_adding_blocks(tmp_path):
 
 def test_fixed_runs_need_no_judge_and_run_exactly_that_many(tmp_path):
     e, error = run(tmp_path, FakeExecutor(lambda env, n: 0.1), until_decided=False, runs=3, warmup=1)
-    assert error is None and e.row["status"] == "complete"
+    assert error is None and e.row.status == "complete"
     assert measured(e) == {0: 3, 1: 3} and len(e.runs) == 8   # 2 warm-up runs
 
 
@@ -120,7 +120,7 @@ def test_ctrl_c_keeps_the_runs_so_far_and_marks_the_record_interrupted(tmp_path)
     ex = FakeExecutor(lambda env, n: 0.1, interrupt_at=6)
     e, error = run(tmp_path, ex)
     assert isinstance(error, Interrupted) and "kept in" in str(error)
-    assert e.row["status"] == "interrupted" and e.config["stopped"] == "interrupted"
+    assert e.row.status == "interrupted" and e.config["stopped"] == "interrupted"
     assert len(e.runs) == 5   # the five runs before Ctrl-C, each stored as it ended
 
 
@@ -128,7 +128,7 @@ def test_a_failing_set_up_step_marks_the_record_failed(tmp_path):
     ex = FakeExecutor(lambda env, n: 0.1, prepare_error=AlloclabError("initdb failed"))
     e, error = run(tmp_path, ex)
     assert str(error) == "initdb failed"
-    assert e.row["status"] == "failed" and e.runs == []
+    assert e.row.status == "failed" and e.runs == []
 
 
 @pytest.mark.parametrize("raised, status", [(AlloclabError("cannot read it back"), "failed"),
@@ -144,7 +144,7 @@ def test_an_error_or_ctrl_c_while_reading_settings_back_never_leaves_it_running(
                      parse_variants(VARIANTS), Settings(warmup=0, verify=False, runs=2))
     with pytest.raises((AlloclabError, OSError)):
         exp.run()
-    assert store.load(exp.exp_id).row["status"] == status
+    assert store.load(exp.exp_id).row.status == status
 
 
 def test_what_stays_open_is_profiled_within_the_budget(tmp_path, monkeypatch):

@@ -37,7 +37,7 @@ def test_a_database_whose_metrics_table_has_rowids_is_still_written_and_read(tmp
         store.add_run(exp, 0, 0, block, 0, False, _result(), {"wall_s": 0.5 + block, "cpu_s": 0.1}, {})
     store.finish(exp, "complete")
     loaded = Store(path).load(exp)
-    assert sorted(r["metrics"]["wall_s"] for r in loaded.runs) == [0.5, 1.5, 2.5]
+    assert sorted(r.metrics["wall_s"] for r in loaded.runs) == [0.5, 1.5, 2.5]
     sql = store.db.execute("SELECT sql FROM sqlite_master WHERE name='metrics'").fetchone()[0]
     assert "WITHOUT ROWID" not in sql.upper()   # the old table was kept, not rebuilt
     fresh = Store(tmp_path / "new.db").db.execute("SELECT sql FROM sqlite_master WHERE name='metrics'").fetchone()[0]

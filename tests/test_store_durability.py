@@ -106,8 +106,8 @@ def test_kill_9_at_random_moments_loses_at_most_the_run_in_progress(tmp_path):
         assert started[exp_id] - 1 <= len(e.runs) <= started[exp_id], \
             f"experiment {exp_id}: {started[exp_id]} runs started, {len(e.runs)} stored"
         # One cell, no warm-up: the runs are blocks 0, 1, 2, ... with no gap.
-        assert [r["block"] for r in e.runs] == list(range(len(e.runs)))
-        assert all(r["status"] == "ok" for r in e.runs)
+        assert [r.block for r in e.runs] == list(range(len(e.runs)))
+        assert all(r.status == "ok" for r in e.runs)
     store.close()
 
     listing = subprocess.run([sys.executable, "-m", "alloclab.cli", "experiments", "--db", str(db)],

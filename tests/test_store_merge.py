@@ -33,9 +33,9 @@ def test_two_sessions_merge_into_one_experiment_with_hosts_and_distinct_blocks(t
     assert a["runs"] == b["runs"] == 8 and a["measured_blocks"] == 3
     assert set(a["verifications"]) == {(0, 0), (0, 1)}
     e = client.load(exp)
-    assert [w["name"] for w in e.workloads] == ["fake"] and len(e.variants) == 2
-    assert len(e.runs) == 16 and all(r["metrics"]["wall_s"] == pytest.approx(0.1) for r in e.runs)
-    hosts = {r["extra"]["host"] for r in e.runs}
+    assert [w.name for w in e.workloads] == ["fake"] and len(e.variants) == 2
+    assert len(e.runs) == 16 and all(r.metrics["wall_s"] == pytest.approx(0.1) for r in e.runs)
+    hosts = {r.extra["host"] for r in e.runs}
     assert hosts == {"host-a", "host-b"}
-    blocks = {h: {r["block"] for r in e.runs if r["extra"]["host"] == h} for h in hosts}
+    blocks = {h: {r.block for r in e.runs if r.extra["host"] == h} for h in hosts}
     assert blocks["host-a"] == {0, 1, 2, 3} and blocks["host-b"] == {4, 5, 6, 7}

@@ -20,9 +20,9 @@ def primary_medians(store_of, db, metric):
     e = store_of(db).load()
     out = {}
     for vi, v in enumerate(e.variants):
-        vals = [r["metrics"][metric] for r in e.runs if r["variant_idx"] == vi and not r["warmup"]
-                and r["status"] == "ok" and metric in r["metrics"]]
-        out[v["label"]] = statistics.median(vals) if vals else None
+        vals = [r.metrics[metric] for r in e.runs if r.variant_idx == vi and not r.warmup
+                and r.status == "ok" and metric in r.metrics]
+        out[v.label] = statistics.median(vals) if vals else None
     return e, out
 
 
@@ -31,7 +31,7 @@ def test_suite_shows_the_top_pad_effect_on_oversized(cli, store_of):
             "-a", "glibc:MALLOC_TOP_PAD_=64M")
     assert p.returncode == 0, p.stderr
     e, med = primary_medians(store_of, cli.db, "queries_per_s")
-    assert all(v["status"] == "verified" for v in e.verifications.values())
+    assert all(v.status == "verified" for v in e.verifications.values())
     # The PostgreSQL report: without a top pad glibc trims and re-grows the heap every query.
     assert med["glibc TOP_PAD=64M"] > 3 * med["glibc"], med
     assert "Summary across workloads" in p.stdout
@@ -43,10 +43,10 @@ def test_suite_runs_several_workloads_interleaved(cli, store_of):
             if "jemalloc" in os.popen("ldconfig -p").read() else "glibc@again")
     assert p.returncode == 0, p.stderr
     e = store_of(cli.db).load()
-    assert [w["name"] for w in e.workloads] == ["simple", "larson"]
+    assert [w.name for w in e.workloads] == ["simple", "larson"]
     blocks = {}
     for r in e.runs:
-        blocks.setdefault(r["block"], []).append((r["workload_idx"], r["variant_idx"]))
+        blocks.setdefault(r.block, []).append((r.workload_idx, r.variant_idx))
     # Every block holds all four cells, and the blocks are not all in the same order.
     assert all(len(set(cells)) == 4 for cells in blocks.values())
     assert len({tuple(c) for c in blocks.values()}) > 1
@@ -57,10 +57,10 @@ def test_workload_crashing_under_one_allocator_is_recorded_and_suite_goes_on(cli
     p = cli("suite", "-w", "simple", "--quick", "--runs", "2", "-a", "glibc", "-a", f"{crash}@crashy")
     assert p.returncode == 0, p.stderr
     e = store_of(cli.db).load()
-    crashy = [r for r in e.runs if e.variants[r["variant_idx"]]["label"] == "crashy"]
-    fine = [r for r in e.runs if e.variants[r["variant_idx"]]["label"] == "glibc"]
-    assert crashy and all(r["status"] == "failed" and r["signal"] == 6 for r in crashy)
-    assert fine and all(r["status"] == "ok" for r in fine)
+    crashy = [r for r in e.runs if e.variants[r.variant_idx].label == "crashy"]
+    fine = [r for r in e.runs if e.variants[r.variant_idx].label == "glibc"]
+    assert crashy and all(r.status == "failed" and r.signal == 6 for r in crashy)
+    assert fine and all(r.status == "ok" for r in fine)
     assert "SIGABRT" in p.stdout
 
 

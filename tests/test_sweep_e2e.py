@@ -56,12 +56,12 @@ def test_top_pad_sweep_on_oversized_finds_the_threshold(tmp_path):
     # (seen beside `yes`), with 8 the interval absorbs it (the effect is about x20).
     store, exp_id, a = run(tmp_path, [w], specs, runs=8, sweeps=sweeps)
     e = store.load(exp_id)
-    assert [v["env"].get("MALLOC_TOP_PAD_") for v in e.variants] == ["0", str(2 << 20), str(64 << 20)]
+    assert [v.env.get("MALLOC_TOP_PAD_") for v in e.variants] == ["0", str(2 << 20), str(64 << 20)]
     # Every point ran in every block, in shuffled order: drift cannot pass for a trend.
     blocks: dict[int, list[int]] = {}
     for r in e.runs:
-        if not r["warmup"]:
-            blocks.setdefault(r["block"], []).append(r["variant_idx"])
+        if not r.warmup:
+            blocks.setdefault(r.block, []).append(r.variant_idx)
     assert len(blocks) == 8 and all(sorted(v) == [0, 1, 2] for v in blocks.values())
     assert len({tuple(v) for v in blocks.values()}) > 1
 
@@ -113,7 +113,7 @@ def test_thread_scaling_of_a_builtin_workload(tmp_path):
     sweeps = param_sweep.param_sweeps(workloads, params.swept)
     store, exp_id, a = run(tmp_path, workloads, ["glibc", "tcmalloc-minimal"], runs=3, sweeps=sweeps)
     for r in store.load(exp_id).runs:     # each point's value reached the program
-        assert json.loads(r["stdout"].strip().splitlines()[-1])["threads"] == [1, 2, 4][r["workload_idx"]]
+        assert json.loads(r.stdout.strip().splitlines()[-1])["threads"] == [1, 2, 4][r.workload_idx]
     curves = sweep_stats.sweep_results(a, sweeps)
     assert [c.subject for c in curves] == ["glibc", "tcmalloc-minimal"]
     cores = len(os.sched_getaffinity(0))
@@ -141,8 +141,8 @@ def test_threads_placeholder_in_a_command_reaches_the_program(tmp_path):
     store, exp_id, a = run(tmp_path, workloads, ["glibc"], runs=3, sweeps=sweeps)
     e = store.load(exp_id)
     for r in e.runs:
-        printed = json.loads(r["stdout"].strip().splitlines()[-1])
-        assert printed["threads"] == int(e.workloads[r["workload_idx"]]["params"]["threads"])
+        printed = json.loads(r.stdout.strip().splitlines()[-1])
+        assert printed["threads"] == int(e.workloads[r.workload_idx].params["threads"])
     [curve] = sweep_stats.sweep_results(a, sweeps)
     assert curve.base == f"{exe} --threads={{threads}} --rounds 30"
     assert [s.threads for s in curve.scaling.steps] == [1, 2]

@@ -30,7 +30,7 @@ def fingerprint(tmp_path: Path, argv: list[str], allocators=("glibc",)) -> dict:
     proc = subprocess.run(cmd + ["--", *argv], capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     e = Store(db).load(1)
-    return {v["allocator"]: reading(v["allocator"], v["label"], e.fingerprints[(0, i)]) for i, v in enumerate(e.variants)}
+    return {v.allocator: reading(v.allocator, v.label, e.fingerprints[(0, i)]) for i, v in enumerate(e.variants)}
 
 
 @pytest.mark.parametrize("program,args,rule", [
@@ -86,7 +86,7 @@ def test_tune_end_to_end_on_a_churn_program(cli, build, store_of):
     if "Best for speed: glibc TOP_PAD" in out:
         assert "brk calls" in out and "minor page faults -" in out
     store = store_of(cli.db)
-    kinds = [store.load(i).row["kind"] for i in (1, 2)]
+    kinds = [store.load(i).row.kind for i in (1, 2)]
     assert kinds == ["tune-diagnosis", "tune"]
     assert store.load(2).config["tune"]["fired"] == ["glibc-trim-churn"]
 
@@ -97,7 +97,7 @@ def test_tune_stops_with_a_bound_on_a_program_that_barely_allocates(cli, build, 
     assert "Nothing to tune" in proc.stdout and "in the profiled runs" in proc.stdout
     assert "Racing" not in proc.stderr
     e = store_of(cli.db).load(1)
-    assert e.row["kind"] == "tune-diagnosis" and e.profiles
+    assert e.row.kind == "tune-diagnosis" and e.profiles
 
 
 def test_tune_refuses_variants_with_settings_in_a(cli, build):
@@ -136,10 +136,10 @@ def test_tune_screens_then_races_the_finalists_on_runs_of_their_own(cli, build, 
     assert proc.returncode == 0, out + err
     store = store_of(cli.db)
     diag, scr, race = (store.load(i) for i in (1, 2, 3))
-    assert [e.row["kind"] for e in (diag, scr, race)] == ["tune-diagnosis", "tune-screen", "tune"]
+    assert [e.row.kind for e in (diag, scr, race)] == ["tune-diagnosis", "tune-screen", "tune"]
     assert len(scr.variants) > len(race.variants) >= 2      # the screen ran every candidate, the race fewer
     assert race.config["tune"]["screen_experiment"] == 2
     screened = race.config["tune"]["screened_out"]
     assert screened and "Screened out before the race" in out and "not a verdict" in out
     # The race's verdicts stand on runs of its own, every one measured after the screen had chosen.
-    assert race.runs and min(r["started"] for r in race.runs) >= scr.row["finished"]
+    assert race.runs and min(r.started for r in race.runs) >= scr.row.finished

@@ -43,7 +43,7 @@ def test_a_decided_loser_leaves_the_race_early_and_the_answer_rules_it_out(tmp_p
     e = store.load(runner.exp_id)
     runs = {}
     for r in e.runs:
-        runs[r["variant_idx"]] = runs.get(r["variant_idx"], 0) + 1
+        runs[r.variant_idx] = runs.get(r.variant_idx, 0) + 1
     assert runs[1] == 4, runs          # decided worse at the first look: no more blocks
     assert runs[2] > runs[1], runs     # the open candidate got the blocks that followed
     cands = [Candidate(VARIANTS[1], "glibc-arena-bloat", "less memory", "m", "w"),
@@ -136,7 +136,7 @@ def _leader_race(tmp_path, judge, peak_kb=lambda env: 10_240):
     e = store.load(runner.exp_id)
     runs = {}
     for r in e.runs:
-        runs[r["variant_idx"]] = runs.get(r["variant_idx"], 0) + 1
+        runs[r.variant_idx] = runs.get(r.variant_idx, 0) + 1
     return e, runs
 
 

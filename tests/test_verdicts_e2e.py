@@ -39,7 +39,7 @@ def test_until_decided_stops_once_a_large_effect_is_decided(cli, store_of, simpl
     e = store_of(cli.db).load()
     assert e.config["until_decided"] and e.config["stopped"] == "decided", e.config
     assert e.config["design"]["looks"][0] == 10
-    runs = [r for r in e.runs if not r["warmup"]]
+    runs = [r for r in e.runs if not r.warmup]
     assert len(runs) < 2 * 60
     assert _verdicts(store_of, cli.db)[("ns", "tcmalloc")] == "better"
     # The answer comes first, one line per primary comparison, with its interval.
@@ -103,8 +103,8 @@ def test_every_variant_of_a_block_gets_the_same_environment_size(cli, store_of):
     e = store_of(cli.db).load()
     by_block: dict[int, set[float]] = {}
     for r in e.runs:
-        if not r["warmup"]:
-            by_block.setdefault(r["block"], set()).add(r["metrics"]["envbytes"])
+        if not r.warmup:
+            by_block.setdefault(r.block, set()).add(r.metrics["envbytes"])
     assert len(by_block) == 4 and all(len(sizes) == 1 for sizes in by_block.values()), by_block
     # ... while the filler drawn per block still moves the stack between blocks.
     assert len({next(iter(s)) for s in by_block.values()}) > 1

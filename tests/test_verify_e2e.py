@@ -18,7 +18,7 @@ pytestmark = pytest.mark.e2e
 
 def statuses(store_of, db, workload_idx=0):
     e = store_of(db).load()
-    return {e.variants[vi]["label"]: v for (wi, vi), v in e.verifications.items() if wi == workload_idx}
+    return {e.variants[vi].label: v for (wi, vi), v in e.verifications.items() if wi == workload_idx}
 
 
 def test_every_installed_allocator_is_verified_on_a_normal_program(build, cli, store_of):
@@ -28,7 +28,7 @@ def test_every_installed_allocator_is_verified_on_a_normal_program(build, cli, s
     got = statuses(store_of, cli.db)
     assert set(got) == set(installed_allocators())
     for label, v in got.items():
-        assert v["status"] == "verified", (label, v)
+        assert v.status == "verified", (label, v)
     assert "verified" in p.stdout
 
 
@@ -38,8 +38,8 @@ def test_static_binary_is_ineffective(build, cli, store_of):
     p = cli("compare", "--runs", "1", "-a", "glibc", "-a", "jemalloc", "--", str(prog), "100", "1")
     assert p.returncode == 0, p.stderr
     got = statuses(store_of, cli.db)
-    assert got["jemalloc"]["status"] == "ineffective"
-    assert "statically linked" in " ".join(got["jemalloc"]["reasons"])
+    assert got["jemalloc"].status == "ineffective"
+    assert "statically linked" in " ".join(got["jemalloc"].reasons)
     assert "INEFFECTIVE" in p.stdout
 
 
@@ -49,8 +49,8 @@ def test_executable_defining_malloc_is_ineffective(build, cli, store_of):
     p = cli("compare", "--runs", "1", "-a", "glibc", "-a", "jemalloc", "--", str(prog))
     assert p.returncode == 0, p.stderr
     got = statuses(store_of, cli.db)
-    assert got["jemalloc"]["status"] == "ineffective"
-    reasons = " ".join(got["jemalloc"]["reasons"])
+    assert got["jemalloc"].status == "ineffective"
+    reasons = " ".join(got["jemalloc"].reasons)
     assert "defines malloc itself" in reasons
     # The runtime trace agrees with the static check: malloc was bound to the executable.
     assert "instead of libjemalloc" in reasons
@@ -62,8 +62,8 @@ def test_bundled_prefixed_allocator_is_ineffective(build, cli, store_of):
     p = cli("compare", "--runs", "1", "-a", "glibc", "-a", "tcmalloc", "--", str(prog))
     assert p.returncode == 0, p.stderr
     got = statuses(store_of, cli.db)
-    assert got["tcmalloc"]["status"] == "ineffective"
-    assert "bundles its own jemalloc (je_free, je_malloc)" in " ".join(got["tcmalloc"]["reasons"])
+    assert got["tcmalloc"].status == "ineffective"
+    assert "bundles its own jemalloc (je_free, je_malloc)" in " ".join(got["tcmalloc"].reasons)
 
 
 def test_program_linked_against_an_allocator_says_which_calls_move(build, cli, store_of):
@@ -76,11 +76,11 @@ def test_program_linked_against_an_allocator_says_which_calls_move(build, cli, s
     got = statuses(store_of, cli.db)
     # Without a preload (glibc-linked: not even alloclab's forwarder) the program runs jemalloc,
     # so that baseline is not glibc. (The forwarder itself: test_forward_e2e.py.)
-    assert got["glibc-linked"]["status"] == "ineffective"
-    assert "linked against libjemalloc.so.2" in " ".join(got["glibc-linked"]["reasons"])
-    notes = " ".join(got["mimalloc"]["notes"])
+    assert got["glibc-linked"].status == "ineffective"
+    assert "linked against libjemalloc.so.2" in " ".join(got["glibc-linked"].reasons)
+    notes = " ".join(got["mimalloc"].notes)
     assert "takes over free, malloc" in notes and "mallctl still reach the linked jemalloc" in notes
-    assert got["mimalloc"]["status"] == "verified"
+    assert got["mimalloc"].status == "verified"
 
 
 def test_setuid_binary_owned_by_another_user_is_ineffective(build, tmp_path):

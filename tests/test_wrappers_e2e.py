@@ -41,9 +41,9 @@ def test_a_shim_that_execs_the_program_is_named_as_the_wrapper_with_the_real_com
     assert f"measure `{real} 10 1 '' 0.2` directly" in line
     # Per run: the images under the allocator, the shim's pid counted as bash before its exec.
     e = store_of(cli.db).load()
-    runs = [r for r in e.runs if not r["warmup"]]
+    runs = [r for r in e.runs if not r.warmup]
     for r in runs:
-        exes = [q.get("exe") for q in json.loads(r["processes"])]
+        exes = [q.get("exe") for q in json.loads(r.processes)]
         assert str(real) in exes and "/usr/bin/bash" in exes, exes
     [lines] = [res["processes"] for res in report["results"]]
     assert lines and "churn itself" in lines[0] and "of the faults" in lines[0]

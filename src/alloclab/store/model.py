@@ -5,8 +5,7 @@ In: SQLite rows (store/db.py), or what the runner and the fleet write. Out: Expe
 WorkloadRecord, VariantRecord, StoredMetric, Verification and Run. Dicts stay at the edges that
 serialize (the SQLite rows, JSON export, the fleet's wire); `to_dict()` gives each record's row.
 
-`Record` also reads as a mapping (subscripts, get, keys) for code not yet moved to attributes, and
-for the fleet's JSON; new code uses attributes. Each `from_row` reads the columns its `COLUMNS` names,
+Each `from_row` reads the columns its `COLUMNS` names,
 in that order (Store.load selects them so), decoding the JSON ones.
 """
 
@@ -21,33 +20,13 @@ from alloclab.workloads.metrics import MetricDef
 
 
 class Record:
-    """A dataclass that reads as a mapping too; `ALIASES` maps an old key to its attribute."""
+    """A dataclass record with its row (`to_dict`) and a lenient constructor (`of`); `ALIASES` maps a
+    stored key to its attribute where the names differ."""
 
     ALIASES: ClassVar[dict[str, str]] = {}
 
-    def __getitem__(self, key: str) -> Any:
-        try:
-            return getattr(self, self.ALIASES.get(key, key))
-        except AttributeError:
-            raise KeyError(key) from None
-
-    def __setitem__(self, key: str, value: Any) -> None:
-        setattr(self, self.ALIASES.get(key, key), value)
-
-    def get(self, key: str, default: Any = None) -> Any:
-        return getattr(self, self.ALIASES.get(key, key), default)
-
-    def __contains__(self, key: str) -> bool:
-        return hasattr(self, self.ALIASES.get(key, key))
-
     def keys(self) -> list[str]:
         return [f.name for f in dataclasses.fields(self)]
-
-    def __iter__(self):
-        return iter(self.keys())
-
-    def items(self):
-        return [(k, getattr(self, k)) for k in self.keys()]
 
     def to_dict(self) -> dict:
         return {k: getattr(self, k) for k in self.keys()}
@@ -157,9 +136,6 @@ class StoredMetric(MetricDef, Record):
     workload_idx: int = 0
     ord: int = 0
     experiment_id: int | None = None
-
-    def __setitem__(self, key, value):
-        raise TypeError("a stored metric definition does not change")
 
     def to_row(self) -> dict:
         return {"experiment_id": self.experiment_id, "workload_idx": self.workload_idx, "name": self.name,

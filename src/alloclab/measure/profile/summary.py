@@ -203,11 +203,10 @@ def load_profiles(store, exp_id: int) -> list[ProfileSummary]:
 
 def counters_of(experiment, workload_idx: int, variant_idx: int) -> dict | None:
     """Medians of the perf stat counters of an experiment's measured runs, with IPC; None without."""
-    # tests/test_profile.py's fake experiment gives its runs as dicts: read as mappings until it gives Runs.
-    runs = [r for r in experiment.cell_runs(workload_idx, variant_idx) if r["status"] == "ok"]
+    runs = [r for r in experiment.cell_runs(workload_idx, variant_idx) if r.status == "ok"]
     values: dict[str, list[float]] = {}
     for r in runs:
-        m = r["metrics"]   # a run's values by metric name; a counter the machine lacks is absent
+        m = r.metrics   # a run's values by metric name; a counter the machine lacks is absent
         for k in ("cycles", "instructions", "cache_misses"):
             if m.get(k):
                 values.setdefault(k, []).append(m[k])
