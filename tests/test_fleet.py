@@ -109,3 +109,30 @@ def test_host_effects_and_agreement_from_real_statistics():
     effects = H.host_effects(analyses)
     assert len(effects) == 2 and effects[0].startswith("w, glibc (ops): h2 against h1 (unpaired: two hosts): +30.0%")
     assert H.for_host(faster, "h2").config["runs"] == 8
+
+
+def test_a_host_receives_the_variants_as_read_not_as_command_line_text():
+    import json
+
+    from alloclab.catalog.variants import VariantSpec, parse_variant
+    from alloclab.fleet.spec import SessionSpec
+    from alloclab.measure.runner import Settings
+
+    written = VariantSpec.parse("glibc:MALLOC_TOP_PAD_=64M,MALLOC_ARENA_MAX=2@pad")
+    inputs = {"command": ["true"], "param": [], "metric": [], "shell": False}
+    wire = SessionSpec("compare", inputs, [written], Settings(runs=2)).to_json()
+    sent = json.loads(wire)["variants"][0]
+    assert sent["name"] == "glibc" and sent["settings"] == [["MALLOC_TOP_PAD_", "64M"], ["MALLOC_ARENA_MAX", "2"]]
+    got = SessionSpec.from_json(wire).variants[0]
+    assert got == written and parse_variant(got).label == "pad"
+    assert parse_variant(got).env == parse_variant(written.text).env
+
+
+def test_one_label_rule_for_specs_and_sweeps():
+    from alloclab.catalog.variants import VariantSpec, parse_variant
+    from alloclab.plan.sweep import expand_variant_specs
+
+    assert VariantSpec.parse("glibc:MALLOC_TOP_PAD_=64M").label == parse_variant("glibc:MALLOC_TOP_PAD_=64M").label \
+        == "glibc TOP_PAD=64M"
+    [point] = [s for s in expand_variant_specs(["glibc:MALLOC_TOP_PAD_={64M}"])[0]]
+    assert point.label == "glibc TOP_PAD=64M" and parse_variant(point).label == point.label

@@ -26,7 +26,7 @@ def test_geometric_range_of_sizes():
     assert [p["text"] for p in sweeps[0]["points"]] == ["128K", "512K", "2M", "8M", "32M", "128M"]
     assert [p["value"] for p in sweeps[0]["points"]] == [128 << 10, 512 << 10, 2 << 20, 8 << 20, 32 << 20, 128 << 20]
     assert sweeps[0]["tunable"] == "MALLOC_TOP_PAD_" and sweeps[0]["fixed"] == {}
-    assert specs[0] == "glibc:MALLOC_TOP_PAD_=128K@glibc TOP_PAD=128K"
+    assert specs[0].text == "glibc:MALLOC_TOP_PAD_=128K@glibc TOP_PAD=128K"
     # The concrete specs are ordinary variants: glibc reads the value in bytes.
     v = parse_variant(specs[-1])
     assert v.env["MALLOC_TOP_PAD_"] == str(128 << 20) and v.label == "glibc TOP_PAD=128M"
@@ -42,7 +42,7 @@ def test_range_stop_is_included_when_hit_and_even_steps():
 
 def test_braces_inside_a_raw_value():
     specs, sweeps = sweep.expand_variant_specs(["jemalloc:MALLOC_CONF=dirty_decay_ms:{0,1000,10000}"])
-    assert specs == [f"jemalloc:MALLOC_CONF=dirty_decay_ms:{v}@jemalloc CONF=dirty_decay_ms:{v}"
+    assert [s.text for s in specs] == [f"jemalloc:MALLOC_CONF=dirty_decay_ms:{v}@jemalloc CONF=dirty_decay_ms:{v}"
                      for v in (0, 1000, 10000)]
     s = sweeps[0]
     assert s["tunable"] == "dirty_decay_ms" and s["setting"] == "MALLOC_CONF"
@@ -52,7 +52,7 @@ def test_braces_inside_a_raw_value():
 def test_braces_keep_the_rest_of_a_combined_value():
     specs, sweeps = sweep.expand_variant_specs(
         ["jemalloc:MALLOC_CONF=narenas:2,dirty_decay_ms:{0,5000},muzzy_decay_ms:0"])
-    assert [s.split("@")[0] for s in specs] == [
+    assert [s.text.split("@")[0] for s in specs] == [
         "jemalloc:MALLOC_CONF=narenas:2,dirty_decay_ms:0,muzzy_decay_ms:0",
         "jemalloc:MALLOC_CONF=narenas:2,dirty_decay_ms:5000,muzzy_decay_ms:0"]
     assert sweeps[0]["tunable"] == "dirty_decay_ms"
@@ -82,12 +82,12 @@ def test_cartesian_product_has_unique_labels_and_a_curve_along_each_tunable():
 
 def test_user_label_gets_the_swept_value():
     specs, _ = sweep.expand_variant_specs(["glibc:MALLOC_TOP_PAD_={0,64M}@pad"])
-    assert [s.rsplit("@", 1)[1] for s in specs] == ["pad TOP_PAD=0", "pad TOP_PAD=64M"]
+    assert [s.given_label for s in specs] == ["pad TOP_PAD=0", "pad TOP_PAD=64M"]
 
 
 def test_specs_without_sweep_pass_through():
     specs, sweeps = sweep.expand_variant_specs(["glibc", "jemalloc:MALLOC_CONF=narenas:2,dirty_decay_ms:0@j"])
-    assert specs == ["glibc", "jemalloc:MALLOC_CONF=narenas:2,dirty_decay_ms:0@j"] and sweeps == []
+    assert [s.text for s in specs] == ["glibc", "jemalloc:MALLOC_CONF=narenas:2,dirty_decay_ms:0@j"] and sweeps == []
 
 
 @pytest.mark.parametrize("spec, message", [
@@ -184,7 +184,7 @@ def test_param_sweeps_group_by_program_and_other_params():
 
 def test_ablation_specs():
     specs, s = sweep.ablation_specs("glibc:MALLOC_TOP_PAD_=64M,MALLOC_ARENA_MAX=2")
-    assert specs == ["glibc", "glibc:MALLOC_TOP_PAD_=64M@glibc TOP_PAD=64M",
+    assert [s.text for s in specs] == ["glibc", "glibc:MALLOC_TOP_PAD_=64M@glibc TOP_PAD=64M",
                      "glibc:MALLOC_ARENA_MAX=2@glibc ARENA_MAX=2",
                      "glibc:MALLOC_TOP_PAD_=64M,MALLOC_ARENA_MAX=2@glibc TOP_PAD=64M,ARENA_MAX=2"]
     assert s["ablation"]["baseline"] == "glibc"
@@ -198,7 +198,7 @@ def test_ablation_keeps_commas_inside_a_combined_value():
     specs, s = sweep.ablation_specs("jemalloc:MALLOC_CONF=narenas:2,dirty_decay_ms:0,MALLOC_ARENA_MAX=2@both")
     assert [x["setting"] for x in s["ablation"]["settings"]] == ["MALLOC_CONF=narenas:2,dirty_decay_ms:0",
                                                                   "MALLOC_ARENA_MAX=2"]
-    assert specs[-1].endswith("@both")
+    assert specs[-1].text.endswith("@both")
 
 
 @pytest.mark.parametrize("spec, message", [
@@ -214,7 +214,7 @@ def test_ablation_errors(spec, message):
 def test_plan_variants_joins_and_drops_repeats():
     specs, sweeps = sweep.plan_variants(["glibc", "glibc:MALLOC_TOP_PAD_={0,64M}"],
                                         "glibc:MALLOC_TOP_PAD_=64M,MALLOC_ARENA_MAX=2")
-    assert specs[0] == "glibc" and specs.count("glibc") == 1
+    assert specs[0].text == "glibc" and [s.text for s in specs].count("glibc") == 1
     labels = [v.label for v in parse_variants(specs)]
     assert labels.count("glibc TOP_PAD=64M") == 1
     assert [next(iter(s)) for s in sweeps] == ["tunable", "ablation"]

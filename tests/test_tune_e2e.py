@@ -106,9 +106,11 @@ def test_tune_refuses_variants_with_settings_in_a(cli, build):
 
 
 def test_a_setting_the_installed_allocator_does_not_know_is_refused():
-    from alloclab.cli.tune import _refusal
-    assert _refusal("glibc:MALLOC_TOP_PAD_=8M") is None
-    assert "does not read it" in _refusal("glibc:MALLOC_TOP_PADD_=8M")
+    from alloclab.cli.tune import _Resolved
+    resolved = _Resolved()
+    assert resolved.refusal("glibc:MALLOC_TOP_PAD_=8M") is None
+    assert "does not read it" in resolved.refusal("glibc:MALLOC_TOP_PADD_=8M")
+    assert list(resolved) == ["glibc:MALLOC_TOP_PAD_=8M"]   # resolved once, kept for the screen and the race
 
 
 if __name__ == "__main__":

@@ -6,6 +6,7 @@ Examples: `glibc`, `glibc:MALLOC_TOP_PAD_=64M`, `jemalloc:narenas=2,dirty_decay_
 
 from __future__ import annotations
 
+import dataclasses
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -51,6 +52,7 @@ class Variant:
     tunables: tuple[TunableSetting, ...] = ()   # what the allocator is asked to read, to read back
     plain_env: tuple[str, ...] = ()             # variables passed through, not allocator settings
     env: dict[str, str] = field(default_factory=dict, hash=False, compare=False)
+    written: "VariantSpec | None" = field(default=None, hash=False, compare=False)   # as parsed
 
     @property
     def name(self) -> str:
@@ -76,7 +78,56 @@ def removed_from_env(base_env: dict[str, str]) -> dict[str, str]:
     return {k: v for k, v in base_env.items() if ALLOCATOR_ENV.match(k)}
 
 
-def _split_spec(spec: str) -> tuple[str, str, str | None]:
+@dataclass(frozen=True)
+class VariantSpec:
+    """A variant as written, `NAME[:VAR=VALUE,...][@LABEL]`, read once where it comes in (the command
+    line, an experiment file, a sweep's expansion) and carried typed from there: to parse_variant,
+    which resolves it against this host's catalog, and over the fleet's wire (`to_dict`)."""
+
+    name: str                                   # an allocator of the catalog, or a library's path
+    settings: tuple[tuple[str, str], ...] = ()  # (VAR, VALUE as written)
+    given_label: str | None = None              # after '@'
+    text: str = ""                              # as written: what the store keeps as the spec
+
+    @classmethod
+    def parse(cls, text: str) -> "VariantSpec":
+        text = text.strip()
+        name, settings_text, label = split_written(text)
+        return cls(name, tuple(parse_settings(text, settings_text)), label, text)
+
+    @classmethod
+    def of(cls, spec: "str | VariantSpec | dict") -> "VariantSpec":
+        if isinstance(spec, VariantSpec):
+            return spec
+        if isinstance(spec, dict):   # the fleet's wire (to_dict): JSON gave the pairs back as lists
+            wire = dict(spec)
+            return cls(settings=tuple(tuple(p) for p in wire.pop("settings", ())), **wire)
+        return cls.parse(spec)
+
+    def to_dict(self) -> dict:
+        return dataclasses.asdict(self)
+
+    @property
+    def is_path(self) -> bool:
+        return self.name.endswith(".so") or ".so." in self.name or "/" in self.name
+
+    @property
+    def base(self) -> str:
+        """The allocator's name, or the library's file name without '.so...'."""
+        return Path(self.name).name.split(".so")[0] if self.is_path else self.name
+
+    @property
+    def label(self) -> str:
+        """The one label rule: the @LABEL given, else the base and its settings, shortened
+        (`glibc TOP_PAD=64M`)."""
+        if self.given_label is not None:
+            return self.given_label
+        shorts = [Setting(k, w, w).short for k, w in self.settings]
+        return " ".join([self.base] + ([",".join(shorts)] if shorts else []))
+
+
+def split_written(spec: str) -> tuple[str, str, str | None]:
+    """(name or path, the settings' text, the @LABEL or None): a sweep's template splits so too."""
     label = None
     if "@" in spec:
         spec, label = spec.rsplit("@", 1)
@@ -89,7 +140,7 @@ def _split_spec(spec: str) -> tuple[str, str, str | None]:
     return name, rest, label
 
 
-def _parse_settings(spec: str, text: str) -> list[tuple[str, str]]:
+def parse_settings(spec: str, text: str) -> list[tuple[str, str]]:
     pairs: list[tuple[str, str]] = []
     for segment in text.split(","):
         if not segment:
@@ -123,11 +174,13 @@ def _check_library(spec: str, path: Path) -> None:
         )
 
 
-def parse_variant(spec: str, catalog: cat.Catalog | None = None) -> Variant:
+def parse_variant(written: "str | VariantSpec", catalog: cat.Catalog | None = None) -> Variant:
+    """The variant a spec names, resolved against this host's catalog and libraries."""
     catalog = catalog or cat.load_catalog()
-    name, settings_text, label = _split_spec(spec.strip())
+    vs = VariantSpec.of(written)
+    spec, name = vs.text, vs.name
     allocator: cat.Allocator | None = None
-    if name.endswith(".so") or ".so." in name or "/" in name:
+    if vs.is_path:
         library: Path | None = Path(name).expanduser().resolve()
         _check_library(spec, library)
     else:
@@ -146,7 +199,7 @@ def parse_variant(spec: str, catalog: cat.Catalog | None = None) -> Variant:
     if library is not None:
         env["LD_PRELOAD"] = str(library)
     settings, notes, plain, checked, shared = [], [], [], [], {}
-    for key, written in _parse_settings(spec, settings_text):
+    for key, written in vs.settings:
         if allocator is None:
             # A library given by path: alloclab cannot know what it reads.
             value = expand_size(written)
@@ -165,12 +218,9 @@ def parse_variant(spec: str, catalog: cat.Catalog | None = None) -> Variant:
     if plain:
         notes.append(f"{', '.join(plain)}: plain environment, passed to the program unchanged (not a setting of {name})")
 
-    if label is None:
-        base = name if allocator else Path(name).name.split(".so")[0]
-        label = " ".join([base] + [",".join(s.short for s in settings)] if settings else [base])
-    return Variant(spec=spec, label=label, allocator=allocator, library=library,
+    return Variant(spec=spec, label=vs.label, allocator=allocator, library=library,
                    settings=tuple(settings), notes=tuple(notes), tunables=tuple(checked),
-                   plain_env=tuple(plain), env=env)
+                   plain_env=tuple(plain), env=env, written=vs)
 
 
 def _allocator_setting(spec: str, allocator: cat.Allocator, key: str, written: str, catalog: cat.Catalog,
@@ -220,7 +270,7 @@ def installed_variants(catalog: cat.Catalog | None = None) -> list[Variant]:
     return [parse_variant(n, catalog) for n in names]
 
 
-def parse_variants(specs: list[str], catalog: cat.Catalog | None = None) -> list[Variant]:
+def parse_variants(specs: "list[str | VariantSpec]", catalog: cat.Catalog | None = None) -> list[Variant]:
     variants = [parse_variant(s, catalog) for s in specs] if specs else installed_variants(catalog)
     seen: dict[str, str] = {}
     for v in variants:

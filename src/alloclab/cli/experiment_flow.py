@@ -30,7 +30,7 @@ class Plan:
     kind: str
     title: str
     workloads: list
-    specs: list[str]
+    specs: list   # VariantSpec as read by plan_variants, or text (a file's variants, the defaults)
     sweeps: list[dict]
     fleet_inputs: dict             # what a fleet's hosts rebuild the workloads from
     defaults: CommandDefaults      # run's: its file's values where it has them
@@ -80,8 +80,8 @@ def measure_and_show(opts: ExperimentOptions, plan: Plan) -> Results:
 
     settings = settings_of(opts, plan)
     _check_profiling(opts, plan.workloads)
-    # Parsed once, here; a fleet's hosts get the specs as text and parse them against their own
-    # catalogs (an allocator need not be installed on this machine).
+    # Resolved once, here; a fleet's hosts get the specs as read (VariantSpec, serialized) and resolve
+    # them against their own catalogs (an allocator need not be installed on this machine).
     variants = [] if opts.fleet else parse_variants(plan.specs)
     store = Store(opts.db)
     err.print(f"Storing results in {store.path.resolve()}", highlight=False)

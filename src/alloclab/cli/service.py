@@ -19,14 +19,14 @@ from alloclab.catalog.variants import parse_variant
 if TYPE_CHECKING:  # loaded by the commands, not when `alloclab` starts
     from alloclab.workloads import experiment_file
 
-def _default_variants(ef: experiment_file.ExperimentFile) -> list[str]:
-    """The file's variants whose allocator is installed; the others are named, not silently dropped."""
+def _default_variants(ef: experiment_file.ExperimentFile) -> list:
+    """The file's variants whose allocator is installed, as read once (VariantSpec); the others are
+    named, not silently dropped."""
     catalog = cat.load_catalog()
     keep, skipped = [], []
     for spec in ef.variants:
         try:
-            parse_variant(spec, catalog)
-            keep.append(spec)
+            keep.append(parse_variant(spec, catalog).written)
         except AlloclabError as exc:
             if "is not installed" not in str(exc):
                 raise

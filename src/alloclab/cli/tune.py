@@ -150,18 +150,25 @@ def _diagnose(store: Store, opts: ExperimentOptions, workloads: list, plain: lis
     return exp_id, exp, readings
 
 
-def _refusal(spec: str) -> str | None:
-    from alloclab.catalog.variants import parse_variant
-    try:
-        parse_variant(spec)
-    except AlloclabError as exc:
-        return str(exc)
-    return None
+class _Resolved(dict):
+    """Each candidate's spec resolved once (spec -> Variant): the check of what the installed
+    allocators refuse, then the screen and the race take the same Variant."""
+
+    def __missing__(self, spec: str):
+        from alloclab.catalog.variants import parse_variant
+        self[spec] = variant = parse_variant(spec)
+        return variant
+
+    def refusal(self, spec: str) -> str | None:
+        try:
+            self[spec]
+        except AlloclabError as exc:
+            return str(exc)
+        return None
 
 
 def _tune(opts: ExperimentOptions, workloads: list, plan_defaults, title: str, started: float,
           screen_mode: str = "auto") -> None:
-    from alloclab.catalog.variants import parse_variant
     from alloclab.report import tune as tune_report
     from alloclab.tune.prescribe import plain_candidates, prescribe
 
@@ -172,7 +179,8 @@ def _tune(opts: ExperimentOptions, workloads: list, plan_defaults, title: str, s
     diag_id, diag, readings = _diagnose(store, opts, workloads, plain, title)
     versions = {v.allocator.name: diag.variants[i].version for i, v in enumerate(plain) if v.allocator}
     others = [v.spec for v in plain[1:]]
-    rx = prescribe(readings, others, versions, check=_refusal)
+    resolved = _Resolved()
+    rx = prescribe(readings, others, versions, check=resolved.refusal)
     console.print(f"[bold]Diagnosis[/] (experiment {diag_id}: one untimed fingerprint run of "
                   f"{' and '.join(w.name[:60] for w in diag.workloads)} per allocator)", highlight=False)
     for line in tune_report.diagnosis_lines(readings, rx):
@@ -185,7 +193,7 @@ def _tune(opts: ExperimentOptions, workloads: list, plan_defaults, title: str, s
             console.print(f"Results stored in {store.path} (diagnosis: experiment {diag_id}).", highlight=False)
             return
         candidates = [c for c in plain_candidates(others, "the allocator's share of the CPU is large enough to "
-                                                  "matter", _refusal) if not c.refused]
+                                                  "matter", resolved.refusal) if not c.refused]
     if not candidates:
         console.print("[bold yellow]No candidate to race[/]: every proposed setting was refused by the installed "
                       "allocators (listed above).", highlight=False)
@@ -195,10 +203,10 @@ def _tune(opts: ExperimentOptions, workloads: list, plan_defaults, title: str, s
         raise AlloclabError(f"The diagnosis took the whole --budget ({budget_s:g} s): nothing is left to race the "
                             f"{len(candidates)} candidates. Give a longer --budget.")
     run_s = _run_cost(diag, len(plain), workloads[0])
-    candidates, screened, screen_id = _screen(store, opts, workloads, plain[0], candidates, plan_defaults, title,
-                                              run_s, left, screen_mode)
+    candidates, screened, screen_id = _screen(store, opts, workloads, plain[0], candidates, resolved, plan_defaults,
+                                              title, run_s, left, screen_mode)
     left = budget_s - (time.monotonic() - started)
-    variants = [plain[0]] + [parse_variant(c.spec) for c in candidates]
+    variants = [plain[0]] + [resolved[c.spec] for c in candidates]
     _race(store, opts, workloads, variants, candidates, rx, readings, diag_id, plan_defaults, title, left,
           screened, screen_id)
 
@@ -216,11 +224,10 @@ def _run_cost(diag, n_plain: int, workload) -> float:
 
 
 def _screen(store: Store, opts: ExperimentOptions, workloads: list, baseline: Variant, candidates: list,
-            plan_defaults, title: str, run_s: float, left_s: float, mode: str = "auto"):
+            resolved: dict, plan_defaults, title: str, run_s: float, left_s: float, mode: str = "auto"):
     """Where the race of every candidate would not reach its first look in half the budget: a short
     screen of all of them (no warm-up, no verification: it only ranks), then the finalists. Returns
     (finalists, lines for the screened out, the screen's experiment or None)."""
-    from alloclab.catalog.variants import parse_variant
     from alloclab.measure.runner import Settings
     from alloclab.plan.design import Design
     from alloclab.stats.results import build_results
@@ -236,7 +243,7 @@ def _screen(store: Store, opts: ExperimentOptions, workloads: list, baseline: Va
     t = time.monotonic()
     settings = Settings(runs=sp.runs, warmup=0, verify=False, keep_prepared=True, kind="tune-screen", title=title,
                         timeout_s=opts.timeout, seed=opts.seed)
-    screen_id = run_experiment(store, workloads, [baseline] + [parse_variant(c.spec) for c in candidates], settings)
+    screen_id = run_experiment(store, workloads, [baseline] + [resolved[c.spec] for c in candidates], settings)
     spent = time.monotonic() - t
     limit = opts.max_runs if opts.max_runs is not None else plan_defaults.max_runs
     design = Design.sequential(min(plan_defaults.first_look, limit), limit)

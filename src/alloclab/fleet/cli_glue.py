@@ -31,9 +31,9 @@ def check(fleet: Optional[str], mode: str, **unsupported) -> None:
                             f"run without --fleet for that, or drop the option.")
 
 
-def run(store, fleet: str, mode: str, require_all: bool, kind: str, inputs: dict, variant_specs: list[str],
+def run(store, fleet: str, mode: str, require_all: bool, kind: str, inputs: dict, variant_specs: list,
         settings, note) -> int:
-    from alloclab.catalog.variants import parse_variants
+    from alloclab.catalog.variants import VariantSpec, parse_variants
     from alloclab.fleet.address import parse
     from alloclab.fleet.client import FleetRun
     from alloclab.fleet.spec import SessionSpec, portable
@@ -41,8 +41,10 @@ def run(store, fleet: str, mode: str, require_all: bool, kind: str, inputs: dict
         raise AlloclabError("--fleet-mode split shares out a fixed number of blocks: give --runs N (each host then "
                             "runs its share). Measuring until decided works with --fleet-mode per-host, where each "
                             "host decides on its own runs.")
-    # Default variants are resolved here, so that every host runs the same list.
-    specs = [v.spec for v in parse_variants(variant_specs)]
+    # Sent as read (VariantSpec), not as text: a host resolves them against its own catalog. Only
+    # the default list (every allocator installed here) is resolved here.
+    specs = ([VariantSpec.of(s) for s in variant_specs] if variant_specs
+             else [v.written for v in parse_variants([])])
     # A worker's store holds runs, not profiles: the fleet's answer is the runs'.
     settings = dataclasses.replace(settings, auto_profile=False)
     spec = SessionSpec(kind, portable(kind, inputs), specs, settings)

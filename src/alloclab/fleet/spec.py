@@ -13,6 +13,7 @@ import json
 from dataclasses import dataclass
 from pathlib import Path
 
+from alloclab.catalog.variants import VariantSpec
 from alloclab.errors import AlloclabError
 from alloclab.measure.runner import Settings
 
@@ -119,12 +120,13 @@ def inputs_of(kind: str, inputs: dict | Inputs) -> Inputs:
 class SessionSpec:
     kind: str          # compare | suite | run: which inputs class rebuilds the workloads
     inputs: Inputs     # that command's own inputs (argv, --param, --metric, ...)
-    variants: list[str]
+    variants: list[VariantSpec]   # as read once on the command line; each host resolves them itself
     settings: Settings
 
     def __post_init__(self) -> None:
         # Built from the wire's JSON (or a command's dict): typed once, here.
         self.inputs = inputs_of(self.kind, self.inputs)
+        self.variants = [VariantSpec.of(v) for v in self.variants]
         if isinstance(self.settings, dict):
             self.settings = from_wire(Settings, self.settings)
 

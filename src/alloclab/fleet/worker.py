@@ -40,9 +40,9 @@ def preflight(spec_json: str) -> dict:
     spec = SessionSpec.from_json(spec_json)
     problems = host_problems(spec)
     variants = []
-    for text in spec.variants:
+    for written in spec.variants:
         try:
-            variants.append(parse_variant(text))
+            variants.append(parse_variant(written))
         except Exception:  # named in problems already
             pass
     return {"hostname": socket.gethostname(), "alloclab": __version__, "python": platform.python_version(),

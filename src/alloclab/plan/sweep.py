@@ -29,15 +29,15 @@ their reading back (curves, ablations) is in stats/sweep.py.
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 import math
 import re
 from dataclasses import dataclass
-from pathlib import Path
 
 
 from alloclab.errors import AlloclabError
-from alloclab.catalog.variants import Setting, _parse_settings, _split_spec, expand_size
+from alloclab.catalog.variants import Setting, VariantSpec, expand_size, parse_settings, split_written
 
 MAX_POINTS = 64          # per swept slot or parameter
 MAX_CELLS = 128          # per spec (product of its slots) or per --param product
@@ -198,27 +198,16 @@ def _segment_template(segment: str, key: str, where: str) -> list[str | _Slot]:
     return [segment]
 
 
-def _base_label(name: str) -> str:
-    is_path = name.endswith(".so") or ".so." in name or "/" in name
-    return Path(name).name.split(".so")[0] if is_path else name
-
-
 def _short(key: str, text: str) -> str:
     return Setting(key, text, text).short
 
 
-def _default_label(spec: str, name: str, settings_text: str) -> str:
-    """The label parse_variant gives a spec without @LABEL."""
-    shorts = [Setting(k, w, expand_size(w)).short for k, w in _parse_settings(spec, settings_text)]
-    return " ".join([_base_label(name)] + ([",".join(shorts)] if shorts else []))
-
-
-def _expand_one(spec: str) -> tuple[list[str], list[dict]]:
+def _expand_one(spec: str) -> tuple[list[VariantSpec], list[dict]]:
     spec = spec.strip()
-    name, settings_text, label = _split_spec(spec)
+    name, settings_text, label = split_written(spec)
     where = f"variant '{spec}'"
     if "{" not in settings_text and "}" not in settings_text and ".." not in settings_text:
-        return [spec], []
+        return [VariantSpec.parse(spec)], []
     template: list[str | _Slot] = []
     key = ""
     for i, segment in enumerate(_split_top(settings_text, where)):
@@ -237,12 +226,13 @@ def _expand_one(spec: str) -> tuple[list[str], list[dict]]:
         chosen = iter(combo)
         text = "".join(p if isinstance(p, str) else p.texts[next(chosen)] for p in template)
         concrete = f"{name}:{text}"
+        point = VariantSpec(name, tuple(parse_settings(concrete, text)))
         if label:
             point_label = label + " " + ",".join(_short(s.tunable, s.texts[c]) for s, c in zip(slots, combo))
         else:
-            point_label = _default_label(concrete, name, text)
+            point_label = point.label
         labels[combo] = point_label
-        specs.append(f"{concrete}@{point_label}")
+        specs.append(dataclasses.replace(point, given_label=point_label, text=f"{concrete}@{point_label}"))
     return specs, _variant_sweeps(slots, labels)
 
 
@@ -263,18 +253,17 @@ def _variant_sweeps(slots: list[_Slot], labels: dict[tuple, str]) -> list[dict]:
     return out
 
 
-def expand_variant_specs(specs: list[str]) -> tuple[list[str], list[dict]]:
+def expand_variant_specs(specs: list[str]) -> tuple[list[VariantSpec], list[dict]]:
     """Concrete specs (each swept point with a readable @label) and the sweep structures."""
     out, sweeps, seen = [], [], {}
     for spec in specs:
         concrete, found = _expand_one(spec)
         for c in concrete:
-            if "@" in c:
-                lab = c.rsplit("@", 1)[1]
-                if lab in seen:
-                    raise AlloclabError(f"Variants '{seen[lab]}' and '{spec}' both give a variant labelled "
-                                        f"'{lab}'. Drop the repeated point or give one spec its own @LABEL.")
-                seen[lab] = spec
+            if c.given_label is not None:
+                if c.given_label in seen:
+                    raise AlloclabError(f"Variants '{seen[c.given_label]}' and '{spec}' both give a variant labelled "
+                                        f"'{c.given_label}'. Drop the repeated point or give one spec its own @LABEL.")
+                seen[c.given_label] = spec
         out += concrete
         sweeps += found
     return out, sweeps
@@ -282,36 +271,39 @@ def expand_variant_specs(specs: list[str]) -> tuple[list[str], list[dict]]:
 
 # --- ablation -------------------------------------------------------------------------------
 
-def ablation_specs(spec: str) -> tuple[list[str], dict]:
+def ablation_specs(spec: str) -> tuple[list[VariantSpec], dict]:
     """Baseline, each setting on its own, all together; and the {"ablation": ...} structure."""
     spec = spec.strip()
-    name, settings_text, label = _split_spec(spec)
+    name, settings_text, label = split_written(spec)
     if "{" in settings_text or ".." in settings_text:
         raise AlloclabError(f"--ablate '{spec}' contains a sweep; ablation takes fixed settings, e.g. "
                             f"--ablate 'glibc:MALLOC_TOP_PAD_=64M,MALLOC_ARENA_MAX=2'. Sweep with -a instead.")
-    pairs = _parse_settings(spec, settings_text)
+    pairs = tuple(parse_settings(spec, settings_text))
     if len(pairs) < 2:
         raise AlloclabError(f"--ablate '{spec}' needs at least two settings to take apart, e.g. "
                             f"'glibc:MALLOC_TOP_PAD_=64M,MALLOC_ARENA_MAX=2'; to measure one setting, use -a.")
-    base = _base_label(name)
+    base = VariantSpec(name).base
     settings = [f"{k}={v}" for k, v in pairs]
     single_labels = [f"{base} {_short(k, v)}" for k, v in pairs]
-    combined_label = label or _default_label(spec, name, settings_text)
+    combined_label = label or VariantSpec(name, pairs).label
     if len(set(single_labels)) < len(single_labels):
         raise AlloclabError(f"--ablate '{spec}' names the same setting twice; give each setting once.")
-    specs = [name] + [f"{name}:{s}@{lab}" for s, lab in zip(settings, single_labels)] \
-        + [f"{name}:{','.join(settings)}@{combined_label}"]
+    specs = [VariantSpec(name, text=name)] \
+        + [VariantSpec(name, (pair,), lab, f"{name}:{s}@{lab}") for pair, s, lab in zip(pairs, settings, single_labels)] \
+        + [VariantSpec(name, pairs, combined_label, f"{name}:{','.join(settings)}@{combined_label}")]
     return specs, {"ablation": {"baseline": base, "combined": combined_label, "spec": spec,
                                 "settings": [{"setting": s, "variant": lab}
                                              for s, lab in zip(settings, single_labels)]}}
 
 
-def plan_variants(allocator_specs: list[str], ablate: str | None = None) -> tuple[list[str], list[dict]]:
-    """What -a and --ablate give together: concrete specs (repeats dropped) and every sweep."""
+def plan_variants(allocator_specs: list[str], ablate: str | None = None) -> tuple[list[VariantSpec], list[dict]]:
+    """What -a and --ablate give together: concrete specs, each read once here (repeats dropped),
+    and every sweep."""
     specs, sweeps = expand_variant_specs(allocator_specs)
     if ablate:
         more, structure = ablation_specs(ablate)
-        specs += [s for s in more if s not in specs and s.rsplit("@", 1)[0] not in specs]
+        texts = {s.text for s in specs}
+        specs += [s for s in more if s.text not in texts and s.text.rsplit("@", 1)[0] not in texts]
         sweeps.append(structure)
     return specs, sweeps
 
