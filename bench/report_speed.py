@@ -155,10 +155,11 @@ def stored(db: Path, repeat: int) -> None:
         src = Store(db)
         src.db.execute("VACUUM INTO ?", (str(copy),))
         e = Store(copy).load()
-        measured = sum(1 for r in e.runs if not r["warmup"])
+        measured = sum(1 for r in e.runs if not r.warmup)
         print(f"{db}: experiment {e.id}, {len(e.workloads)} workloads x {len(e.variants)} variants, {len(e.runs)} runs "
               f"({measured} measured); machine: {os.cpu_count()} cores, load {os.getloadavg()[0]:.2f}")
-        for fmt, limit in (("terminal", 1.0), ("md", 1.0), ("html", 3.0)):
+        # Issue 35's targets on the stored demo (issue 14's were 1 s, 1 s and 3 s).
+        for fmt, limit in (("terminal", 0.5), ("md", 1.0), ("html", 1.5)):
             out = Path(d) / f"r.{fmt}"
             walls = [child_cpu(lambda: subprocess.run(
                 [sys.executable, "-m", "alloclab.cli", "report", "--db", str(copy), "--format", fmt, "-o", str(out)],
