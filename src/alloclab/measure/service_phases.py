@@ -103,7 +103,7 @@ def run_phases(server, load: "Load", run_command, env: dict, cwd: Path, sample_s
                 why = f"timed out after {p.timeout:g} s" if done.timed_out else f"exited with status {done.code}"
                 raise PhaseFailed(f"phase '{p.name}': `{' '.join(argv)}` {why}. Output tail:\n"
                                   + output_tail(done.output))
-        t_end = time.perf_counter() + idle_seconds(p, server.values())
+        t_end = time.perf_counter() + max(idle_seconds(p, server.values()), server.settle_s)
         while time.perf_counter() < t_end and not server.done.is_set():
             server.sample()
             server.done.wait(sample_s)

@@ -212,7 +212,7 @@ class ServiceExecutor(_FileLoad):
 
     def _idle(self, server: Server) -> bool:
         """The service's idle time after a good load, sampled; whether the server died."""
-        idle = self.session.ef.service.idle
+        idle = max(self.session.ef.service.idle, server.settle_s)
         if not server.done.is_set() and idle:
             t_end = time.perf_counter() + idle
             while time.perf_counter() < t_end and not server.done.is_set():

@@ -28,6 +28,8 @@ from alloclab.measure.service.commands import (Identity, ServiceFailed, _still_r
                                                port_in_use, run_command, tcp_accepts)
 from alloclab.workloads.experiment_file import ExperimentFile
 
+FP_SETTLE_S = 0.1   # five of the fingerprint sampler's 20 ms intervals
+
 
 class Host(Protocol):
     """What a server takes from the session that starts it (measure/service/session.py's Session):
@@ -87,6 +89,11 @@ class Server:
             (self.dir / "fp").mkdir()
             session.identity.own(self.dir / "fp")
             self.extra_env[FP_DIR_VAR] = str(self.dir / "fp")
+        # A reading of the fingerprint's live bytes comes from its sampler's series (every 20 ms, in
+        # the server): after an action (the load, a phase's command) the reading waits for samples
+        # taken after it. Without the wait, a CPU hog beside the run left the load's reading 5-17%
+        # short of the filled memory (tests/test_fingerprint_phases_e2e.py).
+        self.settle_s = FP_SETTLE_S if self.fp_target is not None else 0.0
         self.mapped_marker = mapped_marker
         self.main_pid: int | None = None
         self.done = threading.Event()
