@@ -52,7 +52,9 @@ def test_run_profile_samples_the_server_tree_not_the_client(cli, store_of, scrat
     # allocator): no glibc malloc code among them.
     assert all(sym.endswith("[libjemalloc.so.2]") or "@plt [" in sym for sym, _ in jemalloc.top_symbols()), \
         jemalloc.top_symbols()
-    assert jemalloc.top_symbols()[0][0].endswith("[libjemalloc.so.2]")
+    # jemalloc's own code is sampled; which symbol leads is the sampling's luck (beside a CPU hog a
+    # PLT stub led once: `malloc_usable_size@plt [redis-check-rdb]`).
+    assert any(sym.endswith("[libjemalloc.so.2]") for sym, _ in jemalloc.top_symbols()), jemalloc.top_symbols()
     # The session was set up again for the profiled runs and removed after them.
     assert list(scratch.iterdir()) == []
 
