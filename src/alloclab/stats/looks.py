@@ -10,6 +10,7 @@ from __future__ import annotations
 from alloclab.stats import decide
 from alloclab.stats.analysis import analyze
 from alloclab.stats.estimates import precise_enough
+from alloclab.workloads.primary import primary_metrics
 
 
 class Judge:
@@ -29,6 +30,10 @@ class Judge:
         `reachable` blocks the budget or --max-runs leave), which is closed and reported as a bound."""
         a = analyze(experiment, only_primary=True, min_effect=margin, workload_idxs=workload_idxs,
                     reachable=reachable)
+        return self.open_in(a)
+
+    def open_in(self, a) -> dict[int, set[int]]:
+        """open_comparisons on an analysis already made (with at least the primary metrics)."""
         out: dict[int, set[int]] = {}
         self.futile = {}
         for w in a.workloads:
@@ -37,7 +42,7 @@ class Judge:
             for vi in range(len(a.labels)):
                 if vi == a.baseline_idx:
                     continue
-                comps = [r.cells[vi].comparison for r in w.rows if r.cells[vi].comparison]
+                comps = [r.cells[vi].comparison for r in primary_metrics(w.rows) if r.cells[vi].comparison]
                 if not all(c.verdict in decide.DECIDED or c.futile for c in comps):
                     out[w.idx].add(vi)
                 elif any(c.futile and c.verdict not in decide.DECIDED for c in comps):

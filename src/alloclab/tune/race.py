@@ -72,13 +72,10 @@ def could_hold_least(w: WorkloadResult, vi: int, base: int) -> bool:
 class RaceJudge(Judge):
     def open_comparisons(self, experiment, workload_idxs: set[int], margin: float,
                          reachable: int | None = None) -> dict[int, set[int]]:
-        out = super().open_comparisons(experiment, workload_idxs, margin, reachable=reachable)
+        # One full analysis serves both rules: the memory metrics are not primary.
+        a = analyze(experiment, min_effect=margin, workload_idxs=workload_idxs, reachable=reachable)
+        out = self.open_in(a)
         self.dropped = {}
-        still = {wi for wi, vs in out.items() if vs}
-        if not still:
-            return out
-        # The full analysis of what is open: the memory metrics are not primary.
-        a = analyze(experiment, min_effect=margin, workload_idxs=still, reachable=reachable)
         for w in a.workloads:
             primary = w.primary()
             if primary is None:
