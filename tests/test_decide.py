@@ -25,11 +25,12 @@ def test_sequential_looks_grow_geometrically_and_end_at_max_runs():
     assert decide.Design.fixed(7).looks == (7,)
 
 
-@given(st.integers(2, 50), st.integers(2, 1000), st.sampled_from([None, -4.0, -2.0, 0.0, 1.0]))
-def test_alpha_spent_over_the_looks_never_exceeds_alpha(first, max_runs, gamma):
+@given(st.integers(2, 50), st.integers(2, 1000), st.sampled_from([None, -4.0, -2.0, 0.0, 1.0]),
+       st.sampled_from([None, 2, 6]))
+def test_alpha_spent_over_the_looks_never_exceeds_alpha(first, max_runs, gamma, early):
     """The union bound: whatever looks happened before a stop (a planned look, or the budget between
     looks), their alphas and the stop's sum to at most alpha."""
-    d = decide.Design.sequential(first, max_runs, alpha=0.05, spending=gamma)
+    d = decide.Design.sequential(first, max_runs, alpha=0.05, spending=gamma, early=early)
     assert sum(d.look_alphas) == pytest.approx(0.05) and min(d.look_alphas) > 0
     for stop in range(1, max_runs + 1):
         looks_before = [a for n, a in zip(d.looks, d.look_alphas) if n < stop]
@@ -46,6 +47,19 @@ def test_spending_keeps_alpha_for_the_last_looks():
     assert sum(d.look_alphas[-3:]) > 0.05 * 0.6     # from 175 runs on: where small effects are decided
     legacy = decide.Design(0.05, d.looks, None)
     assert legacy.look_alphas == pytest.approx((0.05 / k,) * k)
+
+
+def test_a_race_s_early_look_leaves_compare_s_first_look_its_alpha():
+    """tune's race looks at 6 runs before compare's first at 10; the look at 10 still tests at
+    alpha/K (spending alone would leave it 0.0002), and the design says so where it is stored."""
+    race, compare = decide.Design.sequential(10, 300, early=6), decide.Design.sequential(10, 300)
+    k = len(race.looks)
+    assert race.looks == (6, *compare.looks) and race.first == 10 and compare.first == 10
+    assert race.look_alphas[:2] == pytest.approx((0.05 / k, 0.05 / k))
+    assert race.look_alphas[1] == pytest.approx(0.9 * compare.look_alphas[0])   # K is 10 instead of 9
+    assert decide.Design.from_config({"design": race.to_config()}, 0) == race
+    assert "early" not in compare.to_config()     # every other stored design's bytes stay as they were
+    assert decide.Design.sequential(10, 300, early=10) == compare   # no look before the first: none added
 
 
 def test_alpha_between_looks_spends_what_is_left():

@@ -6,6 +6,7 @@ Nothing here imports anything: `alloclab --help` reads it at start.
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 
 MARGIN = 0.02          # equivalence margin (--min-effect): within ±2%, two variants count as equivalent
@@ -25,12 +26,18 @@ class CommandDefaults:
     budget: str              # --budget
     timeout_s: float | None  # --timeout
     warmup: int = WARMUP     # --warmup
+    early_look: int | None = None   # a race's look before the first (plan/design.py)
 
 
 COMPARE = CommandDefaults(first_look=10, max_runs=300, budget="10m", timeout_s=None)
 SUITE = CommandDefaults(first_look=8, max_runs=80, budget="3m", timeout_s=120.0)
 # An experiment file's own [experiment] runs, max_runs and budget come before these.
 RUN = CommandDefaults(first_look=5, max_runs=30, budget="25m", timeout_s=None)
+# tune's race of a command adds a look at 6 runs before compare's first at 10: a candidate far
+# from the leader (or decided at once) leaves there. 6 is the fewest at which the 20%-trimmed t
+# keeps two degrees of freedom (5 leaves one, whose quantiles decide nothing). The look at 10 still
+# tests at alpha/K (plan/design.py); with one more look, K is 10 instead of 9.
+TUNE = dataclasses.replace(COMPARE, early_look=6)
 
 
 def refusal(*, runs: int | None = None, warmup: int | None = None, max_runs: int | None = None,

@@ -57,7 +57,7 @@ def settings_of(opts: ExperimentOptions, plan: Plan) -> Settings:
     sequential = opts.runs is None and not plan.until_precise
     return Settings(
         runs=opts.runs if opts.runs is not None else d.first_look, until_decided=sequential,
-        auto_profile=sequential and not opts.profile, first_look=min(d.first_look, limit), max_runs=limit,
+        auto_profile=sequential and not opts.profile, first_look=min(d.first_look, limit), early_look=d.early_look, max_runs=limit,
         max_seconds=seconds(opts.budget or d.budget), margin=opts.min_effect,
         until_precise=percent(plan.until_precise) if plan.until_precise else None,
         warmup=opts.warmup if opts.warmup is not None else d.warmup,

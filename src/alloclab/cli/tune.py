@@ -33,7 +33,7 @@ SCREEN_MODES = ("auto", "always", "never")
 
 
 @app.command(context_settings={"allow_interspersed_args": False})
-@experiment_options(budget=budget_option(None, f"default: a command's {defaults.COMPARE.budget}, a file's own"))
+@experiment_options(budget=budget_option(None, f"default: a command's {defaults.TUNE.budget}, a file's own"))
 def tune(
     target: list[str] = typer.Argument(..., metavar="recipe:NAME | FILE.toml | -- CMD [ARGS]...",
                                        help="A recipe or experiment file, or the program to run after --."),
@@ -61,7 +61,7 @@ def tune(
         workloads, session, plan_defaults, title = _file_workloads(target[0], param)
     else:
         workloads, session, plan_defaults, title = _command_workloads(target, metric, shell, param), None, \
-            defaults.COMPARE, " ".join(target)
+            defaults.TUNE, " ".join(target)
     try:
         _tune(opts, workloads, plan_defaults, title, started, screen)
     finally:

@@ -16,6 +16,10 @@ look (the budget ran out, Ctrl-C) spends everything the looks before it left, wh
 a budget-bound experiment decide more than alpha/K per look did.
 Experiments stored before this rule carry no `spending` and are judged as they ran: alpha/K a look;
 and those stored before `df_drop` with Yuen's own degrees of freedom.
+
+A race (tune) adds an early look before the first (`early`): it keeps alpha/K too, so that the
+look that follows it, compare's first, still tests at alpha/K and decides what compare's would;
+without that, spending would starve it (0.0002 instead of 0.005 at 10 runs of 300).
 """
 
 from __future__ import annotations
@@ -44,6 +48,7 @@ class Design:
     looks: tuple[int, ...]      # measured blocks per variant at which a look happens
     spending: float | None = SPENDING_GAMMA   # HSD gamma; None: alpha/K a look (the rule before)
     df_drop: int = DF_DROP      # 0: Yuen's own df, as experiments stored before it were judged
+    early: int = 0              # looks before the first that, like it, test at alpha/K
 
     @classmethod
     def fixed(cls, runs: int, alpha: float = 0.05) -> "Design":
@@ -51,11 +56,13 @@ class Design:
 
     @classmethod
     def sequential(cls, first: int, max_runs: int, alpha: float = 0.05, growth: float = 1.6,
-                   spending: float | None = SPENDING_GAMMA) -> "Design":
+                   spending: float | None = SPENDING_GAMMA, early: int | None = None) -> "Design":
         first = max(2, min(first, max_runs))
         looks = [first]
         while looks[-1] < max_runs:
             looks.append(min(max_runs, max(looks[-1] + 1, math.ceil(looks[-1] * growth))))
+        if early is not None and 2 <= early < first:
+            return cls(alpha, (early, *looks), spending, early=1)
         return cls(alpha, tuple(looks), spending)
 
     @classmethod
@@ -67,16 +74,24 @@ class Design:
 
     @classmethod
     def _stored(cls, alpha: float, looks: list[int], spending: float | None = None, df_drop: int = 0,
-                **derived) -> "Design":
+                early: int = 0, **derived) -> "Design":
         """A design as to_config stored it (`rule` and `alpha_per_look` follow from the rest). Stored
         without "spending": before alpha spending; without "df_drop": before it, with Yuen's own df.
         Each is judged by the rule it ran under."""
-        return cls(float(alpha), tuple(int(n) for n in looks), spending, int(df_drop))
+        return cls(float(alpha), tuple(int(n) for n in looks), spending, int(df_drop), int(early))
 
     def to_config(self) -> dict:
-        return {"rule": "sequential" if len(self.looks) > 1 else "fixed", "alpha": self.alpha,
-                "looks": list(self.looks), "spending": self.spending, "df_drop": self.df_drop,
-                "alpha_per_look": list(self.look_alphas)}
+        out = {"rule": "sequential" if len(self.looks) > 1 else "fixed", "alpha": self.alpha,
+               "looks": list(self.looks), "spending": self.spending, "df_drop": self.df_drop,
+               "alpha_per_look": list(self.look_alphas)}
+        if self.early:   # stored only where used: the stored bytes of every other design stay as they were
+            out["early"] = self.early
+        return out
+
+    @property
+    def first(self) -> int:
+        """The first look proper: the early look's few blocks say too little to give up on anything."""
+        return self.looks[min(self.early, len(self.looks) - 1)]
 
     def spent(self, blocks: int) -> float:
         """Cumulative alpha of the planned looks made at or before `blocks`."""
@@ -91,9 +106,12 @@ class Design:
         # The first look keeps alpha/K: large effects (most verdicts) are decided there, on few blocks
         # whose t quantiles explode at a smaller alpha. The rest is spent over the information after it.
         first = self.alpha / k
-        t1 = self.looks[0] / self.looks[-1]
-        cum = [first] + [first + hsd((n / self.looks[-1] - t1) / (1 - t1), self.alpha - first, self.spending)
-                         for n in self.looks[1:]]
+        kept = min(k, 1 + self.early)
+        t1 = self.looks[kept - 1] / self.looks[-1]
+        head = first * kept
+        cum = [first * (i + 1) for i in range(kept)] + [
+            head + hsd((n / self.looks[-1] - t1) / (1 - t1), self.alpha - head, self.spending)
+            for n in self.looks[kept:]]
         cum[-1] = self.alpha
         return tuple(b - a for a, b in zip([0.0] + cum[:-1], cum))
 
@@ -111,6 +129,8 @@ class Design:
             return f"fixed runs, alpha {self.alpha:g}"
         rule = ("alpha/K a look" if self.spending is None
                 else f"Hwang-Shih-DeCani spending, gamma {self.spending:g}")
+        if self.early and self.spending is not None:
+            rule += f"; the early look at {self.looks[0]} and the first at alpha/K"
         if self.df_drop:
             rule += f"; t with Yuen's df less {self.df_drop}"
         return (f"sequential: looks at {', '.join(map(str, self.looks))} runs, alpha {self.alpha:g} spent "

@@ -187,7 +187,7 @@ def judge(base: list[float], cand: list[float], higher_is_better: bool, *, margi
     if verdict == "undecided":
         need = more_runs(e.n, e.ratio, e.ci_low, e.ci_high, margin)
         # Not at the first look: its few blocks say too little about the spread to give up on.
-        if reachable is not None and reachable > blocks and blocks > design.looks[0]:
+        if reachable is not None and reachable > blocks and blocks > design.first:
             final = 1 - (design.alpha - design.spent(blocks)) / max(1, family)
             far = futile(e.n, e.ratio, e.ci_low, e.ci_high, margin, confidence=confidence,
                          final_confidence=final, df=e.df, reachable=reachable)
