@@ -237,7 +237,7 @@ def benchmark(args, store: Store) -> dict:
         for lab in aa_labels:
             aa_seqs[lab].append([(b["a"], b[lab]) for b in blocks.values() if "a" in b and lab in b])
         slow_seqs.append([(b["a"], b[ew]) for b in blocks.values() if "a" in b and ew in b])
-        rec = {"id": exp_id, "seconds": time.monotonic() - t, "stopped": a.experiment.config.get("stopped"),
+        rec = {"id": exp_id, "seconds": time.monotonic() - t, "stopped": a.experiment.config.stopped,
                "runs": {lab: c.n_candidate for lab, c in cmp.items()},
                "verdicts": {lab: c.verdict for lab, c in cmp.items()},
                "effect": {lab: slowdown(c.ratio, hib) for lab, c in cmp.items()},

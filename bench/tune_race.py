@@ -77,7 +77,7 @@ def one():
         store = Store(tmp / "tune.db")
     exps = {e["kind"]: store.load(e["id"]) for e in store.experiments()}
     diag, race = exps["tune-diagnosis"], exps["tune"]
-    tune_cfg = race.config["tune"]
+    tune_cfg = race.config.tune
     every = [race.variants[0].spec] + [c["spec"] for c in tune_cfg["candidates"]]
     if "tune-screen" in exps:
         every = [v.spec for v in exps["tune-screen"].variants]

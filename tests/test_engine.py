@@ -30,7 +30,7 @@ def experiment(centres, n=16, spread=0.03, design: Design | None = None, seed=0)
     data = {(0, i): list(c * drift * np.exp(rng.normal(0, spread, n))) for i, c in enumerate(centres)}
     exp = fake_experiment(LABELS, [("w", {})], data)
     if design is not None:
-        exp.config.update({"design": design.to_config(), "margin": 0.02})
+        exp.config = exp.config.with_(design=design.to_config(), margin=0.02)
     return exp
 
 
@@ -53,7 +53,6 @@ def test_ablation_sweep_and_answer_agree_on_one_experiment():
 def test_an_ablation_inside_a_sequential_experiment_is_judged_at_the_alpha_left():
     d = Design.sequential(4, 40)                     # stopped by the budget at 16 blocks, between looks
     exp = experiment([100.0, 104.0, 100.5, 104.5], design=d)
-    exp.config["ablation_baseline"] = None
     a = analyze(exp, baseline="glibc B=1")           # the ablation's baseline is not the answer's
     [abl] = sweep_stats.ablation_result(a, ABLATION)
     left = d.alpha - d.spent(15)
@@ -100,14 +99,14 @@ def test_what_a_stopped_sequential_run_left_undecided_reads_as_what_stopped_it()
     # ... once the budget stopped the run no run will come, but the futility rule did not close it:
     # said as stopped by the budget (not as a bound), with the runs a verdict would need (issue 34).
     exp.row.status = "complete"
-    exp.config.update({"until_decided": True, "stopped": "budget", "runs_done": 8})
+    exp.config = exp.config.with_(until_decided=True, stopped="budget", runs_done=8)
     c = analyze(exp).workloads[0].primary().cells[1].comparison
     assert c.verdict == "undecided" and not c.futile and c.stopped == "budget" and c.more_runs
     text = estimates.format_comparison(c)
     assert text.startswith(f"? {(c.ratio - 1) * 100:+.1f}% [") and ", stopped by the budget; " in text
     assert f"would need ~{c.more_runs} more runs" in text and "no difference beyond" not in text
     # Where the futility rule ended it, it reads as the bound its interval is.
-    exp.config["stopped"] = "bounded"
+    exp.config.stopped = "bounded"
     c = analyze(exp).workloads[0].primary().cells[1].comparison
     assert c.verdict == "undecided" and c.futile and c.more_runs
     text = estimates.format_comparison(c)

@@ -54,7 +54,7 @@ def test_one_hosts_view_and_references():
     e = _experiment()
     assert H.hosts_of(e) == ["h1", "h2"]
     one = H.for_host(e, "h1")
-    assert len(one.runs) == 2 and one.machine == {"kernel": "6.1", "host": "h1"}
+    assert len(one.runs) == 2 and one.machine.to_dict() == {"kernel": "6.1", "host": "h1"}
     with pytest.raises(AlloclabError, match="Its hosts are: h1, h2"):
         H.for_host(e, "h3")
     assert H.parse_ref("12") == (12, None) and H.parse_ref("12@web1") == (12, "web1")
@@ -108,7 +108,7 @@ def test_host_effects_and_agreement_from_real_statistics():
     analyses = {h: analyze(H.for_host(faster, h)) for h in ("h1", "h2")}
     effects = H.host_effects(analyses)
     assert len(effects) == 2 and effects[0].startswith("w, glibc (ops): h2 against h1 (unpaired: two hosts): +30.0%")
-    assert H.for_host(faster, "h2").config["runs"] == 8
+    assert H.for_host(faster, "h2").config.runs == 8
 
 
 def test_a_host_receives_the_variants_as_read_not_as_command_line_text():

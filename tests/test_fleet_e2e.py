@@ -91,7 +91,7 @@ def test_compare_on_two_local_workers_stores_both_hosts_and_reports_each(build, 
         for vi in (0, 1):
             measured = [r for r in runs if r.variant_idx == vi and not r.warmup]
             assert len(measured) == 6 and all(r.status == "ok" and r.metrics["ops"] > 0 for r in measured)
-    assert set(e.machine["hosts"]) == set(hosts) and e.row.status == "complete"
+    assert set(e.machine.hosts) == set(hosts) and e.row.status == "complete"
     a, b = ({r.block for r in runs} for runs in hosts.values())
     assert not a & b            # a block is one host's: the analysis pairs the runs of a block
     assert all(v.status == "verified" for v in e.verifications.values())
@@ -127,7 +127,7 @@ def test_split_mode_spreads_whole_blocks_over_identical_hosts(build, cli, store_
         for r in runs:
             by_block.setdefault(r.block, []).append(r.variant_idx)
         assert all(sorted(v) == [0, 1] for v in by_block.values())
-    assert e.config["fleet"]["mode"] == "split"
+    assert e.config.fleet["mode"] == "split"
 
 
 def test_an_error_on_every_host_is_one_clear_error(build, cli):
@@ -160,7 +160,7 @@ def test_a_killed_worker_has_its_task_retried_and_the_other_host_loses_nothing(b
     assert "died during" in err, err
     assert not _alive([victim.pid])                      # the orphaned session stopped itself
     e = store_of(db).load()
-    fleet = e.config["fleet"]
+    fleet = e.config.fleet
     retried = [t for t in fleet["tasks"].values() if t["attempt"] == 2]
     failed = fleet["failed"]
     assert retried or failed, fleet
@@ -228,7 +228,7 @@ def test_tcp_scheduler_preflight_leaves_out_a_worker_without_the_resource(build,
         assert "worker shared left out" in p.stderr
         e = store_of(cli.db).load()
         assert len(_hosts(e)) == 1 and len([r for r in e.runs if not r.warmup]) == 4
-        assert "shared" in json.dumps(e.config["fleet"]["left_out"])
+        assert "shared" in json.dumps(e.config.fleet["left_out"])
     finally:
         for p in reversed(procs):
             try:

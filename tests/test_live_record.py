@@ -40,7 +40,7 @@ def test_the_looks_read_no_sql(experiment):
     exp.run()
     store.db.set_trace_callback(None)
     assert exp.config["design"]["looks"] == [4, 7, 12]   # three looks happened on the way
-    assert exp.recorder.experiment.config["stopped"] == "max-runs"
+    assert exp.recorder.experiment.config.stopped == "max-runs"
     assert [s for s in statements if s.lstrip().upper().startswith("SELECT")] == []
     assert sum(s.startswith("INSERT INTO runs") for s in statements) == 26   # 2 warm-up + 2 x 12
 

@@ -32,4 +32,4 @@ def test_compare_stores_the_margin_it_was_given_as_a_fraction(cli, store_of):
     p = cli("compare", "-a", "glibc", "--runs", "2", "--warmup", "0", "--no-verify", "--min-effect", "0.03",
             "--", "true")
     assert p.returncode == 0, p.stderr
-    assert store_of(cli.db).load().config["margin"] == pytest.approx(0.03)
+    assert store_of(cli.db).load().config.margin == pytest.approx(0.03)

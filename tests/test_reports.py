@@ -138,8 +138,8 @@ def test_experiments_lists_the_history(real):
     assert len(lines) == 2 and "8/8" in p.stdout and "4/4" in p.stdout
     assert socket.gethostname() in p.stdout
     rows = Store(real["db"]).listing()
-    assert [r["id"] for r in rows] == [1, 2]
-    assert rows[0]["variants"] == ["glibc-mmap0", "jemalloc"] and [r["runs"] for r in rows] == [8, 4]
+    assert [r.id for r in rows] == [1, 2]
+    assert rows[0].variants == ["glibc-mmap0", "jemalloc"] and [r.runs for r in rows] == [8, 4]
 
 
 @pytest.mark.e2e

@@ -73,7 +73,7 @@ def test_until_precise_adds_blocks_and_stops_at_the_cap(build, cli, store_of):
     # 0.01% is out of reach: blocks are added up to the cap, then it says so.
     assert len([r for r in e.runs if not r.warmup]) == 5
     assert "stopped at 5 runs" in p.stderr
-    assert e.config["until_precise"] == pytest.approx(0.0001)
+    assert e.config.until_precise == pytest.approx(0.0001)
 
 
 @pytest.mark.e2e

@@ -34,8 +34,8 @@ def stopped_experiment(centres, n, *, higher=True, spread=0.05, seed=5, stopped=
     drift = np.exp(rng.normal(0, 0.1, n))
     data = {(0, i): list(c * drift * np.exp(rng.normal(0, spread, n))) for i, c in enumerate(centres)}
     exp = fake_experiment([f"v{i}" for i in range(len(centres))], [("w", {})], data, higher=higher)
-    exp.config.update({"design": Design.sequential(*looks).to_config(), "margin": 0.02, "until_decided": True,
-                       "stopped": stopped, "runs_done": runs_done or n})
+    exp.config = exp.config.with_(design=Design.sequential(*looks).to_config(), margin=0.02, until_decided=True,
+                                  stopped=stopped, runs_done=runs_done or n)
     return exp
 
 
@@ -140,13 +140,13 @@ def test_the_fake_runner_bounded_by_futility_and_cut_short_by_the_budget(tmp_pat
     (tmp_path / "futile").mkdir()
     (tmp_path / "budget").mkdir()
     e, error = run(tmp_path / "futile", FakeExecutor(SEESAW5), max_runs=60)
-    assert error is None and e.config["stopped"] == "bounded"
+    assert error is None and e.config.stopped == "bounded"
     [x] = answers(analyze(e))
     assert x.verdict == "undecided" and ", no difference beyond [" in x.text and "stopped by" not in x.text
     # 10% either way, a 1.5 s budget: stopped by it long before the rule could close anything.
     clock = FakeClock()
     e, error = run(tmp_path / "budget", FakeExecutor(SEESAW, clock=clock), clock=clock, max_seconds=1.5, max_runs=40)
-    assert error is None and e.config["stopped"] == "budget"
+    assert error is None and e.config.stopped == "budget"
     [x] = answers(analyze(e))
     assert x.verdict == "undecided" and "no difference beyond" not in x.text
     assert ", stopped by the budget; " in x.text and f"would need ~{x.more_runs} more runs" in x.text

@@ -59,8 +59,8 @@ def test_a_clear_difference_stops_at_the_first_look_as_decided(tmp_path):
     # 20% apart with 1% noise: decided at the first look, nothing more is run.
     e, error = run(tmp_path, FakeExecutor(lambda env, n: 0.08 if env else 0.1, noise=0.01))
     assert error is None
-    assert e.row.status == "complete" and e.config["stopped"] == "decided"
-    assert measured(e) == {0: 4, 1: 4} and e.config["runs_done"] == 4
+    assert e.row.status == "complete" and e.config.stopped == "decided"
+    assert measured(e) == {0: 4, 1: 4} and e.config.runs_done == 4
 
 
 def NEAR(env: dict, n: int) -> float:
@@ -72,7 +72,7 @@ def NEAR(env: dict, n: int) -> float:
 def test_an_undecided_difference_runs_to_max_runs(tmp_path):
     e, error = run(tmp_path, FakeExecutor(NEAR), max_runs=12)
     assert error is None
-    assert e.row.status == "complete" and e.config["stopped"] == "max-runs"
+    assert e.row.status == "complete" and e.config.stopped == "max-runs"
     assert measured(e) == {0: 12, 1: 12}
 
 
@@ -86,7 +86,7 @@ def test_a_comparison_more_runs_cannot_decide_is_bounded_before_max_runs(tmp_pat
     # once its interval is a bound worth stating (within ±10%).
     e, error = run(tmp_path, FakeExecutor(SEESAW5), max_runs=60)
     assert error is None
-    assert e.row.status == "complete" and e.config["stopped"] == "bounded"
+    assert e.row.status == "complete" and e.config.stopped == "bounded"
     assert measured(e)[1] < 60
 
 
@@ -94,7 +94,7 @@ def test_a_wide_interval_is_not_closed_as_futile(tmp_path):
     # 10% either way: at 12 runs its interval is still wider than ±10%, so it runs on.
     e, error = run(tmp_path, FakeExecutor(SEESAW), max_runs=12)
     assert error is None
-    assert e.config["stopped"] == "max-runs" and measured(e)[1] == 12
+    assert e.config.stopped == "max-runs" and measured(e)[1] == 12
 
 
 def test_the_budget_stops_adding_blocks(tmp_path):
@@ -103,7 +103,7 @@ def test_the_budget_stops_adding_blocks(tmp_path):
     e, error = run(tmp_path, FakeExecutor(SEESAW, clock=clock),
                    clock=clock, max_seconds=1.5, max_runs=40)
     assert error is None
-    assert e.config["stopped"] == "budget"
+    assert e.config.stopped == "budget"
     n = measured(e)
     assert n[0] == n[1] and 4 <= n[0] < 40
     # Blocks are not started when the next would overrun: the fake time spent stays near the budget.
@@ -120,7 +120,7 @@ def test_ctrl_c_keeps_the_runs_so_far_and_marks_the_record_interrupted(tmp_path)
     ex = FakeExecutor(lambda env, n: 0.1, interrupt_at=6)
     e, error = run(tmp_path, ex)
     assert isinstance(error, Interrupted) and "kept in" in str(error)
-    assert e.row.status == "interrupted" and e.config["stopped"] == "interrupted"
+    assert e.row.status == "interrupted" and e.config.stopped == "interrupted"
     assert len(e.runs) == 5   # the five runs before Ctrl-C, each stored as it ended
 
 
@@ -159,7 +159,7 @@ def test_what_stays_open_is_profiled_within_the_budget(tmp_path, monkeypatch):
     monkeypatch.setattr(auto_profile, "profile_open", fake_profile)
     e, error = run(tmp_path, FakeExecutor(NEAR, clock=clock), clock=clock, max_seconds=1.5, max_runs=40,
                    auto_profile=True)
-    assert error is None and e.config["stopped"] == "budget"
+    assert error is None and e.config.stopped == "budget"
     assert calls == [{0}] and clock.now <= 1.5, clock.now
 
 
@@ -168,7 +168,7 @@ def test_a_decided_experiment_makes_no_profile(tmp_path, monkeypatch):
     calls = []
     monkeypatch.setattr(auto_profile, "profile_open", lambda exp, idxs: calls.append(idxs))
     e, error = run(tmp_path, FakeExecutor(lambda env, n: 0.08 if env else 0.1, noise=0.01), auto_profile=True)
-    assert error is None and e.config["stopped"] == "decided" and calls == []
+    assert error is None and e.config.stopped == "decided" and calls == []
 
 
 def test_a_first_look_that_cannot_fit_the_budget_is_sized_down_and_said(tmp_path):
@@ -185,5 +185,5 @@ def test_a_first_look_that_cannot_fit_the_budget_is_sized_down_and_said(tmp_path
     e = store.load(exp.exp_id)
     assert clock.now <= 8 + 40 + 1e-6, clock.now
     assert any("sized down to 4 runs" in n and "> the 40 s budget" in n for n in notes), notes
-    assert e.config["runs"] == 4 and e.config["design"]["looks"][0] == 4
+    assert e.config.runs == 4 and e.config.design["looks"][0] == 4
     assert measured(e) == {0: 4, 1: 4}

@@ -6,6 +6,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from alloclab.store.config_model import ExperimentConfig
 from alloclab.plan import param_sweep, sweep
 from alloclab.stats import sweep as sweep_stats
 from alloclab.stats.analysis import analyze
@@ -220,7 +221,7 @@ def test_plan_variants_joins_and_drops_repeats():
     assert [next(iter(s)) for s in sweeps] == ["tunable", "ablation"]
     config = sweep.sweep_config(sweeps)
     assert config["sweeps"] == sweeps and config["sweep"] is sweeps[0]
-    assert sweep.stored_sweeps(config) == sweeps and sweep.sweep_config([]) == {}
+    assert ExperimentConfig.of(config).stored_sweeps() == sweeps and sweep.sweep_config([]) == {}
 
 
 # --- decisions on synthetic measurements --------------------------------------------------------

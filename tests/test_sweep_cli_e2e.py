@@ -15,8 +15,8 @@ def test_compare_sweeps_a_tunable_and_a_placeholder(build, cli, store_of):
     e = store_of(cli.db).load()
     assert [w.argv[-1] for w in e.workloads] == ["1", "4"]
     assert len(e.variants) == 2 and {v.env["MALLOC_TOP_PAD_"] for v in e.variants} == {"0", str(64 << 20)}
-    kinds = {("tunable" in s) or ("param" in s) for s in e.config["sweeps"]}
-    assert kinds == {True} and any(s.get("param") == "live" for s in e.config["sweeps"])
+    kinds = {("tunable" in s) or ("param" in s) for s in e.config.sweeps}
+    assert kinds == {True} and any(s.get("param") == "live" for s in e.config.sweeps)
     assert "MALLOC_TOP_PAD_" in p.stdout
 
 
@@ -26,7 +26,7 @@ def test_suite_ablation_reports_contributions(cli, store_of):
     assert p.returncode == 0, p.stderr
     e = store_of(cli.db).load()
     assert len(e.variants) == 4  # baseline, each alone, both
-    assert "ablation" in e.config["sweep"]
+    assert "ablation" in e.config.sweep
     assert "interact" in p.stdout.lower()
 
 

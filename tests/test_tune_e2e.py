@@ -88,7 +88,7 @@ def test_tune_end_to_end_on_a_churn_program(cli, build, store_of):
     store = store_of(cli.db)
     kinds = [store.load(i).row.kind for i in (1, 2)]
     assert kinds == ["tune-diagnosis", "tune"]
-    assert store.load(2).config["tune"]["fired"] == ["glibc-trim-churn"]
+    assert store.load(2).config.tune["fired"] == ["glibc-trim-churn"]
 
 
 def test_tune_stops_with_a_bound_on_a_program_that_barely_allocates(cli, build, store_of):
@@ -140,8 +140,8 @@ def test_tune_screens_then_races_the_finalists_on_runs_of_their_own(cli, build, 
     diag, scr, race = (store.load(i) for i in (1, 2, 3))
     assert [e.row.kind for e in (diag, scr, race)] == ["tune-diagnosis", "tune-screen", "tune"]
     assert len(scr.variants) > len(race.variants) >= 2      # the screen ran every candidate, the race fewer
-    assert race.config["tune"]["screen_experiment"] == 2
-    screened = race.config["tune"]["screened_out"]
+    assert race.config.tune["screen_experiment"] == 2
+    screened = race.config.tune["screened_out"]
     assert screened and "Screened out before the race" in out and "not a verdict" in out
     # The race's verdicts stand on runs of its own, every one measured after the screen had chosen.
     assert race.runs and min(r.started for r in race.runs) >= scr.row.finished

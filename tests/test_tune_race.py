@@ -146,7 +146,7 @@ def test_a_candidate_that_cannot_reach_the_leader_is_dropped_and_ruled_out(tmp_p
     e, runs = _leader_race(tmp_path, RaceJudge())
     assert runs[2] == 4, runs      # the leader: decided better at the first look
     assert runs[1] == 4, runs      # below the leader at the first look, though undecided against glibc
-    assert e.config["dropped"] == [[0, 1, "glibc TOP_PAD=8M", 4]]
+    assert e.config.dropped == [[0, 1, "glibc TOP_PAD=8M", 4]]
     a = analyze(e)
     c = a.workloads[0].primary().cells[1].comparison
     assert c.verdict == "undecided" and c.stopped == "leader"
@@ -170,9 +170,9 @@ def test_a_candidate_that_may_hold_least_memory_stays_in_the_race(tmp_path):
     # ARENA_MAX=1 holds half the memory: below the leader on speed, but the memory pick, whose cost
     # in speed the answer states: it races on until that is decided.
     e, runs = _leader_race(tmp_path, RaceJudge(), peak_kb=lambda env: 5_120 if "MALLOC_ARENA_MAX" in env else 10_240)
-    assert runs[1] > 4 and "dropped" not in e.config, runs
+    assert runs[1] > 4 and not e.config.dropped, runs
     # The control: the same memory as the default's (equivalent), and it leaves at the first look.
     (tmp_path / "x").mkdir()
     e, runs = _leader_race(tmp_path / "x", RaceJudge(),
                            peak_kb=lambda env: 10_240 + (1 if "MALLOC_ARENA_MAX" in env else 0))
-    assert runs[1] == 4 and e.config["dropped"], runs
+    assert runs[1] == 4 and e.config.dropped, runs

@@ -37,8 +37,8 @@ def test_until_decided_stops_once_a_large_effect_is_decided(cli, store_of, simpl
             "--", *simple)
     assert p.returncode == 0, p.stderr
     e = store_of(cli.db).load()
-    assert e.config["until_decided"] and e.config["stopped"] == "decided", e.config
-    assert e.config["design"]["looks"][0] == 10
+    assert e.config.until_decided and e.config.stopped == "decided", e.config
+    assert e.config.design["looks"][0] == 10
     runs = [r for r in e.runs if not r.warmup]
     assert len(runs) < 2 * 60
     assert _verdicts(store_of, cli.db)[("ns", "tcmalloc")] == "better"
@@ -108,7 +108,7 @@ def test_every_variant_of_a_block_gets_the_same_environment_size(cli, store_of):
     assert len(by_block) == 4 and all(len(sizes) == 1 for sizes in by_block.values()), by_block
     # ... while the filler drawn per block still moves the stack between blocks.
     assert len({next(iter(s)) for s in by_block.values()}) > 1
-    assert "ALLOCLAB_PAD" in e.config["env_padding"]
+    assert "ALLOCLAB_PAD" in e.config.env_padding
 
 
 def test_verdicts_in_every_format(cli, store_of, simple, tmp_path):

@@ -80,7 +80,7 @@ def experiments(
     """List stored experiments: id, date, command or recipe, variants, runs, host."""
     rows = open_store(db).listing()
     if as_json:
-        console.print_json(json.dumps(rows))
+        console.print_json(json.dumps([r.to_dict() for r in rows]))
         return
     if not rows:
         console.print(f"No experiments in {db} yet. Run `alloclab compare -- CMD` or `alloclab suite`.")
@@ -90,12 +90,12 @@ def experiments(
         t.add_column(col, justify="right" if col in ("id", "runs ok/total") else "left")
     status_style = {"complete": "green", "interrupted": "yellow", "failed": "red", "running": "yellow"}
     for r in rows:
-        title = r["title"] if len(r["title"]) <= 60 else r["title"][:57] + "..."
-        if r["workloads"] > 1:
-            title += f" ({r['workloads']} workloads)"
-        t.add_row(str(r["id"]), r["date"].replace("T", " ")[:16], r["kind"],
-                  f"[{status_style.get(r['status'], '')}]{r['status']}[/]", title, ", ".join(r["variants"]),
-                  f"{r['runs_ok']}/{r['runs']}", f"{r['host']} ({r['kernel']}, glibc {r['glibc']})")
+        title = r.title if len(r.title) <= 60 else r.title[:57] + "..."
+        if r.workloads > 1:
+            title += f" ({r.workloads} workloads)"
+        t.add_row(str(r.id), r.date.replace("T", " ")[:16], r.kind,
+                  f"[{status_style.get(r.status, '')}]{r.status}[/]", title, ", ".join(r.variants),
+                  f"{r.runs_ok}/{r.runs}", f"{r.host} ({r.kernel}, glibc {r.glibc})")
     console.print(t)
     console.print("Show one with `alloclab report ID`; compare two with `alloclab diff A B`.", style="dim")
 

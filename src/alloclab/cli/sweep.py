@@ -210,9 +210,8 @@ def render_sweeps(r: Results, console: Console | None = None) -> None:
 
 def render_stored_sweeps(r: Results, console: Console | None = None) -> bool:
     """The sweep tables of Results built with sweeps=True; False if the experiment has no sweep."""
-    from alloclab.plan.sweep import stored_sweeps
 
-    if not stored_sweeps(r.experiment.config):
+    if not r.experiment.config.stored_sweeps():
         return False
     render_sweeps(r, console)
     return True

@@ -220,7 +220,7 @@ def _run_cost(diag, n_plain: int, workload) -> float:
     walls = sorted(fp["wall_s"] for fp in diag.fingerprints.values() if fp.get("wall_s"))
     if walls and isinstance(workload.executor, CommandExecutor):
         return walls[len(walls) // 2]
-    return float(diag.config.get("fingerprint_s") or 0) / max(1, n_plain * len(diag.workloads))
+    return float(diag.config.fingerprint_s or 0) / max(1, n_plain * len(diag.workloads))
 
 
 def _screen(store: Store, opts: ExperimentOptions, workloads: list, baseline: Variant, candidates: list,

@@ -43,7 +43,7 @@ def combined_machine(snapshots: dict[str, dict], address: str) -> dict:
 
 def hosts_of(e: Experiment) -> list[str]:
     """The host labels of an experiment in first-run order; [] for a single-machine experiment."""
-    seen = list((e.machine.get("hosts") or {}).keys())
+    seen = list((e.machine.hosts or {}).keys())
     for r in e.runs:
         h = r.extra.get("host")
         if h and h not in seen:
@@ -57,11 +57,11 @@ def for_host(e: Experiment, host: str) -> Experiment:
     if host not in hosts:
         raise AlloclabError(f"Experiment {e.id} has no host '{host}'. Its hosts are: {', '.join(hosts) or 'none (it ran on one machine)'}. "
                             f"Write ID@HOST with one of them.")
-    snap = (e.machine.get("hosts") or {}).get(host, {})
+    snap = (e.machine.hosts or {}).get(host, {})
     ver = {tuple(int(i) for i in k.split(",")): v for k, v in (snap.get("verifications") or {}).items()} or e.verifications
-    runs_here = (e.config.get("fleet") or {}).get("runs_per_host", {}).get(host, e.config.get("runs"))
+    runs_here = (e.config.fleet or {}).get("runs_per_host", {}).get(host, e.config.runs)
     return dataclasses.replace(e, runs=[r for r in e.runs if r.extra.get("host") == host],
-                               config=e.config | {"runs": runs_here},
+                               config=e.config.with_(runs=runs_here),
                                machine={k: v for k, v in snap.items() if k != "verifications"} | {"host": host},
                                verifications=ver)
 

@@ -27,12 +27,12 @@ def render_hosts(r: Results, console: Console, details: bool = False) -> None:
     e = r.experiment
     if not H.hosts_of(e):
         return
-    fleet = e.config.get("fleet") or {}
+    fleet = e.config.fleet or {}
     analyses = r.hosts or {}
     for host, a in analyses.items():
         m = a.experiment.machine
-        console.print(Text(f"host {host}: {m.get('cpu_model')}, {m.get('usable_cores')} cores, kernel {m.get('kernel')}, "
-                           f"glibc {m.get('glibc')}, THP {m.get('thp')}", style="bold"))
+        console.print(Text(f"host {host}: {m.cpu_model}, {m.usable_cores} cores, kernel {m.kernel}, "
+                           f"glibc {m.glibc}, THP {m.thp}", style="bold"))
         for w in a.workloads:
             console.print(Group(terminal.workload_table(a, w, details), *terminal.notes(a, w, details)))
         console.print()

@@ -67,10 +67,15 @@ class Design:
 
     @classmethod
     def from_config(cls, config: dict, runs_hint: int) -> "Design":
-        d = config.get("design")
-        if d:
-            return cls._stored(**d)
-        return cls(0.05, (max(1, int(config.get("runs") or runs_hint or 1)),), df_drop=0)
+        return cls.of_stored(config.get("design"), config.get("runs") or runs_hint)
+
+    @classmethod
+    def of_stored(cls, design: dict | None, runs: int | None) -> "Design":
+        """The design an experiment stored (its config's `design`), or, stored before designs were,
+        its fixed runs."""
+        if design:
+            return cls._stored(**design)
+        return cls(0.05, (max(1, int(runs or 1)),), df_drop=0)
 
     @classmethod
     def _stored(cls, alpha: float, looks: list[int], spending: float | None = None, df_drop: int = 0,

@@ -313,8 +313,4 @@ def sweep_config(sweeps: list[dict]) -> dict:
     return {"sweeps": sweeps, "sweep": sweeps[0]} if sweeps else {}
 
 
-def stored_sweeps(config: dict) -> list[dict]:
-    return list(config.get("sweeps") or ([config["sweep"]] if config.get("sweep") else []))
-
-
 # --- workload parameters ----------------------------------------------------------------------

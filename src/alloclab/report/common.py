@@ -195,22 +195,22 @@ def statistics_line(a: Analysis) -> str:
 
 def runs_line(a: Analysis) -> str:
     c = a.experiment.config
-    warm = c.get("warmup", 0)
-    verify = "on (first warm-up block under LD_DEBUG=bindings)" if c.get("verify", True) else "off (--no-verify)"
-    timeout = f", timeout {c['timeout_s']} s" if c.get("timeout_s") else ""
-    if c.get("until_decided"):
-        how = (f"until decided: {c.get('runs_done', c.get('runs'))} runs per variant at most "
-               f"(stopped: {c.get('stopped', 'n/a')}; budget {c.get('budget_s') or 0:g} s, --max-runs {c.get('max_runs')})")
+    verify = "on (first warm-up block under LD_DEBUG=bindings)" if c.verify else "off (--no-verify)"
+    timeout = f", timeout {c.timeout_s} s" if c.timeout_s else ""
+    if c.until_decided:
+        stored = c.to_dict()   # absent and null differ here: "n/a" only where the runner never wrote it
+        how = (f"until decided: {stored.get('runs_done', c.runs)} runs per variant at most "
+               f"(stopped: {stored.get('stopped', 'n/a')}; budget {c.budget_s or 0:g} s, --max-runs {c.max_runs})")
     else:
-        how = f"{c.get('runs')} measured runs per variant"
-    return (f"{how} after {warm} warm-up block(s); "
-            f"{c.get('schedule', 'randomized interleaved blocks')} (seed {c.get('seed')}); "
+        how = f"{c.runs} measured runs per variant"
+    return (f"{how} after {c.warmup} warm-up block(s); "
+            f"{c.schedule or 'randomized interleaved blocks'} (seed {c.seed}); "
             f"verification {verify}{timeout}")
 
 
 def allocator_lines(a: Analysis) -> list[str]:
     e = a.experiment
-    versions = e.machine.get("allocators", {})
+    versions = e.machine.allocators
     out = []
     for v in e.variants:
         lib = v.library or "libc (no preload)"
@@ -225,30 +225,30 @@ def metadata(a: Analysis) -> list[tuple[str, str]]:
     """(key, value) lines describing where and how the numbers were taken, in reading order."""
     e = a.experiment
     m = e.machine
-    cores = m.get("usable_cores")
-    cores_text = f"{cores} usable of {m.get('cores')} cores" if cores != m.get("cores") else f"{cores} cores"
-    mem = m.get("memory_total_mb")
+    cores = m.usable_cores
+    cores_text = f"{cores} usable of {m.cores} cores" if cores != m.cores else f"{cores} cores"
+    mem = m.memory_total_mb
     items = [
         ("experiment", f"{e.id} ({e.row.kind}, {e.row.status}): {e.row.title}"),
         ("date", f"{e.row.created} to {e.row.finished or 'unfinished'}"),
-        ("host", f"{m.get('host')}: {m.get('cpu_model')}, {cores_text}"
+        ("host", f"{m.host}: {m.cpu_model}, {cores_text}"
                  + (f", {mem / 1024:.1f} GiB" if mem else "")),
-        ("kernel", f"{m.get('kernel')} ({m.get('os') or 'unknown OS'})"),
-        ("memory", f"THP {m.get('thp')} (defrag {m.get('thp_defrag')}), governor {m.get('governor') or 'n/a'}"),
-        ("glibc", str(m.get("glibc"))),
-        ("perf", m.get("perf_counters_note") or ("hardware counters" if m.get("perf_counters") else "none")),
+        ("kernel", f"{m.kernel} ({m.os or 'unknown OS'})"),
+        ("memory", f"THP {m.thp} (defrag {m.thp_defrag}), governor {m.governor or 'n/a'}"),
+        ("glibc", str(m.glibc)),
+        ("perf", m.perf_counters_note or ("hardware counters" if m.perf_counters else "none")),
         ("runs", runs_line(a)),
         ("statistics", statistics_line(a)),
-        ("tool", f"alloclab {m.get('alloclab')}, Python {m.get('python')}"),
+        ("tool", f"alloclab {m.alloclab}, Python {m.python}"),
     ]
-    fleet = e.config.get("fleet")
+    fleet = e.config.fleet
     if fleet:
         per_host = fleet.get("runs_per_host") or {}
         items.append(("fleet", f"{fleet.get('mode')} on {fleet.get('address')}: "
                                + ", ".join(f"{h} ({per_host.get(h, '?')} runs per variant)" for h in fleet.get("hosts", []))
                                + "".join(f"; {h} left out: {why}" for h, why in (fleet.get("left_out") or {}).items())
                                + "".join(f"; failed: {why}" for why in (fleet.get("failed") or {}).values())))
-    removed = e.config.get("removed_env") or {}
+    removed = e.config.removed_env or {}
     if removed:
         items.append(("removed env", ", ".join(f"{k}={v}" for k, v in removed.items())))
     return items

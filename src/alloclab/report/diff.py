@@ -22,8 +22,8 @@ VERDICT_STYLE = {"better": "green", "worse": "red", "equivalent": "cyan", "undec
 
 
 def _title(d: Diff) -> str:
-    return (f"experiment {d.b.id} ({d.b.row.created}, {d.b.machine.get('host')}) against "
-            f"experiment {d.a.id} ({d.a.row.created}, {d.a.machine.get('host')})")
+    return (f"experiment {d.b.id} ({d.b.row.created}, {d.b.machine.host}) against "
+            f"experiment {d.a.id} ({d.a.row.created}, {d.a.machine.host})")
 
 
 def render_terminal(d: Diff, console: Console) -> None:

@@ -220,8 +220,8 @@ def _param_figures(a: Analysis, s: dict) -> list[dict]:
 def sweep_figures(a: Analysis) -> tuple[list[dict], str | None]:
     """Curves for the sweeps recorded in the config (config["sweeps"], or the single
     config["sweep"]); (figures, a note when there was a sweep but nothing could be drawn)."""
-    config = a.experiment.config
-    sweeps = config.get("sweeps") or ([config["sweep"]] if config.get("sweep") else [])
+    c = a.experiment.config
+    sweeps = c.sweeps or ([c.sweep] if c.sweep else [])
     if not sweeps:
         return [], None
     figures, skipped = [], 0

@@ -240,9 +240,9 @@ def render(r: Results, console: Console, details: bool = False) -> None:
     if warning:
         console.print(Text(warning, style="bold red"))
     console.print(Text(f"experiment {e.id} ({e.row.status}): {e.row.title}", style="bold"))
-    console.print(Text(f"host {m.get('host')}: {m.get('cpu_model')}, {m.get('usable_cores')} cores, "
-                       f"kernel {m.get('kernel')}, glibc {m.get('glibc')}, THP {m.get('thp')}, "
-                       f"governor {m.get('governor') or 'n/a'}; {len(a.labels)} variants; {runs_line(a)}",
+    console.print(Text(f"host {m.host}: {m.cpu_model}, {m.usable_cores} cores, "
+                       f"kernel {m.kernel}, glibc {m.glibc}, THP {m.thp}, "
+                       f"governor {m.governor or 'n/a'}; {len(a.labels)} variants; {runs_line(a)}",
                        style="dim"))
     answer_table(a, console)
     for w in a.workloads:

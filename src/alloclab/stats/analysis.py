@@ -183,13 +183,13 @@ def analyze(exp: Experiment, baseline: str | int | None = None, alpha: float = d
     labels = [v.label for v in exp.variants]
     base = _baseline_index(labels, baseline)
     if min_effect is None:
-        min_effect = float(exp.config.get("margin", defaults.MARGIN))
-    design = decide.Design.from_config(exp.config, 0)
-    if exp.config.get("design"):
+        min_effect = float(exp.config.margin if exp.config.margin is not None else defaults.MARGIN)
+    design = decide.Design.of_stored(exp.config.design, exp.config.runs)
+    if exp.config.design:
         alpha = design.alpha
     else:
         design = decide.Design(alpha, design.looks, design.spending, design.df_drop)
-    cores = exp.machine.get("usable_cores") or exp.machine.get("cores")
+    cores = exp.machine.usable_cores or exp.machine.cores
     n_cmp = max(1, len(labels) - 1)
     workloads: list[WorkloadResult] = []
     # (family key, row, cell, blocks, (workload, judged at the looks)): comparisons to make once
@@ -262,14 +262,16 @@ class Stop:
 
 def _stop(exp: Experiment, base: int, margin: float) -> Stop | None:
     """None while the experiment may still add runs (running, interrupted, or fixed --runs)."""
-    if exp.row.status != "complete" or not exp.config.get("until_decided"):
+    c = exp.config
+    if exp.row.status != "complete" or not c.until_decided:
         return None
-    done = exp.config.get("runs_done") or max((measured_blocks(exp.cell_runs(w.idx, vi))
+    done = c.runs_done or max((measured_blocks(exp.cell_runs(w.idx, vi))
                                                for w in exp.workloads for vi in range(len(exp.variants))), default=0)
     # The runner judges against the first variant at the margin it was given.
-    same = base == 0 and math.isclose(margin, float(exp.config.get("margin", defaults.MARGIN)), abs_tol=1e-12)
-    dropped = frozenset((wi, vi) for wi, vi, *_ in exp.config.get("dropped", []))
-    return Stop(exp.config.get("stopped"), int(done), same, dropped)
+    same = base == 0 and math.isclose(margin, float(c.margin if c.margin is not None else defaults.MARGIN),
+                                      abs_tol=1e-12)
+    dropped = frozenset((wi, vi) for wi, vi, *_ in c.dropped)
+    return Stop(c.stopped, int(done), same, dropped)
 
 
 def stopped_as(stop: Stop | None, primary: bool, blocks: int, looks: tuple | list) -> str | None:

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from alloclab.plan.sweep import stored_sweeps
 from alloclab.stats.analysis import Analysis, MetricRow, VariantSummary, analyze, summarize_variants, winners
 from alloclab.stats.recommend import Recommendation, recommend
 from alloclab.stats.sweep import AblationResult, SweepCurve, ablations, sweep_results
@@ -47,7 +46,7 @@ def build_results(exp: Experiment, *, baseline: str | int | None = None, min_eff
     a = analyze(exp, baseline=baseline, min_effect=min_effect)
     out = Results(a, recommend(a, max_rss_increase))
     if sweeps:
-        stored = stored_sweeps(exp.config)
+        stored = exp.config.stored_sweeps()
         out.sweeps = sweep_results(a, stored)
         out.ablations = [(s, r) for s in stored if "ablation" in s for r in ablations(a, [s])]
     if summary:

@@ -218,7 +218,7 @@ def _param_curves(a: Analysis, s: ParamSweep, source: int) -> list[SweepCurve]:
     first = by_idx[points[0].workload].primary()
     if first is None:
         return []
-    cores = a.experiment.machine.get("usable_cores")
+    cores = a.experiment.machine.usable_cores
     out = []
     for vi, label in enumerate(a.labels):
         made = []

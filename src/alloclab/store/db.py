@@ -21,7 +21,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from alloclab.errors import AlloclabError
-from alloclab.store.model import (ExperimentRow, Run, StoredMetric, Verification, VariantRecord,
+from alloclab.store.config_model import ExperimentConfig, MachineRecord
+from alloclab.store.model import (ListedExperiment, ExperimentRow, Run, StoredMetric, Verification, VariantRecord,
                                   WorkloadRecord)
 from alloclab.store.run_record import RunRecord, now
 
@@ -216,7 +217,7 @@ class Store:
     def experiments(self) -> list[sqlite3.Row]:
         return self.db.execute("SELECT * FROM experiments ORDER BY id").fetchall()
 
-    def listing(self) -> list[dict]:
+    def listing(self) -> list[ListedExperiment]:
         """One row per experiment, counted in SQL so that a long history lists fast."""
         q = self.db.execute
         variants: dict[int, list[str]] = {}
@@ -230,10 +231,10 @@ class Store:
                 "SELECT id, created, kind, status, title, machine FROM experiments ORDER BY id"):
             machine = json.loads(machine)
             total, ok = runs.get(id_, (0, 0))
-            out.append({"id": id_, "date": created, "kind": kind, "status": status, "title": title,
-                        "workloads": workloads.get(id_, 0), "variants": variants.get(id_, []), "runs": total,
-                        "runs_ok": ok or 0, "host": machine.get("host", ""), "kernel": machine.get("kernel", ""),
-                        "glibc": machine.get("glibc", "")})
+            m = MachineRecord.of(machine)
+            out.append(ListedExperiment(id_, created, kind, status, title, workloads.get(id_, 0),
+                                        variants.get(id_, []), total, ok or 0, m.host or "", m.kernel or "",
+                                        m.glibc or ""))
         return out
 
     def profiles(self, exp: int) -> list[dict]:
@@ -292,8 +293,8 @@ class Experiment:
 
     id: int
     row: ExperimentRow
-    config: dict
-    machine: dict
+    config: ExperimentConfig
+    machine: MachineRecord
     workloads: list[WorkloadRecord]
     variants: list[VariantRecord]
     metric_defs: list[StoredMetric]
@@ -305,6 +306,8 @@ class Experiment:
     def __post_init__(self) -> None:
         # Records built as dicts (a fleet host's wire, a test) become typed here, once.
         self.row = ExperimentRow.of(self.row)
+        self.config = ExperimentConfig.of(self.config)
+        self.machine = MachineRecord.of(self.machine)
         self.workloads = [WorkloadRecord.of({"idx": i} | w if isinstance(w, dict) else w)
                           for i, w in enumerate(self.workloads)]
         self.variants = [VariantRecord.of({"idx": i} | v if isinstance(v, dict) else v)

@@ -216,3 +216,21 @@ class Run(Record):
         """Without its metrics (another table): the caller adds them."""
         wi, vi, block, position, warmup, status, wall_s, extra, *rest = r
         return cls(wi, vi, block, position, bool(warmup), status, wall_s, {}, json.loads(extra or "{}"), *rest)
+
+
+@dataclass
+class ListedExperiment(Record):
+    """One line of `alloclab experiments`: an experiment counted in SQL, without its runs."""
+
+    id: int
+    date: str
+    kind: str
+    status: str
+    title: str
+    workloads: int = 0
+    variants: list[str] = field(default_factory=list)
+    runs: int = 0
+    runs_ok: int = 0
+    host: str = ""
+    kernel: str = ""
+    glibc: str = ""

@@ -12,6 +12,7 @@ In: what the runner measured. Out: the same rows in the store and in `Recorder.e
 from __future__ import annotations
 
 from alloclab.store.db import Experiment, Store
+from alloclab.store.config_model import ExperimentConfig
 from alloclab.store.model import ExperimentRow
 from alloclab.store.run_record import OUTPUT_KEYS, RunRecord  # noqa: F401 (OUTPUT_KEYS: the records' words)
 
@@ -53,7 +54,7 @@ class Recorder:
 
     def set_config(self, config: dict) -> None:
         self.store.set_config(self.id, config)
-        self.experiment.config = config
+        self.experiment.config = ExperimentConfig.of(config)
 
     def finish(self, status: str, summary: dict | None = None) -> None:
         self.store.finish(self.id, status, summary)

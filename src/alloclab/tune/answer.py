@@ -178,7 +178,7 @@ def answer(a: Analysis, candidates: list[Candidate], max_rss_increase: float | N
                                   _mechanism(a, vi, by_label), _texts(a, _primary, vi), _apply(a, vi)))
             picked.add(vi)
     leads: list[int] = []   # speed still undecided: the answer may not say "keep the default"
-    dropped = {vi: (leader, runs) for _, vi, leader, runs in a.experiment.config.get("dropped", [])}
+    dropped = {vi: (leader, runs) for _, vi, leader, runs in a.experiment.config.dropped}
     for vi in usable:
         if vi in picked:
             continue
