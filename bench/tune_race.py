@@ -89,14 +89,16 @@ def one():
     n = max(runs.values())
     starts = sorted(r.started for r in race.runs)
     per_run = seconds_between(starts[0], race.row.finished) / len(race.runs)
-    diag_s = seconds_between(diag.row.created, diag.row.finished)
+    # The fingerprint runs themselves, timed to the millisecond (the rows' times are whole seconds, and
+    # a recipe's set-up, which the counterfactual's `run` does again on its own, is not counted twice).
+    diag_s = diag.config.fingerprint_s or seconds_between(diag.row.created, diag.row.finished)
     cells = len(every) * len(race.workloads)
     warm = sum(1 for r in race.runs if r.warmup) // max(1, len(race.variants) * len(race.workloads))
     estimate = diag_s + (n + warm) * cells * per_run
     print(f"race: {len(race.variants) - 1} of {len(every) - 1} candidates, runs per cell (workload, variant) {dict(sorted(runs.items()))}; "
           f"{per_run:.1f} s a run")
     line = (f"tune (diagnosis + screen + race): {t_tune:.1f} s; every candidate to {n} runs, estimated: "
-            f"{estimate:.0f} s (diagnosis {diag_s:.0f} s + {n + warm} blocks x {cells} cells x {per_run:.1f} s); "
+            f"{estimate:.0f} s (diagnosis {diag_s:.1f} s + {n + warm} blocks x {cells} cells x {per_run:.1f} s); "
             f"ratio {t_tune / estimate:.2f}")
     ratio = t_tune / estimate
     if args.measure:
@@ -104,7 +106,7 @@ def one():
         command = ["run", args.target[0]] if is_file else ["compare", *target]
         t_all = timed([*ALLOCLAB, command[0], "--db", str(tmp / "all.db"), *budget, *specs, *command[1:]])
         ratio = t_tune / (t_all + diag_s)
-        line += (f"; measured, every candidate until decided: {t_all:.1f} s + diagnosis {diag_s:.0f} s, "
+        line += (f"; measured, every candidate until decided: {t_all:.1f} s + diagnosis {diag_s:.1f} s, "
                  f"ratio {ratio:.2f}")
     print(line)
     return args, ratio
