@@ -153,7 +153,7 @@ def test_sweep_structure_is_stored_and_shown_by_the_sweep_command(tmp_path, cli)
     w = builtin.workload("oversized", OVERSIZED, quick=True)
     store, exp_id, _ = run(tmp_path, [w], specs, runs=2, sweeps=sweeps)
     config = store.load(exp_id).config
-    assert config["sweeps"] == sweeps and config["sweep"] == sweeps[0]
+    assert config.sweeps == sweeps and config.sweep == sweeps[0]
     p = cli("sweep", "--db", str(store.path), str(exp_id))
     assert p.returncode == 0, p.stderr
     assert "MALLOC_TOP_PAD_ sweep on oversized queries=10" in p.stdout
