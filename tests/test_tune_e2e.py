@@ -88,7 +88,10 @@ def test_tune_end_to_end_on_a_churn_program(cli, build, store_of):
     store = store_of(cli.db)
     kinds = [store.load(i).row.kind for i in (1, 2)]
     assert kinds == ["tune-diagnosis", "tune"]
-    assert store.load(2).config.tune["fired"] == ["glibc-trim-churn"]
+    race = store.load(2)
+    assert race.config.tune["fired"] == ["glibc-trim-churn"]
+    # A command's race looks early, at 6 runs, then at compare's first look, 10.
+    assert race.config.design["looks"][:2] == [6, 10] and race.config.design["early"] == 1
 
 
 def test_tune_stops_with_a_bound_on_a_program_that_barely_allocates(cli, build, store_of):
