@@ -99,6 +99,19 @@ class Comparison:
                                 # "budget" | "max-runs", said as stopped by it, with more_runs;
                                 # "leader": dropped by tune's race below a leader (tune/race.py)
 
+    @property
+    def gain(self) -> float:
+        """The ratio as a gain: above 1 when better, whatever the metric's direction."""
+        return self.ratio if self.higher_is_better else 1 / self.ratio
+
+    @property
+    def gain_bounds(self) -> tuple[float, float]:
+        """(least, most) gain the interval allows."""
+        lo, hi = self.ci_low, self.ci_high
+        if not self.higher_is_better:
+            lo, hi = (1 / hi if hi > 0 else 0.0), (1 / lo if lo > 0 else math.inf)
+        return lo, hi
+
 
 @dataclass(frozen=True)
 class GeoMean:

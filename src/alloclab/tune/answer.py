@@ -59,11 +59,6 @@ def _primary(w: WorkloadResult) -> str | None:
     return row.name if row is not None else None
 
 
-def _gain(c: Comparison) -> float:
-    """Above 1 when better, whatever the metric's direction."""
-    return c.ratio if c.higher_is_better else 1 / c.ratio
-
-
 def _texts(a: Analysis, metric_of, vi: int, say: str | None = None) -> str:
     """The metric's change per workload: 'tps +6.2% [+2.9, +9.6]' (`say` names the metric instead)."""
     parts = []
@@ -104,7 +99,7 @@ def _decided_best(a: Analysis, metric_of, candidates: list[int], exclude=lambda 
             continue
         if exclude(vi):
             continue
-        gain = math.exp(sum(math.log(_gain(c)) for c in cs) / len(cs))
+        gain = math.exp(sum(math.log(c.gain) for c in cs) / len(cs))
         if gain > best_gain:
             best, best_gain = vi, gain
     return best
@@ -220,4 +215,4 @@ def _dropped(a: Analysis, vi: int) -> bool:
 def _mean_gain(a: Analysis, vi: int) -> float:
     cs = [c for w in a.workloads if (name := _primary(w)) and (c := _comp(w, name, vi)) is not None
           and math.isfinite(c.ratio) and c.ratio > 0]
-    return math.exp(sum(math.log(_gain(c)) for c in cs) / len(cs)) if cs else 0.0
+    return math.exp(sum(math.log(c.gain) for c in cs) / len(cs)) if cs else 0.0

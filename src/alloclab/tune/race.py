@@ -15,23 +15,11 @@ so the error of "below the leader" is controlled with the verdicts' (both interv
 
 from __future__ import annotations
 
-import math
-
 from alloclab.stats.analysis import WorkloadResult, analyze
-from alloclab.stats.estimates import Comparison
 from alloclab.stats.looks import Judge
 
 RSS = "peak_rss_mb"
 PHASE_PREFIX, PHASE_SUFFIX = "rss_after_", "_mb"
-
-
-def gain_bounds(c: Comparison) -> tuple[float, float]:
-    """(least, most) gain over the default the interval allows; a gain above 1 is better, whatever
-    the metric's direction."""
-    lo, hi = c.ci_low, c.ci_high
-    if not c.higher_is_better:
-        lo, hi = (1 / hi if hi > 0 else 0.0), (1 / lo if lo > 0 else math.inf)
-    return lo, hi
 
 
 def below_leader(w: WorkloadResult, metric: str, vi: int, base: int) -> int | None:
@@ -40,13 +28,13 @@ def below_leader(w: WorkloadResult, metric: str, vi: int, base: int) -> int | No
     row = w.row(metric)
     if row is None or vi >= len(row.cells) or row.cells[vi].comparison is None:
         return None
-    most = gain_bounds(row.cells[vi].comparison)[1]
+    most = row.cells[vi].comparison.gain_bounds[1]
     best, best_least = None, most
     for cell in row.cells:
         c = cell.comparison
         if cell.variant_idx in (vi, base) or c is None or c.verdict != "better":
             continue
-        least = gain_bounds(c)[0]
+        least = c.gain_bounds[0]
         if least > best_least:
             best, best_least = cell.variant_idx, least
     return best

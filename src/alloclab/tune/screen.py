@@ -70,10 +70,6 @@ def race_slots(n_workloads: int, run_s: float, left_s: float, design: Design) ->
     return 2 if two <= left_s else 1
 
 
-def _gain(ratio: float, higher: bool) -> float:
-    return ratio if higher else 1 / ratio
-
-
 def _mean_gain(a: Analysis, vi: int, metrics_of) -> float | None:
     logs = []
     for w in a.workloads:
@@ -83,7 +79,7 @@ def _mean_gain(a: Analysis, vi: int, metrics_of) -> float | None:
                 continue
             c = row.cells[vi].comparison
             if c is not None and math.isfinite(c.ratio) and c.ratio > 0:
-                logs.append(math.log(_gain(c.ratio, c.higher_is_better)))
+                logs.append(math.log(c.gain))
     return math.exp(sum(logs) / len(logs)) if logs else None
 
 
