@@ -43,6 +43,16 @@ def test_each_glibc_rule_fires_on_its_program_and_no_other_glibc_rule_does(tmp_p
     assert set(rx.fired) & GLIBC_RULES == {rule}, rx.fired
 
 
+def test_a_big_buffer_asked_once_is_not_churn(tmp_path, build):
+    """One block of 256 MiB, touched and freed once (as sort's buffer is): glibc unmaps it and jemalloc
+    purges it, gigabytes a second, but its pages fault in once whatever the threshold or the decay."""
+    require_allocator("jemalloc")
+    readings = fingerprint(tmp_path, [str(build("mmapchurn")), "256", "1"], ("glibc", "jemalloc"))
+    assert readings["glibc"].get("big_turnover") < 1.5 and readings["glibc"].get("big_bytes_per_s") >= 64 << 20
+    rx = prescribe(readings, [])
+    assert "glibc-mmap-churn" in rx.silent and "jemalloc-decay-churn" in rx.silent, rx.fired
+
+
 def test_no_rule_fires_on_a_program_that_barely_allocates(tmp_path, build):
     require_allocator("jemalloc")
     rx = prescribe(fingerprint(tmp_path, [str(build("compute")), "20000000"], ("glibc", "jemalloc")), [])

@@ -58,11 +58,14 @@ def test_a_missing_reading_fails_the_condition_rather_than_guessing():
 
 def test_mmap_churn_caps_the_threshold_at_glibcs_largest():
     r = _glibc(big_bytes_per_s=500.0 * MiB, big_unmapped_share=1.1, big_block=64.0 * MiB, munmap_calls=40,
-               munmap_bytes=2.5e9)
+               munmap_bytes=2.5e9, big_turnover=40.0)
     rx, _ = _fired({"glibc": r}, ())
     specs = [c.spec for c in rx.candidates]
     assert specs[0] == "glibc:MALLOC_MMAP_THRESHOLD_=32M,MALLOC_TOP_PAD_=256M"
     assert specs[1] == "glibc:MALLOC_MMAP_MAX_=0,MALLOC_TRIM_THRESHOLD_=256M"
+    # The same bytes in one buffer asked once (turnover 1): its pages fault in once whatever the threshold.
+    once = _glibc(big_bytes_per_s=500.0 * MiB, big_unmapped_share=1.0, big_block=64.0 * MiB, big_turnover=1.0)
+    assert "glibc-mmap-churn" in _fired({"glibc": once}, ())[0].silent
 
 
 def test_arena_bloat_needs_threads_and_memory_held_beyond_live():

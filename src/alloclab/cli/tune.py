@@ -187,13 +187,17 @@ def _tune(opts: ExperimentOptions, workloads: list, plan_defaults, title: str, s
         console.print(f"  {line}", highlight=False)
     candidates = [c for c in rx.candidates if not c.refused]
     if not rx.fired:
-        stop = _quiet_bound(store, diag_id, diag, workloads[0], plain, readings, opts)
+        stop, share = _quiet_bound(store, diag_id, diag, workloads[0], plain, readings, opts)
         if stop is not None:
             console.print(f"[bold green]Nothing to tune:[/] {stop}", highlight=False)
             console.print(f"Results stored in {store.path} (diagnosis: experiment {diag_id}).", highlight=False)
             return
-        candidates = [c for c in plain_candidates(others, "the allocator's share of the CPU is large enough to "
-                                                  "matter", resolved.refusal) if not c.refused]
+        why = "the allocator's share of the CPU is large enough to matter"
+        if share:
+            console.print(f"No rule fired, and {share}: the plain allocators race.", highlight=False)
+            why = share
+        candidates = [c for c in plain_candidates(others, why, resolved.refusal, rule="cpu-share" if share else
+                                                  "allocator-bound") if not c.refused]
     if not candidates:
         console.print("[bold yellow]No candidate to race[/]: every proposed setting was refused by the installed "
                       "allocators (listed above).", highlight=False)
@@ -234,7 +238,7 @@ def _screen(store: Store, opts: ExperimentOptions, workloads: list, baseline: Va
     from alloclab.tune import screen
 
     sp = None if mode == "never" else screen.plan(
-        len(candidates), len(workloads), run_s, left_s, plan_defaults.first_look,
+        len(candidates), len(workloads), run_s, left_s, plan_defaults.early_look or plan_defaults.first_look,
         opts.warmup if opts.warmup is not None else plan_defaults.warmup, force=mode == "always")
     if sp is None:
         return candidates, [], None
@@ -246,7 +250,7 @@ def _screen(store: Store, opts: ExperimentOptions, workloads: list, baseline: Va
     screen_id = run_experiment(store, workloads, [baseline] + [resolved[c.spec] for c in candidates], settings)
     spent = time.monotonic() - t
     limit = opts.max_runs if opts.max_runs is not None else plan_defaults.max_runs
-    design = Design.sequential(min(plan_defaults.first_look, limit), limit)
+    design = Design.sequential(min(plan_defaults.first_look, limit), limit, early=plan_defaults.early_look)
     slots = screen.race_slots(len(workloads), run_s, left_s - spent, design)
     chosen = screen.finalists(build_results(store.load(screen_id), min_effect=opts.min_effect).analysis,
                               candidates, slots)
@@ -255,10 +259,12 @@ def _screen(store: Store, opts: ExperimentOptions, workloads: list, baseline: Va
     return chosen.kept, chosen.screened_out, screen_id
 
 
-def _quiet_bound(store: Store, diag_id: int, diag, workload, plain: list[Variant], readings: dict, opts) -> str | None:
+def _quiet_bound(store: Store, diag_id: int, diag, workload, plain: list[Variant], readings: dict,
+                 opts) -> tuple[str | None, str | None]:
     """Where no rule fired and the program allocates little: one profiled run per plain allocator
-    (with an unprofiled run beside each: the one look). The sentence that stops tune when their
-    allocator and kernel memory-management share bounds every change below the margin; None to race."""
+    (with an unprofiled run beside each: the one look). (The sentence that stops tune when their
+    allocator and kernel memory-management share bounds every change below the margin, None to race;
+    the share in words where it was measured.)"""
     from alloclab.measure import auto_profile
     from alloclab.measure.profile.perf import read_int
     from alloclab.measure.profile.record import profile_workload
@@ -267,31 +273,34 @@ def _quiet_bound(store: Store, diag_id: int, diag, workload, plain: list[Variant
 
     base = readings.get(cat.BASELINE)
     if base is None or (base.get("allocs_per_s") or 0) >= QUIET_RATE:
-        return None
+        return None, None
     if why := auto_profile.unavailable():
         err.print(f"[yellow]No profile to bound the allocator's share ({why}); racing the plain allocators.[/]",
                   highlight=False)
-        return None
+        return None, None
     limit = read_int("/proc/sys/kernel/perf_event_max_sample_rate") or QUIET_FREQUENCY
     summaries = profile_workload(workload, plain, runs=1, baseline=None, timeout_s=opts.timeout,
                                  keep_session=True, seed=opts.seed, frequency=min(QUIET_FREQUENCY, limit))
     store_profiles(store, diag_id, summaries)
     base_profile = summaries[0]   # the default's: what any change could take away from it
     if not (base_profile.kernel_visible and base_profile.allocator and base_profile.ok_runs):
-        return None   # without the kernel's share, a fault-driven change would go unseen: race instead
+        return None, None   # without the kernel's share, a fault-driven change would go unseen: race instead
     share = base_profile.allocator[0] + base_profile.kernel_mm[0]
     samples = sum(r.samples for r in base_profile.ok_runs)
     m = primary_metric(workload.metrics)
     rate = m is not None and m.higher
     bound = 1 / (1 - share) - 1 if rate else share
     what = f"{m.name} (a rate: at most 1/(1 - share) - 1)" if rate else f"{m.name if m else 'wall time'} (a time: at most the share)"
+    share_text = (f"the allocator's functions and the kernel's memory management took {share * 100:.2f}% of "
+                  f"{plain[0].label}'s CPU in the profiled runs ({samples} samples): no allocator or setting can "
+                  f"improve {what} by more than about {bound * 100:.2f}%")
     if bound >= opts.min_effect:
-        return None
+        return None, share_text
     return (f"the program makes {base.get('allocs_per_s') or 0:,.0f} allocation calls a second, no rule of the "
             f"catalog fired, and the allocator's functions and the kernel's memory management took at most "
             f"{share * 100:.2f}% of {plain[0].label}'s CPU in the profiled runs ({samples} samples): no allocator or "
             f"setting can improve {what} by more than about {bound * 100:.2f}%, below the {opts.min_effect * 100:g}% "
-            f"margin.")
+            f"margin."), share_text
 
 
 def _race(store: Store, opts: ExperimentOptions, workloads: list, variants: list[Variant], candidates, rx, readings,

@@ -32,7 +32,10 @@ def diagnosis_lines(readings: dict[str, Reading], rx: Prescription) -> list[str]
                                    ("madvise_bytes", "madvise'd away", ""),
                                    ("overhead_peak", "held beyond live", "at the peak"),
                                    ("held_after_phase", "", r.held_where)):
-            if v.get(key) or (key in v and key in ("heap_swing", "overhead_peak", "held_after_phase")):
+            if key == "overhead_peak" and v.get(key, 0) < 0:
+                # More asked than resident: pages malloc'd and never touched, not memory held.
+                parts.append(f"{size_text(-v[key])} more asked than resident at the peak")
+            elif v.get(key) or (key in v and key in ("heap_swing", "overhead_peak", "held_after_phase")):
                 parts.append(" ".join(x for x in (before, size_text(v[key]), after) if x))
         out.append(f"{r.label}: " + ", ".join(parts))
     out.append("rules fired: " + (", ".join(rx.fired) or "none")

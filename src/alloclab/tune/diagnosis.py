@@ -83,8 +83,11 @@ def reading(allocator: str, label: str, fp: Fingerprint | dict, cpus: int | None
         v |= _known(overhead_most=gap * 1024.0, overhead_most_share=gap / most.anon_kb if most.anon_kb > 0 else None)
     held, share, where = _held(fp)
     big_bytes = float(fp.big_bytes or 0)
+    # Turnover: how many times over its most live memory the program asked for it again. A churn
+    # maps (or purges) the same memory again and again; one big buffer asked once (sort's) is 1.
     v |= _known(held_after_phase=held, held_after_phase_share=share,
-                big_block=_big_block(fp.hist), big_bytes_per_s=big_bytes / wall if wall else None)
+                big_block=_big_block(fp.hist), big_bytes_per_s=big_bytes / wall if wall else None,
+                big_turnover=_share(big_bytes, peak_live))
     calls = fp.syscalls or {}
     v |= {f"{key}_calls": float(calls[key]) for key in ("brk", "mmap", "munmap", "madvise") if key in calls}
     per, units = _units(fp)
@@ -101,6 +104,7 @@ def reading(allocator: str, label: str, fp: Fingerprint | dict, cpus: int | None
                     trim_bytes_per_s=trimmed / wall if wall else None,
                     mmap_churn_bytes_per_s=unmapped / wall if wall else None,
                     madvise_bytes_per_s=released / wall if wall else None,
+                    madvise_turnover=_share(released, peak_live),
                     heap_swing=swing if units or trimmed else None)
     return Reading(allocator, label, v, per, where)
 
@@ -139,6 +143,8 @@ def size_text(n: float) -> str:
 
 def value_text(name: str, value: float) -> str:
     """A reading as a sentence shows it."""
+    if name.endswith("_turnover"):
+        return f"{value:.1f}x the most live"
     if name.endswith("_share"):
         return f"{value * 100:.0f}%"
     if name.endswith("_per_s") and "bytes" in name:

@@ -121,7 +121,7 @@ def prescribe(readings: dict[str, Reading], allocators: list[str], versions: dic
     return Prescription(out, fired, silent)
 
 
-def plain_candidates(specs: list[str], mechanism: str, check=None) -> list[Candidate]:
+def plain_candidates(specs: list[str], mechanism: str, check=None, rule: str = "allocator-bound") -> list[Candidate]:
     """The installed allocators with their defaults, raced for speed."""
-    return [Candidate(spec, "allocator-bound", "faster", mechanism, "the allocator as installed, with its defaults",
+    return [Candidate(spec, rule, "faster", mechanism, "the allocator as installed, with its defaults",
                       check(spec) if check else None) for spec in specs]
