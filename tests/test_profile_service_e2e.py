@@ -49,9 +49,13 @@ def test_run_profile_samples_the_server_tree_not_the_client(cli, store_of, scrat
     # Preloaded jemalloc is the variant's library: its samples in redis-server are allocator time.
     assert jemalloc.allocator[0] > 0
     # (and the PLT stubs of redis-server and its libraries into it, which count as calling the
-    # allocator): no glibc malloc code among them.
-    assert all(sym.endswith("[libjemalloc.so.2]") or "@plt [" in sym for sym, _ in jemalloc.top_symbols()), \
-        jemalloc.top_symbols()
+    # allocator). glibc's malloc code is at most a stray sample: beside a CPU hog one landed once in
+    # `malloc [libc.so.6]` (1 of 552 samples, against 5 in jemalloc's; the symbols are pooled over
+    # the tree, so which process is not known). Were the variant not in effect, glibc's would be all.
+    syms = jemalloc.top_symbols()
+    ours = sum(x for sym, x in syms if sym.endswith("[libjemalloc.so.2]"))
+    libc = sum(x for sym, x in syms if sym.endswith("[libc.so.6]"))
+    assert ours >= 2 * libc, syms
     # jemalloc's own code is sampled; which symbol leads is the sampling's luck (beside a CPU hog a
     # PLT stub led once: `malloc_usable_size@plt [redis-check-rdb]`).
     assert any(sym.endswith("[libjemalloc.so.2]") for sym, _ in jemalloc.top_symbols()), jemalloc.top_symbols()
