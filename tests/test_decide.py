@@ -57,7 +57,7 @@ def test_a_race_s_early_look_leaves_compare_s_first_look_its_alpha():
     assert race.looks == (6, *compare.looks) and race.first == 10 and compare.first == 10
     assert race.look_alphas[:2] == pytest.approx((0.05 / k, 0.05 / k))
     assert race.look_alphas[1] == pytest.approx(0.9 * compare.look_alphas[0])   # K is 10 instead of 9
-    assert decide.Design.from_config({"design": race.to_config()}, 0) == race
+    assert decide.Design.of_stored(race.to_config(), None) == race
     assert "early" not in compare.to_config()     # every other stored design's bytes stay as they were
     assert decide.Design.sequential(10, 300, early=10) == compare   # no look before the first: none added
 
@@ -76,15 +76,15 @@ def test_alpha_between_looks_spends_what_is_left():
 
 def test_design_round_trips_through_the_config():
     d = decide.Design.sequential(8, 80)
-    assert decide.Design.from_config({"design": d.to_config()}, 0) == d
+    assert decide.Design.of_stored(d.to_config(), None) == d
     # Stored before the design was: judged as it ran, fixed runs with Yuen's own degrees of freedom.
-    assert decide.Design.from_config({"runs": 6}, 0) == decide.Design(0.05, (6,), df_drop=0)
+    assert decide.Design.of_stored(None, 6) == decide.Design(0.05, (6,), df_drop=0)
     old = d.to_config()
     del old["df_drop"]
-    assert decide.Design.from_config({"design": old}, 0).df_drop == 0
+    assert decide.Design.of_stored(old, None).df_drop == 0
     # Stored before alpha spending: judged by the rule it ran under.
     old = {"rule": "sequential", "alpha": 0.05, "looks": [4, 7, 12], "alpha_per_look": 0.0167}
-    assert decide.Design.from_config({"design": old}, 0).look_alphas == pytest.approx((0.05 / 3,) * 3)
+    assert decide.Design.of_stored(old, None).look_alphas == pytest.approx((0.05 / 3,) * 3)
 
 
 # --- Yuen's paired trimmed mean ------------------------------------------------------------------

@@ -291,16 +291,13 @@ def _quiet_bound(store: Store, diag_id: int, diag, workload, plain: list[Variant
     rate = m is not None and m.higher
     bound = 1 / (1 - share) - 1 if rate else share
     what = f"{m.name} (a rate: at most 1/(1 - share) - 1)" if rate else f"{m.name if m else 'wall time'} (a time: at most the share)"
-    share_text = (f"the allocator's functions and the kernel's memory management took {share * 100:.2f}% of "
-                  f"{plain[0].label}'s CPU in the profiled runs ({samples} samples): no allocator or setting can "
+    share_text = (f"the allocator's functions and the kernel's memory management took at most {share * 100:.2f}% "
+                  f"of {plain[0].label}'s CPU in the profiled runs ({samples} samples): no allocator or setting can "
                   f"improve {what} by more than about {bound * 100:.2f}%")
     if bound >= opts.min_effect:
         return None, share_text
     return (f"the program makes {base.get('allocs_per_s') or 0:,.0f} allocation calls a second, no rule of the "
-            f"catalog fired, and the allocator's functions and the kernel's memory management took at most "
-            f"{share * 100:.2f}% of {plain[0].label}'s CPU in the profiled runs ({samples} samples): no allocator or "
-            f"setting can improve {what} by more than about {bound * 100:.2f}%, below the {opts.min_effect * 100:g}% "
-            f"margin."), share_text
+            f"catalog fired, and {share_text}, below the {opts.min_effect * 100:g}% margin."), share_text
 
 
 def _race(store: Store, opts: ExperimentOptions, workloads: list, variants: list[Variant], candidates, rx, readings,

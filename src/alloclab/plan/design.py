@@ -66,10 +66,6 @@ class Design:
         return cls(alpha, tuple(looks), spending)
 
     @classmethod
-    def from_config(cls, config: dict, runs_hint: int) -> "Design":
-        return cls.of_stored(config.get("design"), config.get("runs") or runs_hint)
-
-    @classmethod
     def of_stored(cls, design: dict | None, runs: int | None) -> "Design":
         """The design an experiment stored (its config's `design`), or, stored before designs were,
         its fixed runs."""

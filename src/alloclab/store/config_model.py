@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass, field
-from typing import Any, ClassVar
+from typing import Any
 
 
 class _Stored:
@@ -20,7 +20,6 @@ class _Stored:
 
     _order: tuple[str, ...]
     extra: dict
-    NAMED: ClassVar[frozenset[str]] = frozenset()
 
     @classmethod
     def of(cls, data):
