@@ -99,7 +99,9 @@ def test_tune_end_to_end_on_a_churn_program(cli, build, store_of):
     kinds = [store.load(i).row.kind for i in (1, 2)]
     assert kinds == ["tune-diagnosis", "tune"]
     race = store.load(2)
-    assert race.config.tune["fired"] == ["glibc-trim-churn"]
+    # The mechanism's rule alone; allocator-bound (>= 20,000 calls a second) also fires where the CPU
+    # runs heapswing fast enough, which is the machine's speed, not the program's mechanism.
+    assert set(race.config.tune["fired"]) & GLIBC_RULES == {"glibc-trim-churn"}
     # A command's race looks early, at 6 runs, then at compare's first look, 10.
     assert race.config.design["looks"][:2] == [6, 10] and race.config.design["early"] == 1
 

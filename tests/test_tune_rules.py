@@ -29,7 +29,8 @@ def test_every_rule_loads_with_its_fields():
 
 
 def test_trim_churn_fires_with_a_pad_above_the_measured_swing_and_the_allocators_join():
-    r = _glibc(trim_bytes_per_s=200.0 * MiB, trim_share=0.99, heap_swing=28.0 * MiB, trim_bytes=4e9, brk_calls=27832)
+    r = _glibc(trim_bytes_per_s=200.0 * MiB, trim_share=0.99, trim_turnover=50.0, heap_swing=28.0 * MiB,
+               trim_bytes=4e9, brk_calls=27832)
     rx, rules = _fired({"glibc": r})
     pad = next(c for c in rx.candidates if c.rule == "glibc-trim-churn")
     assert pad.spec == "glibc:MALLOC_TOP_PAD_=64M"
@@ -38,8 +39,8 @@ def test_trim_churn_fires_with_a_pad_above_the_measured_swing_and_the_allocators
 
 
 def test_pads_follow_the_measured_growth():
-    small = prescribe({"glibc": _glibc(trim_bytes_per_s=50.0 * MiB, trim_share=1.0, heap_swing=3.0 * MiB)}, [])
-    large = prescribe({"glibc": _glibc(trim_bytes_per_s=50.0 * MiB, trim_share=1.0, heap_swing=30.0 * MiB)}, [])
+    small = prescribe({"glibc": _glibc(trim_bytes_per_s=50.0 * MiB, trim_share=1.0, trim_turnover=10.0, heap_swing=3.0 * MiB)}, [])
+    large = prescribe({"glibc": _glibc(trim_bytes_per_s=50.0 * MiB, trim_share=1.0, trim_turnover=10.0, heap_swing=30.0 * MiB)}, [])
     assert small.candidates[0].spec == "glibc:MALLOC_TOP_PAD_=8M"
     assert large.candidates[0].spec == "glibc:MALLOC_TOP_PAD_=64M"
 
@@ -96,7 +97,7 @@ def test_a_version_specific_spelling_is_chosen_from_the_installed_version():
 
 
 def test_a_refused_candidate_is_kept_with_its_reason_not_raced():
-    r = _glibc(trim_bytes_per_s=200.0 * MiB, trim_share=1.0, heap_swing=8.0 * MiB)
+    r = _glibc(trim_bytes_per_s=200.0 * MiB, trim_share=1.0, trim_turnover=25.0, heap_swing=8.0 * MiB)
     rx = prescribe({"glibc": r}, [], check=lambda spec: "not known to this glibc" if "TOP_PAD" in spec else None)
     assert rx.candidates[0].refused == "not known to this glibc"
 

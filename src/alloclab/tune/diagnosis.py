@@ -100,6 +100,7 @@ def reading(allocator: str, label: str, fp: Fingerprint | dict, cpus: int | None
         swing = trimmed / units if units else min(trimmed, trimmed if peak_live is None else peak_live)
         v |= _known(trim_bytes=trimmed, munmap_bytes=unmapped, madvise_bytes=released,
                     trim_share=trimmed / grown if grown else None,
+                    trim_turnover=_share(trimmed, peak_live),
                     big_unmapped_share=unmapped / big_bytes if big_bytes else None,
                     trim_bytes_per_s=trimmed / wall if wall else None,
                     mmap_churn_bytes_per_s=unmapped / wall if wall else None,
