@@ -123,11 +123,13 @@ class TreeSampler:
                 self._root = None
         return self._root
 
-    def _refresh_tree(self) -> None:
+    def _refresh_tree(self, force: bool = False) -> None:
         """Add descendants we have not seen yet. Finding them means reading every process's
         /proc/PID/stat on the machine, so it runs every TREE_EVERY samples; the RSS of the
-        processes already known is read on every sample."""
-        if self.root is None or self.samples % TREE_EVERY:
+        processes already known is read on every sample. It runs on every sample while no
+        descendant is known yet (a server ready and loaded within TREE_EVERY samples read 0 MiB
+        at both: the first look came before the launcher had forked), and when `force`d."""
+        if self.root is None or (self.samples % TREE_EVERY and self.known and not force):
             return
         if self.root_is_program:
             self.known.setdefault(self.root_pid, self.root)

@@ -97,7 +97,9 @@ class ProcTree(TreeSampler):
         super()._note_process(proc)
 
     def sample(self, pss: bool = False) -> None:
-        self._refresh_tree()
+        """One look at the tree; `pss` is a reading the run reports (ready, after the load, after
+        a phase), so it also looks for descendants started since the last scan."""
+        self._refresh_tree(force=pss)
         total = 0
         for pid, proc in list(self.known.items()):
             st = read_stat(pid)
