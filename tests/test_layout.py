@@ -11,8 +11,8 @@ from pathlib import Path
 SRC = Path(__file__).resolve().parent.parent / "src" / "alloclab"
 # The stages in the order data flows through them; a stage may import itself and earlier ones.
 STAGES = ("catalog", "workloads", "plan", "store", "measure", "stats", "tune", "report", "fleet", "cli")
-# Used by every stage: the error type, the default settings, the version.
-SHARED = ("errors", "defaults", "__init__", "__version__")
+# Used by every stage: the error type, the default settings, the cache folder, the version.
+SHARED = ("errors", "defaults", "cache", "__init__", "__version__")
 LONG = 400
 LONG_REASON = "Longer than 400 lines because"
 # report/ renders the Results that stats/results.py builds once, and cli/ prints them and gates on
@@ -21,6 +21,8 @@ LONG_REASON = "Longer than 400 lines because"
 RENDERERS = ("report", "cli")
 SANCTIONED = {
     "alloclab.stats.results.build_results": ("cli",),   # the one way to the Results
+    "alloclab.stats.results_cache.results": ("cli",),   # the same, kept for the experiment's next report
+    "alloclab.stats.results_cache.keep": ("cli",),
     "alloclab.stats.diff.diff_experiments": ("cli",),   # the one way to a Diff of two experiments
     # The runner's judge at the looks: measuring cannot import the statistics, so the command hands it in.
     "alloclab.stats.looks.Judge": ("cli",),
@@ -147,7 +149,7 @@ def dotted(path: Path) -> str:
 
 def test_the_top_level_holds_the_stages_and_nothing_else():
     entries = {p.stem for p in SRC.iterdir() if p.name != "__pycache__"}
-    assert entries == set(STAGES) | {"errors", "defaults", "__init__"}, sorted(entries)
+    assert entries == set(STAGES) | {"errors", "defaults", "cache", "__init__"}, sorted(entries)
     for stage in STAGES:
         doc = ast.get_docstring(ast.parse((SRC / stage / "__init__.py").read_text()))
         assert doc and len(doc.splitlines()) >= 2, f"{stage}/__init__.py: say the stage's job (in, out)"

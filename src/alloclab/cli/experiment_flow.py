@@ -97,11 +97,12 @@ def measure_and_show(opts: ExperimentOptions, plan: Plan) -> Results:
 def _show_all(store: Store, exp_id: int, opts: ExperimentOptions, plan: Plan, variants: list) -> Results:
     from alloclab.fleet.report import per_host, render_hosts
     from alloclab.report import terminal
-    from alloclab.stats.results import build_results
+    from alloclab.stats.results_cache import keep, results
 
     e = store.load(exp_id)
-    r = build_results(e, min_effect=opts.min_effect, max_rss_increase=opts.max_rss_increase,
-                      sweeps=bool(plan.sweeps), summary=plan.summary, hosts=per_host(e) if opts.fleet else None)
+    # Kept in the cache: `alloclab report` of this experiment renders these Results at once.
+    r = results(e, min_effect=opts.min_effect, max_rss_increase=opts.max_rss_increase,
+                sweeps=bool(plan.sweeps), summary=plan.summary, hosts=per_host(e) if opts.fleet else None)
     show(r, store.path, details=opts.details, export_json=opts.export_json, report_format=opts.report,
          report_file=opts.report_file)
     if opts.fleet:
@@ -111,6 +112,7 @@ def _show_all(store: Store, exp_id: int, opts: ExperimentOptions, plan: Plan, va
     if plan.sweeps:
         from alloclab.cli.sweep import render_stored_sweeps
         render_stored_sweeps(r)
+    keep(r, every_check=True)
     if opts.profile:
         from alloclab.cli.profile import profile_after
         profile_after(store, r, plan.workloads, variants, runs=opts.profile_runs, call_graph=opts.call_graph,

@@ -50,7 +50,7 @@ def report(
 ) -> None:
     """Show a stored experiment as a terminal table, Markdown, HTML, JSON or CSV, with a recommendation."""
     from alloclab.fleet.report import per_host, render_hosts
-    from alloclab.stats.results import build_results
+    from alloclab.stats.results_cache import keep, results
 
     check_outputs(output=output, export_json=export_json)
     store = open_store(db)
@@ -59,14 +59,15 @@ def report(
         output = Path(f"alloclab-report-{e.id}.html")  # a page of SVG is no use on a terminal
     # A fleet experiment's per-host tables follow the terminal report on the terminal.
     by_host = fmt == "terminal" and output is None and bool(fleet_hosts.hosts_of(e))
-    r = build_results(e, baseline=baseline, min_effect=min_effect, max_rss_increase=max_rss_increase,
-                      hosts=per_host(e) if by_host else None)
+    r = results(e, baseline=baseline, min_effect=min_effect, max_rss_increase=max_rss_increase,
+               hosts=per_host(e) if by_host else None)
     options = Options(details=details)
     written = write_report(r, fmt, output, options, console=console)
     if by_host:
         render_hosts(r, console, details=details)
     if export_json:
         write_report(r, "json", export_json, options)
+    keep(r)
     for path in (written, export_json):
         if path:
             err.print(f"Report written to {path}", highlight=False)

@@ -26,15 +26,13 @@ from matplotlib.collections import LineCollection  # noqa: E402
 from matplotlib.figure import Figure  # noqa: E402
 from matplotlib.ticker import FuncFormatter  # noqa: E402
 
+from alloclab.report.chart_style import colour  # noqa: E402
 from alloclab.stats.analysis import Analysis, MetricRow  # noqa: E402
 from alloclab.stats.recommend import Choice  # noqa: E402
 
 # Beyond this many dots per variant they are drawn as one embedded bitmap inside the SVG: the
 # chart stays one self-contained element and renders fast at 10,000 runs.
 RASTER_ABOVE = 400
-RSS_LINES_PER_VARIANT = 12      # runs drawn in the RSS-over-time chart, spread over the experiment
-PALETTE = ("#4c72b0", "#dd8452", "#55a868", "#c44e52", "#8172b3", "#937860", "#da8bc3", "#8c8c8c",
-           "#ccb974", "#64b5cd")
 VERDICT_COLOUR = {"better": "#1a7f37", "worse": "#cf222e"}
 
 matplotlib.rcParams.update({
@@ -97,10 +95,6 @@ def _draw(k: int, jobs: list[Callable[[], str]], first_id: int) -> str:
 
 def _draw_forked(k: int, first_id: int) -> str:
     return _draw(k, _jobs, first_id)
-
-
-def colour(vi: int) -> str:
-    return PALETTE[vi % len(PALETTE)]
 
 
 def _margins(fig: Figure, labels: list[str] = (), right: float = 0.25, top: float = 0.35,
@@ -220,13 +214,6 @@ def peak_rss_chart(a: Analysis, order: list[int], row: MetricRow) -> str:
     return to_svg(fig, "Peak RSS per variant")
 
 
-def pick_runs(runs: list, k: int) -> list:
-    if len(runs) <= k:
-        return runs
-    step = (len(runs) - 1) / (k - 1)
-    return [runs[round(i * step)] for i in range(k)]
-
-
 def rss_over_time_chart(a: Analysis, order: list[int], series: dict[int, list[list]],
                         marks: list[tuple[str, float]] = ()) -> tuple[str, int]:
     """series: variant -> the [[t, kb], ...] of the runs to draw; marks: (phase, start time) drawn
@@ -261,6 +248,10 @@ def rss_over_time_chart(a: Analysis, order: list[int], series: dict[int, list[li
     if shown:
         ax.legend(loc="lower right", fontsize=8, frameon=False, ncol=min(5, len(order)))
     return to_svg(fig, "RSS over time per variant"), shown
+
+
+def rss_over_time_svg(*args) -> str:
+    return rss_over_time_chart(*args)[0]
 
 
 def pareto_chart(choice: Choice, order: list[int], speed_label: str, rss_label: str,

@@ -87,29 +87,3 @@ def live_vs_rss_chart(labels: list[str], fp_of: dict[int, Fingerprint], order: l
         ax.legend(loc="upper left", bbox_to_anchor=(1.0, 1.0), fontsize=7, frameon=False)
         fig.subplots_adjust(right=0.78)
     return to_svg(fig, "live bytes against RSS")
-
-
-def html_section(labels: list[str], fp_of: dict[int, Fingerprint | dict], order: list[int], add_job) -> dict | None:
-    """The HTML report's fingerprint part of a workload: the table the other reports print, the
-    lines under it, and the two charts (as job numbers from `add_job(fn, *args)`, drawn later with
-    the page's other charts)."""
-    from alloclab.report import fingerprint
-
-    if not fp_of:
-        return None
-    fp_of = fingerprint.typed(fp_of)
-    ok = {vi: fp for vi, fp in fp_of.items() if not fp.failed}
-    figures = []
-    if any(fp.hist for fp in ok.values()):
-        figures.append({"svg": add_job(size_histogram_chart, labels, ok, order), "caption":
-                        "Requested sizes in the untimed fingerprint run: calls per power-of-two class (log scale) "
-                        "and the share of bytes in each class."})
-    if any(fp.series for fp in ok.values()):
-        figures.append({"svg": add_job(live_vs_rss_chart, labels, ok, order), "caption":
-                        "Anonymous RSS (solid) against the program's live bytes (dashed, usable sizes) over the "
-                        "fingerprint run, summed over the process tree; dotted: what the allocator says it holds, "
-                        "where it says. The gap between solid and dashed is the allocator's overhead (an upper "
-                        "bound: stacks count too)."})
-    return {"header": ["figure"] + [labels[vi] for vi in order], "rows": fingerprint.rows(fp_of, order),
-            "lines": fingerprint.summary_lines(fp_of, labels), "explanation": fingerprint.explanation(fp_of),
-            "errors": fingerprint.errors(fp_of, labels), "figures": figures}

@@ -16,7 +16,9 @@ from alloclab import __version__
 from alloclab.stats.analysis import Analysis
 from alloclab.stats.recommend import RSS_METRIC
 from alloclab.store.model import Run
-from alloclab.report import charts, fingerprint, fingerprint_charts
+from alloclab.report import fingerprint
+from alloclab.report.chart_style import RSS_LINES_PER_VARIANT, colour, pick_runs
+from alloclab.report.pen import Pen
 from alloclab.report.common import (allocator_lines, baseline_warning, failed_run_lines, fmt_value, full_delta, metadata,
     shown_rows, variant_order, verdict_word, answers, statistics_line, verification_rows,
     verification_summary, warning_groups, process_lines, wrapper_answers)
@@ -89,12 +91,11 @@ def _intervals(w, primary, rss) -> dict[int, tuple]:
     return out
 
 
-def _workload(a: Analysis, w, order: list[int], rec_choice, details: bool, jobs: list) -> dict:
-    """The workload's part of the page; its charts are appended to `jobs` (drawn later, together)
-    and stand in the figures as their job numbers."""
+def _workload(a: Analysis, w, order: list[int], rec_choice, details: bool, pen: Pen) -> dict:
+    """The workload's part of the page; its charts go to the pen (drawn later, together) and
+    stand in the figures as their job numbers."""
     def chart(fn, *args):
-        jobs.append(lambda: fn(*args))
-        return len(jobs) - 1
+        return pen.add("charts", fn, *args)
 
     figures = []
     rss = w.row(RSS_METRIC)
@@ -104,15 +105,15 @@ def _workload(a: Analysis, w, order: list[int], rec_choice, details: bool, jobs:
     for row in shown_rows(w, details):
         if row.name == RSS_METRIC or not (details or row is primary):
             continue
-        figures.append({"svg": chart(charts.metric_chart, a, order, row), "caption": (
+        figures.append({"svg": chart("metric_chart", a, order, row), "caption": (
             f"{row.name}: every measured run is a dot; the tick is the median, the black bar its 95% interval. "
             f"Labels in green or red: significantly better or worse than {a.labels[a.baseline_idx]}.")})
     if rss:
-        figures.append({"svg": chart(charts.peak_rss_chart, a, order, rss), "caption":
+        figures.append({"svg": chart("peak_rss_chart", a, order, rss), "caption":
                         "Peak RSS of the whole process tree, sampled every 20 ms: bar and tick at the median, "
                         "dots per run."})
     if primary and rss:
-        figures.append({"svg": chart(charts.pareto_chart, rec_choice, order, f"{primary.name} (median, "
+        figures.append({"svg": chart("pareto_chart", rec_choice, order, f"{primary.name} (median, "
                                                    f"{'higher' if primary.higher_is_better else 'lower'} is better)",
                                                    "peak RSS (MiB, median)", _intervals(w, primary, rss)),
                         "caption": "Each variant at its median speed and peak RSS with 95% intervals; the dashed "
@@ -125,13 +126,13 @@ def _workload(a: Analysis, w, order: list[int], rec_choice, details: bool, jobs:
             runs.setdefault(r.variant_idx, []).append(r)
     wide = None
     if runs:
-        chosen = {vi: charts.pick_runs(rs, charts.RSS_LINES_PER_VARIANT) for vi, rs in runs.items()}
+        chosen = {vi: pick_runs(rs, RSS_LINES_PER_VARIANT) for vi, rs in runs.items()}
         picked = {vi: [_series(r) for r in rs] for vi, rs in chosen.items()}
         marks = _phase_marks([r for rs in chosen.values() for r in rs])
         total = sum(len(rs) for rs in runs.values())
         shown = sum(1 for vi in order for series in picked.get(vi, []) if series)   # as the chart counts
-        wide = {"svg": chart(lambda *args: charts.rss_over_time_chart(*args)[0], a, order, picked, marks), "caption": f"RSS over time, {shown} of {total} measured runs drawn "
-                                       f"(at most {charts.RSS_LINES_PER_VARIANT} per variant, spread over "
+        wide = {"svg": chart("rss_over_time_svg", a, order, picked, marks), "caption": f"RSS over time, {shown} of {total} measured runs drawn "
+                                       f"(at most {RSS_LINES_PER_VARIANT} per variant, spread over "
                                        f"the experiment)." + (
                                            " Dotted lines: where the load and each memory phase began (median "
                                            "over the runs drawn); each phase ends with its RSS reading."
@@ -139,8 +140,31 @@ def _workload(a: Analysis, w, order: list[int], rec_choice, details: bool, jobs:
     return {"name": w.name, "argv": " ".join(w.argv), "table": _table(a, w, order, details),
             "verification": verification_rows(a, w), "processes": process_lines(a, w), "failed": failed_run_lines(a, w),
             "warnings": warning_groups(a, w, details, limit=8), "figures": figures, "wide": wide,
-            "choice": rec_choice, "fingerprint": fingerprint_charts.html_section(
-                a.labels, fingerprint.for_workload(a.experiment, w.idx), order, chart)}
+            "choice": rec_choice, "fingerprint": _fingerprint_section(
+                a.labels, fingerprint.for_workload(a.experiment, w.idx), order, pen)}
+
+
+def _fingerprint_section(labels: list[str], fp_of: dict, order: list[int], pen: Pen) -> dict | None:
+    """The workload's fingerprint part: the table the other reports print, the lines under it,
+    and the two charts of report/fingerprint_charts.py (job numbers of the pen)."""
+    if not fp_of:
+        return None
+    fp_of = fingerprint.typed(fp_of)
+    ok = {vi: fp for vi, fp in fp_of.items() if not fp.failed}
+    figures = []
+    if any(fp.hist for fp in ok.values()):
+        figures.append({"svg": pen.add("fingerprint_charts", "size_histogram_chart", labels, ok, order), "caption":
+                        "Requested sizes in the untimed fingerprint run: calls per power-of-two class (log scale) "
+                        "and the share of bytes in each class."})
+    if any(fp.series for fp in ok.values()):
+        figures.append({"svg": pen.add("fingerprint_charts", "live_vs_rss_chart", labels, ok, order), "caption":
+                        "Anonymous RSS (solid) against the program's live bytes (dashed, usable sizes) over the "
+                        "fingerprint run, summed over the process tree; dotted: what the allocator says it holds, "
+                        "where it says. The gap between solid and dashed is the allocator's overhead (an upper "
+                        "bound: stacks count too)."})
+    return {"header": ["figure"] + [labels[vi] for vi in order], "rows": fingerprint.rows(fp_of, order),
+            "lines": fingerprint.summary_lines(fp_of, labels), "explanation": fingerprint.explanation(fp_of),
+            "errors": fingerprint.errors(fp_of, labels), "figures": figures}
 
 
 # --- sweeps -----------------------------------------------------------------------------------
@@ -162,7 +186,7 @@ def _fixed(s: dict) -> str:
     return f" ({', '.join(f'{k}={v}' for k, v in fixed.items())})" if fixed else ""
 
 
-def _tunable_figures(a: Analysis, s: dict) -> list[dict]:
+def _tunable_figures(a: Analysis, s: dict, pen: Pen) -> list[dict]:
     key = str(s["tunable"])
     labels = {label: i for i, label in enumerate(a.labels)}
     points = [p for p in s["points"] if isinstance(p, dict) and p.get("variant") in labels]
@@ -181,14 +205,15 @@ def _tunable_figures(a: Analysis, s: dict) -> list[dict]:
                                                              row.cells[a.baseline_idx].summary.median)
             title = f"{row.name} against {key}{_fixed(s)}"
             unit = f" ({row.unit})" if row.unit else ""
-            figures.append({"svg": charts.sweep_chart(f"{title}: {w.name}", key, [(row.name, charts.colour(0), curve)],
-                                                      f"{row.name}{unit}", log_x, reference, ticks),
+            figures.append({"svg": pen.add("charts", "sweep_chart", f"{title}: {w.name}", key,
+                                           [(row.name, colour(0), curve)], f"{row.name}{unit}", log_x, reference,
+                                           ticks),
                             "caption": f"Median {row.name} of {w.name} at each value of {key}, shaded: 95% "
                                        f"interval" + (f"; dashed: {reference[0]}" if reference else "") + "."})
     return figures
 
 
-def _param_figures(a: Analysis, s: dict) -> list[dict]:
+def _param_figures(a: Analysis, s: dict, pen: Pen) -> list[dict]:
     name = str(s["param"])
     by_idx = {w.idx: w for w in a.workloads}
     points = [p for p in s["points"] if isinstance(p, dict) and p.get("workload") in by_idx]
@@ -208,18 +233,19 @@ def _param_figures(a: Analysis, s: dict) -> list[dict]:
                 c = row.cells[vi].summary
                 curve.append((x, c.median, c.ci_low, c.ci_high))
                 unit, title = row.unit, row.name
-            curves.append((a.labels[vi], charts.colour(vi), curve))
+            curves.append((a.labels[vi], colour(vi), curve))
         if title:
-            figures.append({"svg": charts.sweep_chart(f"{title} against {name}{_fixed(s)}", name, curves,
-                                                      f"{title}{' (' + unit + ')' if unit else ''}", log_x, None,
-                                                      ticks),
+            figures.append({"svg": pen.add("charts", "sweep_chart", f"{title} against {name}{_fixed(s)}", name,
+                                           curves, f"{title}{' (' + unit + ')' if unit else ''}", log_x, None,
+                                           ticks),
                             "caption": f"Median {title} per variant at each value of {name}, shaded: 95% interval."})
     return figures
 
 
-def sweep_figures(a: Analysis) -> tuple[list[dict], str | None]:
+def sweep_figures(a: Analysis, pen: Pen) -> tuple[list[dict], str | None]:
     """Curves for the sweeps recorded in the config (config["sweeps"], or the single
-    config["sweep"]); (figures, a note when there was a sweep but nothing could be drawn)."""
+    config["sweep"]); (figures, a note when there was a sweep but nothing could be drawn). Their
+    charts are the pen's job numbers."""
     c = a.experiment.config
     sweeps = c.sweeps or ([c.sweep] if c.sweep else [])
     if not sweeps:
@@ -229,7 +255,7 @@ def sweep_figures(a: Analysis) -> tuple[list[dict], str | None]:
         if not isinstance(s, dict) or not isinstance(s.get("points"), list):
             skipped += "ablation" not in s if isinstance(s, dict) else 1
             continue
-        made = _tunable_figures(a, s) if "tunable" in s else _param_figures(a, s) if "param" in s else []
+        made = _tunable_figures(a, s, pen) if "tunable" in s else _param_figures(a, s, pen) if "param" in s else []
         skipped += not made
         figures += made
     note = None
@@ -243,19 +269,23 @@ def sweep_figures(a: Analysis) -> tuple[list[dict], str | None]:
 
 def context(r: Results, options) -> dict:
     a, rec = r.analysis, r.recommendation
-    charts.reset_ids()
     order = variant_order(a)
-    jobs: list = []
-    workloads = [_workload(a, w, order, c, options.details, jobs) for w, c in zip(a.workloads, rec.workloads)]
-    drawn = charts.draw_all(jobs)
+    pen = Pen()
+    workloads = [_workload(a, w, order, c, options.details, pen) for w, c in zip(a.workloads, rec.workloads)]
+    overall_figure = None
+    if len(a.workloads) > 1:
+        overall_figure = pen.add("charts", "pareto_chart", rec.overall, order,
+                                 "geomean of the primary-metric ratios (x, higher is better)",
+                                 "geomean peak RSS ratio (x, lower is better)")
+    sweep, sweep_note = sweep_figures(a, pen)
+    drawn = pen.draw(f"{r.key} details={options.details}" if r.key else None)
     for w in workloads:
         for f in w["figures"] + ([w["wide"]] if w["wide"] else []) + (w["fingerprint"] or {}).get("figures", []):
             f["svg"] = drawn[f["svg"]]
-    overall_figure = None
-    if len(a.workloads) > 1:
-        overall_figure = charts.pareto_chart(rec.overall, order, "geomean of the primary-metric ratios (x, higher is better)",
-                                             "geomean peak RSS ratio (x, lower is better)")
-    sweep, sweep_note = sweep_figures(a)
+    for f in sweep:
+        f["svg"] = drawn[f["svg"]]
+    if overall_figure is not None:
+        overall_figure = drawn[overall_figure]
     level, sentence = verification_summary(a)
     n_serious = sum(1 for w in workloads for g in w["warnings"] if g.serious) + \
         sum(1 for w in workloads if w["failed"])
@@ -266,7 +296,7 @@ def context(r: Results, options) -> dict:
         "metadata": metadata(a), "allocators": allocator_lines(a), "rec": rec,
         "choices": rec.workloads + ([rec.overall] if len(rec.workloads) > 1 else []),
         "overall_figure": overall_figure, "workloads": workloads, "sweep": sweep, "sweep_note": sweep_note,
-        "baseline": a.labels[a.baseline_idx], "colours": {a.labels[vi]: charts.colour(vi) for vi in order},
+        "baseline": a.labels[a.baseline_idx], "colours": {a.labels[vi]: colour(vi) for vi in order},
         "answers": answers(a), "statistics": statistics_line(a), "baseline_warning": baseline_warning(a),
         "wrappers": wrapper_answers(a) + bound_answers(a),
     }

@@ -16,11 +16,11 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from alloclab import defaults
-from alloclab.stats import decide
+from alloclab.errors import AlloclabError
+from alloclab.stats import decide, processes
 from alloclab.stats import estimates as stats
 from alloclab.stats.findings import PER_VARIANT_FINDINGS, cell_findings
 from alloclab.store.db import Experiment
-from alloclab.stats import processes
 from alloclab.stats.processes import Wrapped
 from alloclab.store.model import Run, StoredMetric, Verification
 from alloclab.workloads.primary import primary_metric, primary_metrics
@@ -40,9 +40,10 @@ class Cell:
     comparison: stats.Comparison | None = None
     n_blocks: int = 0     # blocks the variant took part in (failed runs too): the look it is at
     # The quality checks, run when first asked for: a report that shows one metric's warnings
-    # (the terminal's default) need not run them on every metric of every cell.
+    # (the terminal's default) need not run them on every metric of every cell. Both kept.
     check: Callable[[bool], list[stats.Finding]] | None = field(default=None, repr=False, compare=False)
     _findings: list[stats.Finding] | None = field(default=None, repr=False, compare=False)
+    _per_variant: list[stats.Finding] | None = field(default=None, repr=False, compare=False)
 
     @property
     def findings(self) -> list[stats.Finding]:
@@ -54,7 +55,11 @@ class Cell:
         """The findings about the variant's runs as a whole (PER_VARIANT_FINDINGS), in order."""
         if self._findings is not None or self.check is None:
             return [f for f in self.findings if f.code in PER_VARIANT_FINDINGS]
-        return self.check(True)
+        self._per_variant = self._per_variant if self._per_variant is not None else self.check(True)
+        return self._per_variant
+
+    def checked(self) -> int:   # of its two kinds of checks, those run (results_cache keeps them)
+        return (self._findings is not None) + (self._per_variant is not None)
 
 
 @dataclass
@@ -181,9 +186,7 @@ def analyze(exp: Experiment, baseline: str | int | None = None, alpha: float = d
     `reachable`: the blocks a comparison could still reach (the runner's budget); by default a
     sequential design's --max-runs, so that what cannot be decided within it is said to be futile."""
     labels = [v.label for v in exp.variants]
-    base = _baseline_index(labels, baseline)
-    if min_effect is None:
-        min_effect = float(exp.config.margin if exp.config.margin is not None else defaults.MARGIN)
+    base, min_effect = question(exp, baseline, min_effect)
     design = decide.Design.of_stored(exp.config.design, exp.config.runs)
     if exp.config.design:
         alpha = design.alpha
@@ -319,16 +322,16 @@ def _judge(pending: list[tuple], base: int, design, margin: float, stop: Stop | 
             c.comparison = dataclasses.replace(c.comparison, stopped=how)
 
 
-def _baseline_index(labels: list[str], baseline: str | int | None) -> int:
-    if baseline is None:
-        return 0
-    if isinstance(baseline, int):
-        return baseline
-    if baseline in labels:
-        return labels.index(baseline)
-    from alloclab.errors import AlloclabError
-    raise AlloclabError(f"Baseline '{baseline}' is not a variant of this experiment; its variants are: "
-                        f"{', '.join(labels)}.")
+def question(exp: Experiment, baseline: str | int | None, min_effect: float | None) -> tuple[int, float]:
+    """(baseline index, margin) as analyze reads what was asked: none means the first variant and
+    the experiment's own margin."""
+    labels = [v.label for v in exp.variants]
+    if isinstance(baseline, str) and baseline not in labels:
+        raise AlloclabError(f"Baseline '{baseline}' is not a variant of this experiment; its variants are: "
+                            f"{', '.join(labels)}.")
+    margin = min_effect if min_effect is not None else exp.config.margin
+    base = labels.index(baseline) if isinstance(baseline, str) else baseline or 0
+    return base, float(margin if margin is not None else defaults.MARGIN)
 
 
 # --- across workloads -------------------------------------------------------------------------

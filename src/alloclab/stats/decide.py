@@ -39,7 +39,7 @@ import math
 from dataclasses import dataclass
 
 import numpy as np
-from scipy import special as _special   # not scipy.stats: a second less at every start
+from alloclab.stats import special as _special
 
 from alloclab.plan.design import Design
 from alloclab.stats import estimates

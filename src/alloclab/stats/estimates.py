@@ -30,7 +30,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
 import numpy as np
-from scipy import special as _special
+from alloclab.stats import special as _special
 
 from alloclab.stats.ranktests import _mannwhitney_p
 from alloclab.stats.verdicts import more_runs, verdict_for

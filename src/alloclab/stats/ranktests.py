@@ -16,7 +16,7 @@ import math
 from collections.abc import Iterable, Sequence
 
 import numpy as np
-from scipy import special as _special
+from alloclab.stats import special as _special
 
 __all__ = [
     "holm",

@@ -27,6 +27,9 @@ class Results:
     summary: list[VariantSummary] | None = None  # per variant across workloads (geomean speed, memory)
     winners: list[tuple[str, str | None, MetricRow | None]] | None = None   # per workload
     hosts: dict[str, Analysis] | None = None    # a fleet experiment's hosts with runs, each alone
+    # Where stats/results_cache.py keeps these Results (None: not kept); an exporter may keep
+    # what it derives from them under the same key (report/html.py: the charts).
+    key: str | None = None
 
     @property
     def experiment(self) -> Experiment:

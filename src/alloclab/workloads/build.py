@@ -10,17 +10,12 @@ import tempfile
 from importlib import resources
 from pathlib import Path
 
+from alloclab import cache
 from alloclab.errors import AlloclabError
 
 CFLAGS = ["-O2", "-g", "-pthread", "-Wall"]
 
 
-def cache_dir() -> Path:
-    base = os.environ.get("ALLOCLAB_CACHE") or os.path.join(
-        os.environ.get("XDG_CACHE_HOME") or os.path.expanduser("~/.cache"), "alloclab")
-    path = Path(base)
-    path.mkdir(parents=True, exist_ok=True)
-    return path
 
 
 def compiler() -> str:
@@ -53,10 +48,10 @@ def build(name: str, sources: list[Path], flags: list[str] | None = None, libs: 
         for header in sorted(src.parent.glob("*.h")):
             h.update(header.read_bytes())
     h.update(" ".join([cc] + flags + libs).encode())
-    out = cache_dir() / f"{name}-{h.hexdigest()[:16]}{suffix}"
+    out = cache.root() / f"{name}-{h.hexdigest()[:16]}{suffix}"
     if out.exists():
         return out
-    with tempfile.TemporaryDirectory(dir=cache_dir()) as tmp:
+    with tempfile.TemporaryDirectory(dir=cache.root()) as tmp:
         tmp_out = Path(tmp) / name
         cmd = [cc, *flags, "-I", str(sources[0].parent), "-o", str(tmp_out), *map(str, sources), *libs]
         proc = subprocess.run(cmd, capture_output=True, text=True)
