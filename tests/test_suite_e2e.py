@@ -7,7 +7,7 @@ import subprocess
 
 import pytest
 
-from alloclab.workloads import build as cbuild
+from alloclab import cache
 from alloclab.catalog.elf import elf_facts
 from alloclab.workloads import builtin
 from conftest import ALLOCLAB
@@ -100,7 +100,7 @@ def test_workloads_are_compiled_once_and_cached_by_source_hash(tmp_path, monkeyp
     # `file` is not on a bare Debian machine).
     facts = elf_facts(first)
     assert not facts.is_static and "libc.so.6" in facts.needed
-    assert cbuild.cache_dir() == tmp_path
+    assert cache.root() == tmp_path
 
 
 def test_suite_list_describes_each_workload(cli):
