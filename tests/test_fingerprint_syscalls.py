@@ -42,6 +42,40 @@ def test_counts_and_bytes():
     assert moved["madvise_released"] == 0x10000 and moved["madvise_other"] == 0x4000
 
 
+# The same calls as raw_syscalls records them on x86_64 (one tracepoint filtered by number, and
+# brk's return; perf script prints the arguments in hex, the return in decimal); other calls
+# (write, NR 1) are left out.
+RAW_LINES = """\
+  2090  raw_syscalls:sys_enter: NR 12 (0, 0, 0, 0, 0, 0)
+  2090   raw_syscalls:sys_exit: NR 12 = 94030785945600
+  2090  raw_syscalls:sys_enter: NR 12 (55853f9a3000, 0, 0, 0, 0, 0)
+  2090   raw_syscalls:sys_exit: NR 12 = 94030786080768
+  2090  raw_syscalls:sys_enter: NR 12 (55853f992000, 0, 0, 0, 0, 0)
+  2090   raw_syscalls:sys_exit: NR 12 = 94030786011136
+  2091  raw_syscalls:sys_enter: NR 12 (55853f9b3000, 0, 0, 0, 0, 0)
+  2091   raw_syscalls:sys_exit: NR 12 = 94030786146304
+  2091  raw_syscalls:sys_enter: NR 12 (55853f9a3000, 0, 0, 0, 0, 0)
+  2091   raw_syscalls:sys_exit: NR 12 = 94030786080768
+  2091/2091  raw_syscalls:sys_enter: NR 12 (0, 0, 0, 0, 0, 0)
+  2091/2091   raw_syscalls:sys_exit: NR 12 = 94638161526784
+  2091  raw_syscalls:sys_enter: NR 12 (5612aa021000, 0, 0, 0, 0, 0)
+  2091   raw_syscalls:sys_exit: NR 12 = 94638161661952
+  2090  raw_syscalls:sys_enter: NR 9 (0, 2000, 3, 22, ffffffff, 0)
+  2090  raw_syscalls:sys_enter: NR 9 (0, 9a4f, 1, 2, 3, 0)
+  2090  raw_syscalls:sys_enter: NR 11 (7fd24e7e0000, 1000, 0, 0, 0, 0)
+  2090  raw_syscalls:sys_enter: NR 28 (7fd24e7e0000, 10000, 4, 0, 0, 0)
+  2090  raw_syscalls:sys_enter: NR 28 (7fd24e7e0000, 4000, e, 0, 0, 0)
+  2090  raw_syscalls:sys_enter: NR 10 (7fd24e989000, 4000, 1, 0, 0, 0)
+  2090  raw_syscalls:sys_enter: NR 1 (1, 7ffc420fe9bc, 10, 0, 0, 0)
+"""
+
+
+def test_raw_syscalls_lines_give_the_same_counts_and_bytes(monkeypatch):
+    from alloclab.measure import fingerprint_syscalls
+    monkeypatch.setattr(fingerprint_syscalls.platform, "machine", lambda: "x86_64")
+    assert tally(RAW_LINES.splitlines()) == tally(LINES.splitlines())
+
+
 def test_strace_table_gives_counts_without_bytes(tmp_path):
     f = tmp_path / "syscalls.out"
     f.write_text("""% time     seconds  usecs/call     calls    errors syscall

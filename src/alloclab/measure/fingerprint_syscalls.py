@@ -1,9 +1,11 @@
 """The memory system calls of a fingerprint run: how many, and how many bytes they moved.
 
 Counted for the whole process tree by `perf record` on the syscall tracepoints where perf may
-open them (root, or perf_event_paranoid -1), which also gives each call's arguments: the bytes
-brk grew and shrank the heap by (from the break each call returned, per process), mmap'd
-anonymous and file-backed, munmap'd, madvise'd away (MADV_DONTNEED/MADV_FREE) and mprotect'd.
+open them (root, or perf_event_paranoid -1): raw_syscalls filtered in the kernel to the calls'
+numbers on x86_64 and aarch64, the calls' own tracepoints elsewhere. That also gives each call's
+arguments: the bytes brk grew and shrank the heap by (from the break each call returned, per
+process), mmap'd anonymous and file-backed, munmap'd, madvise'd away (MADV_DONTNEED/MADV_FREE)
+and mprotect'd.
 Where perf cannot, `strace -f -c` counts the calls (no bytes); where neither is installed, a
 line says so.
 
@@ -14,6 +16,7 @@ the whole run_as chain: measure/service/server.py), so it keeps alloclab's right
 from __future__ import annotations
 
 import functools
+import platform
 import re
 import shutil
 import subprocess
@@ -30,15 +33,33 @@ MADV_DONTNEED, MADV_FREE = 4, 8
 PERF_PAGES = 1024
 
 
-def _events() -> str:
-    return ",".join([*(f"syscalls:sys_enter_{s}" for s in SYSCALLS), "syscalls:sys_exit_brk"])
+# The calls' numbers, where known: perf then opens two tracepoints, raw_syscalls' entry filtered in
+# the kernel to these numbers and its exit to brk's, not seven (about 40 ms apiece: `true` under the
+# recorder 0.19 s against 0.38 s, four times in every tune's diagnosis). 64-bit calls: a 32-bit
+# program's calls have other numbers.
+SYSCALL_NR = {
+    "x86_64": {"brk": 12, "mmap": 9, "munmap": 11, "mremap": 25, "madvise": 28, "mprotect": 10},
+    "aarch64": {"brk": 214, "mmap": 222, "munmap": 215, "mremap": 216, "madvise": 233, "mprotect": 226},
+}
+# Each call's arguments in order, named as its own tracepoint names them.
+ARGS = {"brk": ("brk",), "mmap": ("addr", "len", "prot", "flags", "fd", "off"), "munmap": ("addr", "len"),
+        "mremap": ("addr", "old_len", "new_len", "flags", "new_addr"), "madvise": ("start", "len_in", "behavior"),
+        "mprotect": ("start", "len", "prot")}
 
 
-def _perf_record(out: Path, events: str | None = None) -> list[str]:
+def _events() -> list[str]:
+    nr = SYSCALL_NR.get(platform.machine())
+    if nr is None:
+        return ["-e", ",".join([*(f"syscalls:sys_enter_{s}" for s in SYSCALLS), "syscalls:sys_exit_brk"])]
+    return ["-e", "raw_syscalls:sys_enter", "--filter", " || ".join(f"id == {nr[s]}" for s in SYSCALLS),
+            "-e", "raw_syscalls:sys_exit", "--filter", f"id == {nr['brk']}"]
+
+
+def _perf_record(out: Path, events: list[str] | None = None) -> list[str]:
     # --no-bpf-event: perf otherwise reads every loaded BPF program at its start, 1 s of a
     # fingerprint run here (1.16 s against 0.19 s for `perf record ... -- true`).
     return ["perf", "record", "-q", "--no-bpf-event", "--no-buildid", "--no-buildid-cache", "-m", str(PERF_PAGES),
-            "-e", events or _events(), "-o", str(out), "--"]
+            *(events or _events()), "-o", str(out), "--"]
 
 
 @functools.cache
@@ -51,11 +72,12 @@ def syscall_counter() -> tuple[str | None, str]:
             try:
                 # One tracepoint of the family answers for all (the same permission): perf opens
                 # each one it is given, about 40 ms apiece (0.17 s against 0.44 s for all seven).
-                p = subprocess.run([*_perf_record(out, "syscalls:sys_enter_brk"), "true"], capture_output=True,
-                                   text=True, timeout=30)
+                p = subprocess.run([*_perf_record(out, ["-e", "syscalls:sys_enter_brk"]), "true"],
+                                   capture_output=True, text=True, timeout=30)
                 if p.returncode == 0 and out.exists():
-                    return "perf", ("perf record on the syscalls:sys_enter_* tracepoints (the whole tree; "
-                                    "bytes from the calls' arguments)")
+                    traced = ("raw_syscalls tracepoints, filtered to the memory calls"
+                              if platform.machine() in SYSCALL_NR else "syscalls:sys_enter_* tracepoints")
+                    return "perf", f"perf record on the {traced} (the whole tree; bytes from the calls' arguments)"
                 why = " ".join(p.stderr.split())[:160] or f"status {p.returncode}"
             except (OSError, subprocess.TimeoutExpired) as exc:
                 why = str(exc)
@@ -97,6 +119,8 @@ def parse_syscalls(path: Path) -> tuple[dict[str, int], dict[str, int] | None, s
 
 _LINE = re.compile(r"^\s*(\d+)(?:/(\d+))?\s+syscalls:sys_(enter|exit)_(\w+):\s*(.*)$")
 _ARG = re.compile(r"(\w+): (0x[0-9a-f]+)")
+# raw_syscalls: "NR 9 (0, 2000, 3, 22, ffffffff, 0)" (hex arguments) and "NR 12 = 94070839508992"
+_RAW = re.compile(r"^\s*(\d+)(?:/(\d+))?\s+raw_syscalls:sys_(enter|exit):\s*NR (\d+) (?:\((.*)\)|= (-?\d+))")
 
 
 def _from_perf(path: Path) -> tuple[dict[str, int], dict[str, int], str] | None:
@@ -125,15 +149,10 @@ def tally(lines) -> tuple[dict[str, int], dict[str, int]]:
                             "madvise_other", "mprotect")}
     last_break: dict[int, int] = {}
     asked: dict[int, int] = {}   # the break each thread's brk call in flight asked for
-    for line in lines:
-        m = _LINE.match(line)
-        if not m:
-            continue
-        pid, edge, name, rest = int(m.group(1)), m.group(3), m.group(4), m.group(5)
-        tid = int(m.group(2) or pid)
+    for pid, tid, edge, name, args in _calls(lines):
         if edge == "exit":
             if name == "brk":
-                brk = int(rest.split()[0], 16) if rest else 0
+                brk = args.get("ret", 0)
                 prev = None if asked.pop(tid, None) == 0 else last_break.get(pid)
                 if prev is not None and brk:
                     moved["brk_grown" if brk > prev else "brk_shrunk"] += abs(brk - prev)
@@ -143,7 +162,6 @@ def tally(lines) -> tuple[dict[str, int], dict[str, int]]:
         if name not in counts:
             continue
         counts[name] += 1
-        args = {k: int(v, 16) for k, v in _ARG.findall(rest)}
         if name == "brk":
             asked[tid] = args.get("brk", 0)
         elif name == "mmap":
@@ -154,3 +172,28 @@ def tally(lines) -> tuple[dict[str, int], dict[str, int]]:
         elif name in ("munmap", "mprotect"):   # their bytes go under the call's name
             moved[name] += args.get("len", 0)
     return counts, moved
+
+
+def _calls(lines):
+    """(pid, tid, "enter" | "exit", call, its arguments by name, or {"ret": value} at an exit) of
+    each line of either recording: the named tracepoints' or raw_syscalls'."""
+    names = {nr: name for name, nr in SYSCALL_NR.get(platform.machine(), {}).items()}
+    for line in lines:
+        m = _LINE.match(line)
+        if m:
+            pid, edge, name, rest = int(m.group(1)), m.group(3), m.group(4), m.group(5)
+            if edge == "exit":
+                args = {"ret": int(rest.split()[0], 16) if rest.strip() else 0}
+            else:
+                args = {k: int(v, 16) for k, v in _ARG.findall(rest)}
+            yield pid, int(m.group(2) or pid), edge, name, args
+            continue
+        m = _RAW.match(line)
+        if m and int(m.group(4)) in names:
+            pid, edge, name = int(m.group(1)), m.group(3), names[int(m.group(4))]
+            if edge == "exit":
+                args = {"ret": max(0, int(m.group(6) or 0))}
+            else:
+                values = [int(v, 16) for v in (m.group(5) or "").split(", ") if v]
+                args = dict(zip(ARGS[name], values))
+            yield pid, int(m.group(2) or pid), edge, name, args
