@@ -56,11 +56,13 @@ def keep(r: Results, every_check: bool = False) -> None:
     cache had no entry or a render has run more checks than the entry held. `every_check` runs
     the rest first (0.2 s on the stored demo: `compare` pays it at its end, so that any report
     of the experiment after it, in any format, analyses nothing)."""
+    checked, _ = _pending.pop(id(r), (None, None))
+    if checked is None:
+        return   # not from `results`, or not cached (a fleet's per-host view)
     if every_check:
         for c in _cells(r):
             c.findings   # noqa: B018 - run and keep
-    checked, _ = _pending.pop(id(r), (None, None))
-    if checked is not None and _checked(r) > checked:
+    if _checked(r) > checked:
         _write(r)
 
 
