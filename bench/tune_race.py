@@ -50,7 +50,7 @@ def main() -> None:
         ratios.append(ratio)
     if len(ratios) > 1:
         ratios.sort()
-        print(f"ratios {', '.join(f'{r:.2f}' for r in ratios)}; median {ratios[len(ratios) // 2]:.2f}")
+        print(f"ratios {', '.join(f'{r:.3f}' for r in ratios)}; median {ratios[len(ratios) // 2]:.3f}")
 
 
 def one():
@@ -107,7 +107,7 @@ def one():
         t_all = timed([*ALLOCLAB, command[0], "--db", str(tmp / "all.db"), *budget, *specs, *command[1:]])
         ratio = t_tune / (t_all + diag_s)
         line += (f"; measured, every candidate until decided: {t_all:.1f} s + diagnosis {diag_s:.1f} s, "
-                 f"ratio {ratio:.2f}")
+                 f"ratio {ratio:.3f}")
     print(line)
     return args, ratio
 
