@@ -117,8 +117,12 @@ def test_the_cache_keeps_the_most_recently_used(cache_dir, monkeypatch):
         entry = cache_dir / "t" / f"k{k}.pickle"
         os.utime(entry, ns=(k * 10**9, k * 10**9))   # apart in time, whatever the clock's grain
     assert cache.read("t", "k2") == b"x" * 10        # used now: the newest
-    cache.write("t", "k5", b"y")
+    assert (cache_dir / "t" / "k2.pickle").stat().st_mtime_ns > 4 * 10**9
+    cache.write("t", "k5", b"y")                    # kept, with the 2 most recently used
     assert sorted(p.stem for p in (cache_dir / "t").glob("*.pickle")) == ["k2", "k4", "k5"]
+    # Apart in time again (a coarse clock can give the read and the write the same tick).
+    os.utime(cache_dir / "t" / "k2.pickle", ns=(10 * 10**9, 10 * 10**9))
+    os.utime(cache_dir / "t" / "k5.pickle", ns=(11 * 10**9, 11 * 10**9))
     monkeypatch.setattr(cache, "KEEP_BYTES", 15)
     cache.write("t", "k6", b"z" * 10)
     assert sorted(p.stem for p in (cache_dir / "t").glob("*.pickle")) == ["k5", "k6"]   # 11 bytes, not 21

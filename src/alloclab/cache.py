@@ -47,7 +47,10 @@ def code_digest() -> str:
             Path(d) / f for d, _, names in os.walk(top) if "__pycache__" not in d
             for f in names if not f.endswith(".pyc"))
         for f in files:
-            st = f.stat()
+            try:
+                st = f.stat()
+            except OSError:   # gone since the walk (an editor's swap file)
+                continue
             h.update(f"{f} {st.st_size} {st.st_mtime_ns}\n".encode())
     return h.hexdigest()
 
@@ -83,12 +86,14 @@ def write(kind: str, key: str, data: bytes) -> None:
         tmp = path.with_suffix(f".{os.getpid()}.tmp")
         tmp.write_bytes(data)
         os.replace(tmp, path)
-        entries = sorted(((p.stat(), p) for p in path.parent.glob("*.pickle")),
-                         key=lambda e: e[0].st_mtime_ns, reverse=True)
-        total = 0
-        for k, (st, entry) in enumerate(entries):
+        # The entry just written first, then the most recently used (the name breaks a tie of
+        # a coarse clock, so that every process trims the same way).
+        others = sorted(((p.stat(), p) for p in path.parent.glob("*.pickle") if p != path),
+                        key=lambda e: (e[0].st_mtime_ns, e[1].name), reverse=True)
+        total = len(data)
+        for k, (st, entry) in enumerate(others, start=1):
             total += st.st_size
-            if k >= KEEP or (total > KEEP_BYTES and entry != path):
+            if k >= KEEP or total > KEEP_BYTES:
                 entry.unlink(missing_ok=True)
     except OSError:
         return

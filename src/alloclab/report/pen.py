@@ -8,7 +8,9 @@ from __future__ import annotations
 
 import functools
 import hashlib
+import os
 import pickle
+from pathlib import Path
 
 from alloclab import cache
 
@@ -27,8 +29,8 @@ class Pen:
 
     def draw(self, key: str | None) -> list[str]:
         """Every chart's SVG, job k with the id prefix c{k+1}- (as charts.draw_all numbers them)."""
-        entry = hashlib.sha256(f"{VERSION} {key} {[(m, f) for m, f, _ in self.jobs]}".encode()).hexdigest()[:40] \
-            if key else None
+        entry = hashlib.sha256(f"{VERSION} {key} {[(m, f) for m, f, _ in self.jobs]} {_matplotlib_setup()}"
+                               .encode()).hexdigest()[:40] if key else None
         if entry:
             kept = _read(entry, len(self.jobs))
             if kept is not None:
@@ -38,6 +40,25 @@ class Pen:
         if entry:
             cache.write(KIND, entry, pickle.dumps(drawn, protocol=pickle.HIGHEST_PROTOCOL))
         return drawn
+
+
+def _matplotlib_setup() -> str:
+    """What matplotlib reads besides its own files (those are in the Results' key): the rc files it
+    looks for and its font list, by size and time, without importing it."""
+    config = os.environ.get("MPLCONFIGDIR")
+    home = Path.home()
+    cache = Path(config) if config else Path(os.environ.get("XDG_CACHE_HOME") or home / ".cache") / "matplotlib"
+    rc = [Path("matplotlibrc"), *([Path(os.environ["MATPLOTLIBRC"])] if os.environ.get("MATPLOTLIBRC") else []),
+          (Path(config) if config else Path(os.environ.get("XDG_CONFIG_HOME") or home / ".config") / "matplotlib")
+          / "matplotlibrc"]
+    seen = []
+    for f in [*rc, *sorted(cache.glob("fontlist-*.json"))]:
+        try:
+            st = f.stat()
+        except OSError:
+            continue
+        seen.append(f"{f.resolve()} {st.st_size} {st.st_mtime_ns}")
+    return " ".join(seen)
 
 
 def _draw(module: str, function: str, args: tuple) -> str:

@@ -41,7 +41,10 @@ def results(e: Experiment, *, baseline: str | int | None = None, min_effect: flo
         return build_results(e, hosts=hosts, **question)
     # As analyze reads it: `compare` asks with its margin, `report` with none (the stored one).
     base, margin = analysis.question(e, baseline, min_effect)
-    key = _key(e, question | {"baseline": base, "min_effect": margin})
+    try:
+        key = _key(e, question | {"baseline": base, "min_effect": margin})
+    except Exception:   # noqa: BLE001 - what cannot be keyed is computed, as without a cache
+        return build_results(e, **question)
     r = _read(key, e)
     checked = _checked(r) if r is not None else -1
     if r is None:
@@ -59,11 +62,14 @@ def keep(r: Results, every_check: bool = False) -> None:
     checked, _ = _pending.pop(id(r), (None, None))
     if checked is None:
         return   # not from `results`, or not cached (a fleet's per-host view)
-    if every_check:
-        for c in _cells(r):
-            c.findings   # noqa: B018 - run and keep
-    if _checked(r) > checked:
-        _write(r)
+    try:
+        if every_check:
+            for c in _cells(r):
+                c.findings   # noqa: B018 - run and keep
+        if _checked(r) > checked:
+            _write(r)
+    except Exception:   # noqa: BLE001 - the cache must never fail the command that printed its answer
+        return
 
 
 _pending: dict[int, tuple[int, Results]] = {}
