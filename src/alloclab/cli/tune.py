@@ -303,7 +303,7 @@ def _quiet_bound(store: Store, diag_id: int, diag, workload, plain: list[Variant
 def _race(store: Store, opts: ExperimentOptions, workloads: list, variants: list[Variant], candidates, rx, readings,
           diag_id: int, plan_defaults, title: str, left_s: float, screened: list[str], screen_id: int | None) -> None:
     from alloclab.report import tune as tune_report
-    from alloclab.stats.results import build_results
+    from alloclab.stats.results_cache import keep, results
     from alloclab.tune.answer import answer
     from alloclab.tune.race import RaceJudge
 
@@ -318,10 +318,12 @@ def _race(store: Store, opts: ExperimentOptions, workloads: list, variants: list
     err.print(f"Racing {len(variants) - 1} candidate(s) against {variants[0].label} for at most {left_s:.0f} s: "
               + ", ".join(v.label for v in variants[1:]), highlight=False)
     race_id = run_experiment(store, workloads, variants, settings, judge=RaceJudge())
-    r = build_results(store.load(race_id), min_effect=opts.min_effect, max_rss_increase=opts.max_rss_increase)
+    # Kept, as compare keeps its Results: `alloclab report` of the race renders them at once.
+    r = results(store.load(race_id), min_effect=opts.min_effect, max_rss_increase=opts.max_rss_increase)
     ans = answer(r.analysis, candidates + [c for c in rx.candidates if c.refused], opts.max_rss_increase, screened)
     tune_report.render(ans, console, title=f"Tune answer (race: experiment {race_id}, diagnosis: experiment {diag_id})")
     console.print()
     show(r, store.path, details=opts.details, export_json=opts.export_json, report_format=opts.report,
          report_file=opts.report_file)
+    keep(r, every_check=True)
 
