@@ -46,13 +46,21 @@ def code_digest() -> str:
         files = [top] if top.is_file() else sorted(
             Path(d) / f for d, _, names in os.walk(top) if "__pycache__" not in d
             for f in names if not f.endswith(".pyc"))
-        for f in files:
-            try:
-                st = f.stat()
-            except OSError:   # gone since the walk (an editor's swap file)
-                continue
-            h.update(f"{f} {st.st_size} {st.st_mtime_ns}\n".encode())
+        h.update(stamp(files).encode())
     return h.hexdigest()
+
+
+def stamp(files) -> str:
+    """Each file that is there, by path, size and modification time (one gone since it was listed,
+    or never there, is left out)."""
+    out = []
+    for f in files:
+        try:
+            st = f.stat()
+        except OSError:
+            continue
+        out.append(f"{f} {st.st_size} {st.st_mtime_ns}\n")
+    return "".join(out)
 
 
 def _path(kind: str, key: str) -> Path | None:

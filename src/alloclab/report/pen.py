@@ -47,18 +47,11 @@ def _matplotlib_setup() -> str:
     looks for and its font list, by size and time, without importing it."""
     config = os.environ.get("MPLCONFIGDIR")
     home = Path.home()
-    cache = Path(config) if config else Path(os.environ.get("XDG_CACHE_HOME") or home / ".cache") / "matplotlib"
-    rc = [Path("matplotlibrc"), *([Path(os.environ["MATPLOTLIBRC"])] if os.environ.get("MATPLOTLIBRC") else []),
+    fonts = Path(config) if config else Path(os.environ.get("XDG_CACHE_HOME") or home / ".cache") / "matplotlib"
+    rc = [Path("matplotlibrc").resolve(), *([Path(os.environ["MATPLOTLIBRC"])] if os.environ.get("MATPLOTLIBRC") else []),
           (Path(config) if config else Path(os.environ.get("XDG_CONFIG_HOME") or home / ".config") / "matplotlib")
           / "matplotlibrc"]
-    seen = []
-    for f in [*rc, *sorted(cache.glob("fontlist-*.json"))]:
-        try:
-            st = f.stat()
-        except OSError:
-            continue
-        seen.append(f"{f.resolve()} {st.st_size} {st.st_mtime_ns}")
-    return " ".join(seen)
+    return cache.stamp([*rc, *sorted(fonts.glob("fontlist-*.json"))])
 
 
 def _draw(module: str, function: str, args: tuple) -> str:

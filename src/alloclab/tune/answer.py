@@ -10,6 +10,7 @@ among the candidates decided better and decided worse nowhere.
 from __future__ import annotations
 
 import math
+import statistics
 import re
 from dataclasses import dataclass, field
 
@@ -99,7 +100,7 @@ def _decided_best(a: Analysis, metric_of, candidates: list[int], exclude=lambda 
             continue
         if exclude(vi):
             continue
-        gain = math.exp(sum(math.log(c.gain) for c in cs) / len(cs))
+        gain = statistics.geometric_mean(c.gain for c in cs)
         if gain > best_gain:
             best, best_gain = vi, gain
     return best
@@ -215,4 +216,4 @@ def _dropped(a: Analysis, vi: int) -> bool:
 def _mean_gain(a: Analysis, vi: int) -> float:
     cs = [c for w in a.workloads if (name := _primary(w)) and (c := _comp(w, name, vi)) is not None
           and math.isfinite(c.ratio) and c.ratio > 0]
-    return math.exp(sum(math.log(c.gain) for c in cs) / len(cs)) if cs else 0.0
+    return statistics.geometric_mean(c.gain for c in cs) if cs else 0.0

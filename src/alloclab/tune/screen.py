@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import itertools
 import math
+import statistics
 from dataclasses import dataclass
 
 from alloclab.plan.design import Design
@@ -71,7 +72,7 @@ def race_slots(n_workloads: int, run_s: float, left_s: float, design: Design) ->
 
 
 def _mean_gain(a: Analysis, vi: int, metrics_of) -> float | None:
-    logs = []
+    gains = []
     for w in a.workloads:
         for name in metrics_of(w):
             row = w.row(name)
@@ -79,8 +80,8 @@ def _mean_gain(a: Analysis, vi: int, metrics_of) -> float | None:
                 continue
             c = row.cells[vi].comparison
             if c is not None and math.isfinite(c.ratio) and c.ratio > 0:
-                logs.append(math.log(c.gain))
-    return math.exp(sum(logs) / len(logs)) if logs else None
+                gains.append(c.gain)
+    return statistics.geometric_mean(gains) if gains else None
 
 
 def _primary(w) -> list[str]:

@@ -16,8 +16,6 @@ from alloclab.errors import AlloclabError
 CFLAGS = ["-O2", "-g", "-pthread", "-Wall"]
 
 
-
-
 def compiler() -> str:
     wanted = os.environ.get("CC")
     cc = shutil.which(wanted) if wanted else (shutil.which("cc") or shutil.which("gcc") or shutil.which("clang"))
