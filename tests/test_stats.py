@@ -92,6 +92,20 @@ def test_summarize_ci_brackets_median(values):
         assert s.min <= s.ci_low <= s.median <= s.ci_high <= s.max
 
 
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.one_of(finite_floats, st.sampled_from([1.0, 2.0, 1e308])), min_size=1, max_size=60),
+       st.integers(0, 2**32))
+def test_bootstrap_medians_are_numpys_medians_of_the_same_resamples(values, seed):
+    # The counting shortcut must give np.median's numbers bit for bit: the intervals in every
+    # stored report (and the golden files) come from them.
+    x = np.sort(np.asarray(values, dtype=float))
+    idx = np.random.default_rng(seed).integers(0, x.size, size=(50, x.size))
+    with np.errstate(all="ignore"):
+        expected = np.median(x[idx], axis=1)
+    got = S._bootstrap_medians(x, 50, np.random.default_rng(seed))
+    assert np.array_equal(got, expected, equal_nan=True)
+
+
 def test_median_ci_coverage_by_simulation():
     rng = np.random.default_rng(20240601)
     true_median = 1.0  # lognormal(mu=0, sigma) has median exp(0)

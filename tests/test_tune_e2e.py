@@ -160,3 +160,18 @@ def test_tune_screens_then_races_the_finalists_on_runs_of_their_own(cli, build, 
     assert screened and "Screened out before the race" in out and "not a verdict" in out
     # The race's verdicts stand on runs of its own, every one measured after the screen had chosen.
     assert race.runs and min(r.started for r in race.runs) >= scr.row.finished
+
+
+def test_options_after_a_recipe_are_tunes_and_after_a_program_the_programs(tmp_path):
+    # `alloclab tune recipe:NAME --db x.db` reads as `run recipe:NAME --db x.db` does; a program's
+    # own flags after its name stay the program's (no `--` needed, as in compare).
+    def tune(*args):
+        return subprocess.run([*ALLOCLAB, "tune", *args], capture_output=True, text=True, timeout=60, cwd=tmp_path)
+
+    for args in (["recipe:nosuch", "--db", str(tmp_path / "x.db"), "--screen", "never"],
+                 ["--budget", "1m", "recipe:nosuch", "--db", str(tmp_path / "x.db")]):
+        proc = tune(*args)
+        assert proc.returncode != 0 and "No recipe named 'nosuch'" in proc.stderr, proc.stdout + proc.stderr
+    assert not (tmp_path / "alloclab.db").exists()   # --db was taken, not passed to a "command"
+    proc = tune("--db", str(tmp_path / "x.db"), "no-such-program-here", "--queries=3")
+    assert proc.returncode != 0 and "Command not found: 'no-such-program-here'" in proc.stderr, proc.stderr

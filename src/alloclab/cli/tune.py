@@ -13,6 +13,7 @@ import time
 from typing import TYPE_CHECKING
 
 import typer
+from typer.core import TyperCommand
 
 from alloclab import defaults
 from alloclab.catalog import allocators as cat
@@ -32,7 +33,30 @@ QUIET_FREQUENCY = 4999   # samples a second: a program of a tenth of a second st
 SCREEN_MODES = ("auto", "always", "never")
 
 
-@app.command(context_settings={"allow_interspersed_args": False})
+def _is_file(arg: str) -> bool:
+    return arg.startswith("recipe:") or arg.endswith(".toml")
+
+
+class _TuneCommand(TyperCommand):
+    """Whatever follows a program's name is the program's (no `--` needed, as in compare); whatever
+    follows a recipe or an experiment file is tune's own options, as `run recipe:NAME --db x.db`
+    reads: the file is moved behind them before click parses."""
+
+    def parse_args(self, ctx, args: list[str]) -> list[str]:
+        valued = {name for p in self.params if p.param_type_name == "option" and not p.is_flag and not p.count
+                  for name in p.opts}
+        i = 0
+        while i < len(args) and args[i] != "--":
+            if args[i].startswith("-"):
+                i += 2 if args[i] in valued else 1
+                continue
+            if _is_file(args[i]) and i + 1 < len(args) and "--" not in args[i + 1:]:
+                args = [*args[:i], *args[i + 1:], args[i]]
+            break
+        return super().parse_args(ctx, args)
+
+
+@app.command(cls=_TuneCommand, context_settings={"allow_interspersed_args": False})
 @experiment_options(budget=budget_option(None, f"default: a command's {defaults.TUNE.budget}, a file's own"))
 def tune(
     target: list[str] = typer.Argument(..., metavar="recipe:NAME | FILE.toml | -- CMD [ARGS]...",
@@ -55,7 +79,7 @@ def tune(
     if screen not in SCREEN_MODES:
         raise AlloclabError(f"--screen takes {', '.join(SCREEN_MODES)} (got {screen!r}): auto screens only where "
                             f"racing every candidate would not fit half the budget.")
-    is_file = len(target) == 1 and (target[0].startswith("recipe:") or target[0].endswith(".toml"))
+    is_file = len(target) == 1 and _is_file(target[0])
     started = time.monotonic()
     if is_file:
         workloads, session, plan_defaults, title = _file_workloads(target[0], param)

@@ -164,10 +164,20 @@ def _seed(*groups: np.ndarray, tag: str = "") -> int:
 
 
 def _bootstrap_medians(x_sorted: np.ndarray, n_boot: int, rng: np.random.Generator) -> np.ndarray:
-    """Medians of ``n_boot`` resamples with replacement (vectorised)."""
-    idx = rng.integers(0, x_sorted.size, size=(n_boot, x_sorted.size))
+    """Medians of ``n_boot`` resamples with replacement (vectorised), the same numbers as
+    np.median(x_sorted[idx], axis=1) at half its time: x is sorted, so a resample's middle order
+    statistics are x at the middle of its sorted indices, found from each index's count (a
+    partition per resample costs more than the counting at the few dozen runs of a cell)."""
+    n = x_sorted.size
+    idx = rng.integers(0, n, size=(n_boot, n))
+    counts = np.bincount((idx + np.arange(0, n_boot * n, n)[:, None]).ravel(), minlength=n_boot * n)
+    below = counts.reshape(n_boot, n).cumsum(axis=1)
+    lo = np.count_nonzero(below <= (n - 1) // 2, axis=1)
+    if n % 2:
+        return x_sorted[lo]
+    hi = np.count_nonzero(below <= n // 2, axis=1)
     with np.errstate(all="ignore"):  # huge values may overflow; replicates go non-finite
-        return np.median(x_sorted[idx], axis=1)
+        return (x_sorted[lo] + x_sorted[hi]) / 2
 
 
 def _percentile_ci(samples: np.ndarray, confidence: float) -> tuple[float, float]:
