@@ -115,6 +115,20 @@ def test_tune_stops_with_a_bound_on_a_program_that_barely_allocates(cli, build, 
     assert e.row.kind == "tune-diagnosis" and e.profiles
 
 
+def test_tune_bounds_before_racing_rules_that_read_only_the_allocation_rate(cli, build, store_of):
+    # ~50,000 calls a second (twice the 20,000 of allocator-bound, so a CPU half as fast still
+    # fires it) take well under 1% of the CPU: as on qemu-img bench, the bound rules every setting
+    # out after one look, with no race. A rate metric takes the bound 1/(1 - share) - 1.
+    proc = cli("tune", "-m", r"ops=ops/s: (\d+)", "--", str(build("compute")), "30000000", "2000", timeout=300)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "Nothing to tune" in proc.stdout and "the rules that fired (allocator-bound" in proc.stdout
+    assert "read only that rate" in proc.stdout and "in the profiled runs" in proc.stdout
+    assert "improve ops (a rate" in " ".join(proc.stdout.split())
+    assert "Racing" not in proc.stderr
+    e = store_of(cli.db).load(1)
+    assert e.row.kind == "tune-diagnosis" and e.profiles
+
+
 def test_tune_refuses_variants_with_settings_in_a(cli, build):
     proc = cli("tune", "-a", "glibc:MALLOC_TOP_PAD_=1M", "--", str(build("compute")))
     assert proc.returncode != 0 and "tune proposes the settings itself" in proc.stderr

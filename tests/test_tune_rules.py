@@ -52,6 +52,20 @@ def test_a_quiet_program_fires_nothing():
     assert "glibc-trim-churn" in rx.silent
 
 
+def test_rules_of_the_allocation_rate_alone_are_told_apart_from_a_mechanism():
+    # qemu-img bench: many calls, nothing churned or held: only the rate fired, so a CPU-share
+    # bound may rule them all out. With trim churn beside them, the mechanism races.
+    busy = _glibc(allocs_per_s=241000.0, threads=63.0, trim_bytes_per_s=0.0, trim_share=0.0)
+    rx, _ = _fired({"glibc": busy, "tcmalloc": Reading("tcmalloc", "tcmalloc", {"threads": 63.0,
+                                                                                "allocs_per_s": 218000.0})})
+    assert set(rx.fired) == {"allocator-bound", "tcmalloc-thread-cache"} and rx.rate_only
+    churn = _glibc(allocs_per_s=241000.0, trim_bytes_per_s=200.0 * MiB, trim_share=0.99, trim_turnover=50.0,
+                   heap_swing=28.0 * MiB)
+    rx, _ = _fired({"glibc": churn})
+    assert "glibc-trim-churn" in rx.fired and "allocator-bound" in rx.fired and not rx.rate_only
+    assert not _fired({"glibc": _glibc()})[0].rate_only   # nothing fired is not "rate only"
+
+
 def test_a_missing_reading_fails_the_condition_rather_than_guessing():
     rx, _ = _fired({"glibc": _glibc(trim_share=1.0)})   # no system-call counts: no trim rate
     assert "glibc-trim-churn" not in rx.fired
@@ -132,7 +146,14 @@ def test_readings_of_a_load_and_of_its_memory_phases_merge_at_their_largest():
 def test_the_diagnosis_fingerprints_the_workload_with_memory_phases_too():
     from types import SimpleNamespace as NS
     from alloclab.cli.tune import diagnosed
-    bench, fill = NS(name="benchmark", executor=NS(load=NS(phases=[]))), NS(name="fill", executor=NS(load=NS(phases=["flush"])))
+    from alloclab.measure.service.executors import CommandModeExecutor, ServiceExecutor
+    session = NS(ef=NS(loads=[NS(phases=[]), NS(phases=["flush"])]))
+    bench = NS(name="benchmark", executor=ServiceExecutor(session, 0))
+    fill = NS(name="fill", executor=ServiceExecutor(session, 1))
     assert [w.name for w in diagnosed([bench, fill])] == ["benchmark", "fill"]
     assert [w.name for w in diagnosed([fill, bench])] == ["fill"]
     assert [w.name for w in diagnosed([NS(name="cmd", executor=None)])] == ["cmd"]
+    # Commands cost a measured run each: every one is fingerprinted.
+    commands = NS(ef=NS(loads=[NS(phases=[]), NS(phases=[])]))
+    qcow2, raw = (NS(name=n, executor=CommandModeExecutor(commands, i)) for i, n in enumerate(("qcow2", "raw")))
+    assert [w.name for w in diagnosed([qcow2, raw])] == ["qcow2", "raw"]

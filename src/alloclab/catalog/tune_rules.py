@@ -61,6 +61,7 @@ class Rule:
     why: str
     values: tuple[ValueRule, ...] = ()
     versions: dict[str, str] = field(default_factory=dict, hash=False, compare=False)
+    rate_only: bool = False          # reads only the allocation rate: a CPU-share bound can rule it out
 
 
 def _bound(value) -> float | None:
@@ -77,6 +78,12 @@ def _value(name: str, table: dict) -> ValueRule:
     raise ValueError(f"value '{name}' names no reading to come from")
 
 
+def _flag(value) -> bool:
+    if not isinstance(value, bool):
+        raise ValueError(f"rate_only is true or false, not {value!r}")
+    return value
+
+
 def _rule(d: dict) -> Rule:
     name = d.get("name", "?")
     try:
@@ -86,7 +93,7 @@ def _rule(d: dict) -> Rule:
                   "try": list(tries), "why": str(why)}:
                 rule = Rule(name, reads, tuple(Condition(r, op, number(t)) for r, op, t in when), mechanism, expect,
                             tuple(tries), why, tuple(_value(k, v) for k, v in d.get("values", {}).items()),
-                            dict(d.get("versions", {})))
+                            dict(d.get("versions", {})), _flag(d.get("rate_only", False)))
             case _:
                 raise ValueError("a field is missing or not of its type")
     except (KeyError, TypeError, ValueError) as exc:

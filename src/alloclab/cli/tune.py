@@ -27,8 +27,8 @@ if TYPE_CHECKING:
     from alloclab.catalog.variants import Variant
     from alloclab.tune.diagnosis import Reading
 
-# Where no rule fires, one profiled run per plain allocator bounds what any of them could change.
-QUIET_RATE = 20000   # allocations a second below which tune looks for that bound before racing
+# Where no rule fires, or only rules of the allocation rate, one profiled run per plain allocator
+# bounds what any of them could change.
 QUIET_FREQUENCY = 4999   # samples a second: a program of a tenth of a second still gives hundreds
 SCREEN_MODES = ("auto", "always", "never")
 
@@ -140,9 +140,18 @@ def _has_phases(workload) -> bool:
     return bool(getattr(getattr(workload.executor, "load", None), "phases", None))
 
 
+def _is_server(workload) -> bool:
+    from alloclab.measure.service.executors import ServiceExecutor
+    return isinstance(workload.executor, ServiceExecutor)
+
+
 def diagnosed(workloads: list) -> list:
-    """The workloads the diagnosis fingerprints: the first, and the first with memory phases where
-    the first has none (redis: the benchmark, and the fill whose FLUSHALL shows what is held)."""
+    """The workloads the diagnosis fingerprints: every command of a file (its fingerprint run costs
+    about a measured run: qemu-img's qcow2 and raw images); where a server runs (a fingerprint run
+    is a whole session, start to stop), the first, and the first with memory phases where the first
+    has none (redis: the benchmark, and the fill whose FLUSHALL shows what is held)."""
+    if not any(_is_server(w) for w in workloads):
+        return list(workloads)
     out = workloads[:1]
     if out and not _has_phases(out[0]):
         out += [w for w in workloads[1:] if _has_phases(w)][:1]
@@ -210,12 +219,19 @@ def _tune(opts: ExperimentOptions, workloads: list, plan_defaults, title: str, s
     for line in tune_report.diagnosis_lines(readings, rx):
         console.print(f"  {line}", highlight=False)
     candidates = [c for c in rx.candidates if not c.refused]
+    # What the allocator's CPU share bounds: nothing fired, or only rules of the allocation rate
+    # with no memory phase to hold memory after; a bound needs every raced workload looked at.
+    look = not rx.fired or (rx.rate_only and not any(_has_phases(w) for w in workloads))
+    chosen = diagnosed(workloads)
+    stop, share = (_quiet_bound(store, diag_id, chosen, plain, readings, rx, opts)
+                   if look and len(chosen) == len(workloads) else (None, None))
+    if stop is not None:
+        console.print(f"[bold green]Nothing to tune:[/] {stop}", highlight=False)
+        console.print(f"Results stored in {store.path} (diagnosis: experiment {diag_id}).", highlight=False)
+        return
+    if rx.fired and share:
+        console.print(f"The rules that fired read only the allocation rate, and {share}: they race.", highlight=False)
     if not rx.fired:
-        stop, share = _quiet_bound(store, diag_id, diag, workloads[0], plain, readings, opts)
-        if stop is not None:
-            console.print(f"[bold green]Nothing to tune:[/] {stop}", highlight=False)
-            console.print(f"Results stored in {store.path} (diagnosis: experiment {diag_id}).", highlight=False)
-            return
         why = "the allocator's share of the CPU is large enough to matter"
         if share:
             console.print(f"No rule fired, and {share}: the plain allocators race.", highlight=False)
@@ -283,12 +299,13 @@ def _screen(store: Store, opts: ExperimentOptions, workloads: list, baseline: Va
     return chosen.kept, chosen.screened_out, screen_id
 
 
-def _quiet_bound(store: Store, diag_id: int, diag, workload, plain: list[Variant], readings: dict,
+def _quiet_bound(store: Store, diag_id: int, chosen: list, plain: list[Variant], readings: dict, rx,
                  opts) -> tuple[str | None, str | None]:
-    """Where no rule fired and the program allocates little: one profiled run per plain allocator
-    (with an unprofiled run beside each: the one look). (The sentence that stops tune when their
-    allocator and kernel memory-management share bounds every change below the margin, None to race;
-    the share in words where it was measured.)"""
+    """Where nothing the allocator does was seen beyond how often it is called: one profiled run per
+    plain allocator and diagnosed workload (with an unprofiled run beside each: the one look).
+    (The sentence that stops tune when their allocator and kernel memory-management share bounds
+    every change below the margin in every workload, None to race; the share in words where it was
+    measured.)"""
     from alloclab.measure import auto_profile
     from alloclab.measure.profile.perf import read_int
     from alloclab.measure.profile.record import profile_workload
@@ -296,32 +313,40 @@ def _quiet_bound(store: Store, diag_id: int, diag, workload, plain: list[Variant
     from alloclab.workloads.primary import primary_metric
 
     base = readings.get(cat.BASELINE)
-    if base is None or (base.get("allocs_per_s") or 0) >= QUIET_RATE:
+    if base is None:
         return None, None
     if why := auto_profile.unavailable():
-        err.print(f"[yellow]No profile to bound the allocator's share ({why}); racing the plain allocators.[/]",
-                  highlight=False)
+        err.print(f"[yellow]No profile to bound the allocator's share ({why}); racing.[/]", highlight=False)
         return None, None
     limit = read_int("/proc/sys/kernel/perf_event_max_sample_rate") or QUIET_FREQUENCY
-    summaries = profile_workload(workload, plain, runs=1, baseline=None, timeout_s=opts.timeout,
-                                 keep_session=True, seed=opts.seed, frequency=min(QUIET_FREQUENCY, limit))
-    store_profiles(store, diag_id, summaries)
-    base_profile = summaries[0]   # the default's: what any change could take away from it
-    if not (base_profile.kernel_visible and base_profile.allocator and base_profile.ok_runs):
-        return None, None   # without the kernel's share, a fault-driven change would go unseen: race instead
-    share = base_profile.allocator[0] + base_profile.kernel_mm[0]
-    samples = sum(r.samples for r in base_profile.ok_runs)
-    m = primary_metric(workload.metrics)
-    rate = m is not None and m.higher
-    bound = 1 / (1 - share) - 1 if rate else share
-    what = f"{m.name} (a rate: at most 1/(1 - share) - 1)" if rate else f"{m.name if m else 'wall time'} (a time: at most the share)"
+    worst = None   # (bound, share, samples, metric, workload name) of the workload bounded loosest
+    for wi, workload in enumerate(chosen):
+        summaries = profile_workload(workload, plain, runs=1, baseline=None, timeout_s=opts.timeout,
+                                     keep_session=True, seed=opts.seed, frequency=min(QUIET_FREQUENCY, limit),
+                                     workload_idx=wi)
+        store_profiles(store, diag_id, summaries)
+        base_profile = summaries[0]   # the default's: what any change could take away from it
+        if not (base_profile.kernel_visible and base_profile.allocator and base_profile.ok_runs):
+            return None, None   # without the kernel's share, a fault-driven change would go unseen: race instead
+        share = base_profile.allocator[0] + base_profile.kernel_mm[0]
+        m = primary_metric(workload.metrics)
+        bound = 1 / (1 - share) - 1 if m is not None and m.higher_is_better else share
+        if worst is None or bound > worst[0]:
+            worst = (bound, share, sum(r.samples for r in base_profile.ok_runs), m, workload.name)
+    bound, share, samples, m, name = worst
+    what = (f"{m.name} (a rate: at most 1/(1 - share) - 1)" if m is not None and m.higher_is_better
+            else f"{m.name if m else 'wall time'} (a time: at most the share)")
+    where = f" of {name}" if len(chosen) > 1 else ""
     share_text = (f"the allocator's functions and the kernel's memory management took at most {share * 100:.2f}% "
-                  f"of {plain[0].label}'s CPU in the profiled runs ({samples} samples): no allocator or setting can "
-                  f"improve {what} by more than about {bound * 100:.2f}%")
+                  f"of {plain[0].label}'s CPU in the profiled runs{where} ({samples:,} samples"
+                  f"{', the most of its ' + str(len(chosen)) + ' workloads' if where else ''}): no allocator "
+                  f"or setting can improve {what} by more than about {bound * 100:.2f}%")
     if bound >= opts.min_effect:
         return None, share_text
-    return (f"the program makes {base.get('allocs_per_s') or 0:,.0f} allocation calls a second, no rule of the "
-            f"catalog fired, and {share_text}, below the {opts.min_effect * 100:g}% margin."), share_text
+    calls = f"the program makes {base.get('allocs_per_s') or 0:,.0f} allocation calls a second"
+    seen = (f"{calls}, no rule of the catalog fired" if not rx.fired else
+            f"{calls}, the rules that fired ({', '.join(rx.fired)}) read only that rate, no workload has a memory phase")
+    return f"{seen}, and {share_text}, below the {opts.min_effect * 100:g}% margin.", share_text
 
 
 def _race(store: Store, opts: ExperimentOptions, workloads: list, variants: list[Variant], candidates, rx, readings,

@@ -30,6 +30,7 @@ class Prescription:
     candidates: list[Candidate]
     fired: list[str]       # rules whose conditions held
     silent: list[str]      # rules read and not fired (their allocator's reading was there)
+    rate_only: bool = False   # every rule that fired read only the allocation rate
 
 
 def compute_value(v: ValueRule, reading: Reading) -> int | None:
@@ -91,7 +92,7 @@ def prescribe(readings: dict[str, Reading], allocators: list[str], versions: dic
     rules = rules if rules is not None else load_rules()
     versions = versions or {}
     out: list[Candidate] = []
-    fired, silent = [], []
+    fired, silent, rate_only = [], [], True
     seen: set[str] = set()
     for rule in rules:
         reading = readings.get(rule.reads)
@@ -105,6 +106,7 @@ def prescribe(readings: dict[str, Reading], allocators: list[str], versions: dic
             silent.append(rule.name)
             continue
         fired.append(rule.name)
+        rate_only = rate_only and rule.rate_only
         mechanism, why = fill(rule.mechanism, reading, values), fill(rule.why, reading, values)
         for template in rule.tries:
             specs = allocators if template == "{allocators}" else [fill(_spec_for(rule, template, versions), reading, values)]
@@ -118,7 +120,7 @@ def prescribe(readings: dict[str, Reading], allocators: list[str], versions: dic
     if fired:
         out += plain_candidates([spec for spec in allocators if spec not in seen],
                                 "another allocator's policy may avoid it", check)
-    return Prescription(out, fired, silent)
+    return Prescription(out, fired, silent, rate_only=bool(fired) and rate_only)
 
 
 def plain_candidates(specs: list[str], mechanism: str, check=None, rule: str = "allocator-bound") -> list[Candidate]:
