@@ -469,7 +469,9 @@ static void *own_sym(void *h, const void *base, const char *name) {
     return f && dladdr(f, &i) && i.dli_fbase == base ? f : NULL;
 }
 
-/* Called by the helper thread, or at exit, with in_hook set: what dlopen allocates is not counted. */
+/* Called at start (or at exit), with in_hook set: what dlopen allocates is not counted. Not from the
+ * helper thread: its first malloc under glibc would create an arena for it, a 128 MiB reservation
+ * trimmed by two munmaps of 64 MiB in all, which the system-call count would read as the program's. */
 static void resolve_stats(void) {
     as_kind = AS_NONE;
     Dl_info mi;
@@ -740,9 +742,6 @@ static void *sampler(void *arg) {
     (void)arg;
     in_hook = 1;
     struct timespec ts = {interval_ms / 1000, (interval_ms % 1000) * 1000000L};
-    pthread_mutex_lock(&write_lock);
-    if (as_kind == AS_UNRESOLVED) resolve_stats();   /* once: a forked child keeps its parent's */
-    pthread_mutex_unlock(&write_lock);
     for (uint32_t tick = 1;; tick++) {
         nanosleep(&ts, NULL);
         pthread_mutex_lock(&write_lock);
@@ -812,6 +811,9 @@ __attribute__((constructor)) static void fp_init(void) {
     exe[n > 0 ? n : 0] = 0;
     set_paths();
     pthread_atfork(before_fork, after_fork_parent, after_fork_child);
+    in_hook++;
+    resolve_stats();
+    in_hook--;
     start_sampler();
 }
 
