@@ -96,7 +96,7 @@ def test_summarize_ci_brackets_median(values):
 @given(st.lists(st.one_of(finite_floats, st.sampled_from([1.0, 2.0, 1e308])), min_size=1, max_size=60),
        st.integers(0, 2**32))
 def test_bootstrap_medians_are_numpys_medians_of_the_same_resamples(values, seed):
-    # The counting shortcut must give np.median's numbers bit for bit: the intervals in every
+    # The counting shortcut must give np.median's values (a signed zero aside): the intervals in every
     # stored report (and the golden files) come from them.
     x = np.sort(np.asarray(values, dtype=float))
     idx = np.random.default_rng(seed).integers(0, x.size, size=(50, x.size))

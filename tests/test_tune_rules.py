@@ -52,6 +52,40 @@ def test_a_quiet_program_fires_nothing():
     assert "glibc-trim-churn" in rx.silent
 
 
+def test_a_misspelt_or_mistyped_rule_field_is_refused():
+    import pytest
+    from alloclab.catalog.tune_rules import _rule
+    from alloclab.errors import AlloclabError
+    good = {"name": "r", "reads": "glibc", "when": [["threads", ">=", 1]], "mechanism": "m", "expect": "faster",
+            "try": ["tcmalloc"], "why": "w"}
+    assert _rule(good | {"rate_only": True}).rate_only and not _rule(good).rate_only
+    with pytest.raises(AlloclabError, match="unknown fields \\['rate_onyl'\\]"):
+        _rule(good | {"rate_onyl": True})
+    with pytest.raises(AlloclabError, match="malformed"):
+        _rule(good | {"rate_only": "yes"})
+
+
+def test_a_share_bound_takes_the_upper_limit_of_the_samples():
+    from types import SimpleNamespace as NS
+    from alloclab.stats.estimates import proportion_upper
+    from alloclab.tune.bound import share_bound
+
+    def summary(samples, allocator, kernel_mm=0.0):
+        run = NS(samples=samples, shares={"allocator": allocator, "kernel_mm": kernel_mm})
+        return NS(ok_runs=[run], kernel_visible=True, allocator=(allocator, allocator, allocator))
+
+    # 0 of 185 samples still allows 1.6%; 75 of 21,603 (qemu-img's 0.35%) at most 0.42%.
+    assert abs(proportion_upper(0, 185) - 0.0161) < 1e-3 and abs(proportion_upper(75, 21603) - 0.0042) < 1e-4
+    time = share_bound("w", summary(1000, 0.004, 0.001), None)
+    assert time.share == 0.005 and time.upper > 0.005 and time.bound == time.upper and time.metric is None
+    rate = share_bound("w", summary(1000, 0.004, 0.001), NS(name="ops", higher_is_better=True))
+    assert rate.bound == 1 / (1 - rate.upper) - 1
+    assert share_bound("w", summary(10, 1.0), NS(name="ops", higher_is_better=True)).bound == float("inf")
+    blind = summary(1000, 0.004)
+    blind.kernel_visible = False
+    assert share_bound("w", blind, None) is None
+
+
 def test_rules_of_the_allocation_rate_alone_are_told_apart_from_a_mechanism():
     # qemu-img bench: many calls, nothing churned or held: only the rate fired, so a CPU-share
     # bound may rule them all out. With trim churn beside them, the mechanism races.

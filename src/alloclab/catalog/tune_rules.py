@@ -84,8 +84,15 @@ def _flag(value) -> bool:
     return value
 
 
+FIELDS = {"name", "reads", "when", "mechanism", "expect", "try", "why", "values", "versions", "rate_only"}
+
+
 def _rule(d: dict) -> Rule:
     name = d.get("name", "?")
+    if unknown := sorted(set(d) - FIELDS):
+        # A misspelt optional field would otherwise be dropped without a word.
+        raise AlloclabError(f"tune_rules.toml: rule '{name}' has unknown fields {unknown}; a rule's fields are "
+                            f"{sorted(FIELDS)} (see the file's header).")
     try:
         # The required fields, each of its TOML type; values and versions are optional.
         match d:

@@ -2,8 +2,8 @@
 catalog/tune_rules.toml, race them against the default on the real program, answer.
 
 Two experiments are stored: the diagnosis (one untimed fingerprint run per plain allocator, and,
-where no rule fires, one profiled look) and the race (measured until decided, like compare's).
-The budget covers both.
+where no rule fires or only rules of the allocation rate, one profiled look) and the race
+(measured until decided, like compare's). The budget covers both.
 """
 
 from __future__ import annotations
@@ -31,6 +31,9 @@ if TYPE_CHECKING:
 # bounds what any of them could change.
 QUIET_FREQUENCY = 4999   # samples a second: a program of a tenth of a second still gives hundreds
 SCREEN_MODES = ("auto", "always", "never")
+# A file's commands fingerprinted at most (a sweep of many values would take a run per value and
+# allocator before the budget is even checked); tune stops on a bound only where all were.
+DIAGNOSED_COMMANDS = 4
 
 
 def _is_file(arg: str) -> bool:
@@ -50,10 +53,24 @@ class _TuneCommand(TyperCommand):
             if args[i].startswith("-"):
                 i += 2 if args[i] in valued else 1
                 continue
-            if _is_file(args[i]) and i + 1 < len(args) and "--" not in args[i + 1:]:
-                args = [*args[:i], *args[i + 1:], args[i]]
+            if _is_file(args[i]) and i + 1 < len(args):
+                args = [*args[:i], *_options_after(args[i], args[i + 1:], valued), args[i]]
             break
         return super().parse_args(ctx, args)
+
+
+def _options_after(target: str, rest: list[str], valued: set[str]) -> list[str]:
+    """What follows a recipe or a file, checked to be tune's options with their values."""
+    j = 0
+    while j < len(rest):
+        if rest[j] == "--" or not rest[j].startswith("-"):
+            raise AlloclabError(f"{target} is a recipe or an experiment file, which names its own commands: what "
+                                f"follows it must be tune's options, and {rest[j]!r} is not one. To tune a program "
+                                f"instead: alloclab tune [OPTIONS] -- CMD [ARGS]...")
+        if rest[j] in valued and j + 1 == len(rest):
+            raise AlloclabError(f"{rest[j]} needs a value (it ends the command line, after {target}).")
+        j += 2 if rest[j] in valued else 1
+    return rest
 
 
 @app.command(cls=_TuneCommand, context_settings={"allow_interspersed_args": False})
@@ -146,12 +163,12 @@ def _is_server(workload) -> bool:
 
 
 def diagnosed(workloads: list) -> list:
-    """The workloads the diagnosis fingerprints: every command of a file (its fingerprint run costs
-    about a measured run: qemu-img's qcow2 and raw images); where a server runs (a fingerprint run
+    """The workloads the diagnosis fingerprints: a file's commands, up to DIAGNOSED_COMMANDS (a
+    fingerprint run costs about a measured run: qemu-img's qcow2 and raw images); where a server runs (a fingerprint run
     is a whole session, start to stop), the first, and the first with memory phases where the first
     has none (redis: the benchmark, and the fill whose FLUSHALL shows what is held)."""
     if not any(_is_server(w) for w in workloads):
-        return list(workloads)
+        return list(workloads[:DIAGNOSED_COMMANDS])
     out = workloads[:1]
     if out and not _has_phases(out[0]):
         out += [w for w in workloads[1:] if _has_phases(w)][:1]
@@ -303,13 +320,14 @@ def _quiet_bound(store: Store, diag_id: int, chosen: list, plain: list[Variant],
                  opts) -> tuple[str | None, str | None]:
     """Where nothing the allocator does was seen beyond how often it is called: one profiled run per
     plain allocator and diagnosed workload (with an unprofiled run beside each: the one look).
-    (The sentence that stops tune when their allocator and kernel memory-management share bounds
-    every change below the margin in every workload, None to race; the share in words where it was
-    measured.)"""
+    (The sentence that stops tune when the upper limit of their allocator and kernel
+    memory-management share bounds every change below the margin in every workload, None to race;
+    the share in words where it was measured.)"""
     from alloclab.measure import auto_profile
     from alloclab.measure.profile.perf import read_int
     from alloclab.measure.profile.record import profile_workload
     from alloclab.measure.profile.summary import store_profiles
+    from alloclab.tune.bound import CONFIDENCE, share_bound
     from alloclab.workloads.primary import primary_metric
 
     base = readings.get(cat.BASELINE)
@@ -319,29 +337,32 @@ def _quiet_bound(store: Store, diag_id: int, chosen: list, plain: list[Variant],
         err.print(f"[yellow]No profile to bound the allocator's share ({why}); racing.[/]", highlight=False)
         return None, None
     limit = read_int("/proc/sys/kernel/perf_event_max_sample_rate") or QUIET_FREQUENCY
-    worst = None   # (bound, share, samples, metric, workload name) of the workload bounded loosest
+    bounds = []
     for wi, workload in enumerate(chosen):
-        summaries = profile_workload(workload, plain, runs=1, baseline=None, timeout_s=opts.timeout,
-                                     keep_session=True, seed=opts.seed, frequency=min(QUIET_FREQUENCY, limit),
-                                     workload_idx=wi)
+        try:
+            summaries = profile_workload(workload, plain, runs=1, baseline=None, timeout_s=opts.timeout,
+                                         keep_session=True, seed=opts.seed, frequency=min(QUIET_FREQUENCY, limit),
+                                         workload_idx=wi)
+        except AlloclabError as exc:   # a workload profiling cannot run (run_as, ...): no bound, race
+            err.print(f"[yellow]No profile of {workload.name} to bound the allocator's share ({exc}); "
+                      f"racing.[/]", highlight=False)
+            return None, None
         store_profiles(store, diag_id, summaries)
-        base_profile = summaries[0]   # the default's: what any change could take away from it
-        if not (base_profile.kernel_visible and base_profile.allocator and base_profile.ok_runs):
-            return None, None   # without the kernel's share, a fault-driven change would go unseen: race instead
-        share = base_profile.allocator[0] + base_profile.kernel_mm[0]
-        m = primary_metric(workload.metrics)
-        bound = 1 / (1 - share) - 1 if m is not None and m.higher_is_better else share
-        if worst is None or bound > worst[0]:
-            worst = (bound, share, sum(r.samples for r in base_profile.ok_runs), m, workload.name)
-    bound, share, samples, m, name = worst
-    what = (f"{m.name} (a rate: at most 1/(1 - share) - 1)" if m is not None and m.higher_is_better
-            else f"{m.name if m else 'wall time'} (a time: at most the share)")
-    where = f" of {name}" if len(chosen) > 1 else ""
-    share_text = (f"the allocator's functions and the kernel's memory management took at most {share * 100:.2f}% "
-                  f"of {plain[0].label}'s CPU in the profiled runs{where} ({samples:,} samples"
-                  f"{', the most of its ' + str(len(chosen)) + ' workloads' if where else ''}): no allocator "
-                  f"or setting can improve {what} by more than about {bound * 100:.2f}%")
-    if bound >= opts.min_effect:
+        # The default's profile: what any change could take away from it.
+        b = share_bound(workload.name, summaries[0], primary_metric(workload.metrics))
+        if b is None:
+            return None, None
+        bounds.append(b)
+    b = max(bounds, key=lambda x: x.bound)
+    what = (f"{b.metric} (a rate: at most 1/(1 - share) - 1)" if b.rate
+            else f"{b.metric or 'wall time'} (a time: at most the share)")
+    where = f" of {b.workload}" if len(chosen) > 1 else ""
+    most = f", the most of its {len(chosen)} workloads" if where else ""
+    share_text = (f"the allocator's functions and the kernel's memory management took {b.share * 100:.2f}% of "
+                  f"{plain[0].label}'s CPU in the profiled runs{where} ({b.samples:,} samples{most}; at most "
+                  f"{b.upper * 100:.2f}% at {CONFIDENCE:.0%} confidence): no allocator or setting can improve "
+                  f"{what} by more than about {b.bound * 100:.2f}%")
+    if b.bound >= opts.min_effect:
         return None, share_text
     calls = f"the program makes {base.get('allocs_per_s') or 0:,.0f} allocation calls a second"
     seen = (f"{calls}, no rule of the catalog fired" if not rx.fired else

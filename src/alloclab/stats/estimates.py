@@ -46,6 +46,7 @@ __all__ = [
     "format_p",
     "geomean_ratio",
     "median_ci",
+    "proportion_upper",
     "precise_enough",
     "summarize",
 ]
@@ -164,7 +165,7 @@ def _seed(*groups: np.ndarray, tag: str = "") -> int:
 
 
 def _bootstrap_medians(x_sorted: np.ndarray, n_boot: int, rng: np.random.Generator) -> np.ndarray:
-    """Medians of ``n_boot`` resamples with replacement (vectorised), the same numbers as
+    """Medians of ``n_boot`` resamples with replacement (vectorised), the same values as
     np.median(x_sorted[idx], axis=1) at half its time: x is sorted, so a resample's middle order
     statistics are x at the middle of its sorted indices, found from each index's count (a
     partition per resample costs more than the counting at the few dozen runs of a cell)."""
@@ -235,6 +236,16 @@ def summarize(values: Iterable[float], n_failed: int = 0, confidence: float = 0.
         n=n, median=_median_sorted(x), mean=mean, std=std, cv=float(cv),
         min=float(x[0]), max=float(x[-1]), ci_low=lo, ci_high=hi, n_failed=n_failed,
     )
+
+
+def proportion_upper(k: int, n: int, confidence: float = 0.95) -> float:
+    """One-sided Clopper-Pearson upper limit of a proportion seen k times in n (a profile's
+    samples in some functions): exact, so 0 hits in 185 samples still allow 1.6%."""
+    if n <= 0:
+        return 1.0
+    if k >= n:
+        return 1.0
+    return float(_special.betaincinv(k + 1, n - k, confidence))
 
 
 def precise_enough(values: Iterable[float], target_halfwidth: float) -> bool:

@@ -31,3 +31,8 @@ def ndtr(z):
 def bdtr(k, n, p):
     """The binomial CDF."""
     return _special().bdtr(k, n, p)
+
+
+def betaincinv(a, b, y):
+    """The inverse of the regularized incomplete beta function (Clopper-Pearson limits)."""
+    return _special().betaincinv(a, b, y)

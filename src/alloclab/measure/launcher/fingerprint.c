@@ -469,7 +469,7 @@ static void *own_sym(void *h, const void *base, const char *name) {
     return f && dladdr(f, &i) && i.dli_fbase == base ? f : NULL;
 }
 
-/* Called at start (or at exit), with in_hook set: what dlopen allocates is not counted. Not from the
+/* Called at start, with in_hook set: what dlopen allocates is not counted. Not from the
  * helper thread: its first malloc under glibc would create an arena for it, a 128 MiB reservation
  * trimmed by two munmaps of 64 MiB in all, which the system-call count would read as the program's. */
 static void resolve_stats(void) {
@@ -820,9 +820,6 @@ __attribute__((constructor)) static void fp_init(void) {
 __attribute__((destructor)) static void fp_fini(void) {
     if (!out_dir[0]) return;
     pthread_mutex_lock(&write_lock);
-    in_hook++;
-    if (as_kind == AS_UNRESOLVED) resolve_stats();   /* a program shorter than one sample interval */
-    in_hook--;
     take_sample();
     write_file(1);
     finished = 1;   /* the helper thread writes no more: the final file stays */
