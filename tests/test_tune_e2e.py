@@ -107,7 +107,7 @@ def test_tune_end_to_end_on_a_churn_program(cli, build, store_of):
 
 
 def test_tune_stops_with_a_bound_on_a_program_that_barely_allocates(cli, build, store_of):
-    proc = cli("tune", "--", str(build("compute")), "150000000", timeout=300)
+    proc = cli("tune", "--", str(build("compute")), "100000000", timeout=300)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert "Nothing to tune" in proc.stdout and "in the profiled runs" in proc.stdout
     assert "Racing" not in proc.stderr
@@ -132,7 +132,7 @@ def test_tune_bounds_before_racing_rules_that_read_only_the_allocation_rate(cli,
 def test_rules_of_the_rate_race_where_the_allocator_takes_a_real_share(cli, build, store_of):
     # A malloc and free every 10 rounds: the allocator's share is far above the margin, so the
     # bound stops nothing and the rule's candidates race.
-    proc = cli("tune", "--budget", "3m", "--", str(build("compute")), "30000000", "10", timeout=400)
+    proc = cli("tune", "--budget", "3m", "--", str(build("compute")), "10000000", "10", timeout=400)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert "Nothing to tune" not in proc.stdout
     text = " ".join(proc.stdout.split())

@@ -300,13 +300,8 @@ def compare(baseline: Iterable[float], candidate: Iterable[float], higher_is_bet
         higher_is_better=higher_is_better,
         verdict=verdict_for(ratio, lo, hi, higher_is_better, min_effect, significant=math.isfinite(p) and p < alpha),
         n_baseline=int(b.size), n_candidate=int(c.size), margin=min_effect, confidence=confidence,
-        more_runs=_more_runs(int(min(b.size, c.size)), ratio, lo, hi, min_effect),
+        more_runs=more_runs(int(min(b.size, c.size)), ratio, lo, hi, min_effect),
     )
-
-
-def _more_runs(n: int, ratio: float, lo: float, hi: float, margin: float) -> int | None:
-    return more_runs(n, ratio, lo, hi, margin)
-
 
 
 def format_p(p: float, allow_less_than: bool = True) -> str:
