@@ -157,17 +157,14 @@ def _has_phases(workload) -> bool:
     return bool(getattr(getattr(workload.executor, "load", None), "phases", None))
 
 
-def _is_server(workload) -> bool:
-    from alloclab.measure.service.executors import ServiceExecutor
-    return isinstance(workload.executor, ServiceExecutor)
-
-
 def diagnosed(workloads: list) -> list:
     """The workloads the diagnosis fingerprints: a file's commands, up to DIAGNOSED_COMMANDS (a
     fingerprint run costs about a measured run: qemu-img's qcow2 and raw images); where a server runs (a fingerprint run
     is a whole session, start to stop), the first, and the first with memory phases where the first
     has none (redis: the benchmark, and the fill whose FLUSHALL shows what is held)."""
-    if not any(_is_server(w) for w in workloads):
+    from alloclab.measure.profile.record import is_service
+
+    if not any(is_service(w) for w in workloads):
         return list(workloads[:DIAGNOSED_COMMANDS])
     out = workloads[:1]
     if out and not _has_phases(out[0]):
@@ -176,7 +173,8 @@ def diagnosed(workloads: list) -> list:
 
 
 def _diagnose(store: Store, opts: ExperimentOptions, workloads: list, plain: list[Variant], title: str):
-    """The fingerprint of the diagnosed workloads under each plain allocator, untimed."""
+    """The fingerprint of the diagnosed workloads under each plain allocator, untimed: (experiment
+    id, experiment, readings per allocator, the workloads diagnosed)."""
     from alloclab.measure.runner import Settings
     from alloclab.tune.diagnosis import merged, reading
 
@@ -197,7 +195,7 @@ def _diagnose(store: Store, opts: ExperimentOptions, workloads: list, plain: lis
                 err.print(f"[yellow]{v.label}: no fingerprint of {chosen[wi].name} ({fp['error']})[/]", highlight=False)
         if parts:
             readings[name] = merged(parts)
-    return exp_id, exp, readings
+    return exp_id, exp, readings, chosen
 
 
 class _Resolved(dict):
@@ -226,7 +224,7 @@ def _tune(opts: ExperimentOptions, workloads: list, plan_defaults, title: str, s
     plain = _plain_variants(opts)
     store = Store(opts.db)
     err.print(f"Storing results in {store.path.resolve()}", highlight=False)
-    diag_id, diag, readings = _diagnose(store, opts, workloads, plain, title)
+    diag_id, diag, readings, chosen = _diagnose(store, opts, workloads, plain, title)
     versions = {v.allocator.name: diag.variants[i].version for i, v in enumerate(plain) if v.allocator}
     others = [v.spec for v in plain[1:]]
     resolved = _Resolved()
@@ -239,7 +237,6 @@ def _tune(opts: ExperimentOptions, workloads: list, plan_defaults, title: str, s
     # What the allocator's CPU share bounds: nothing fired, or only rules of the allocation rate
     # with no memory phase to hold memory after; a bound needs every raced workload looked at.
     look = not rx.fired or (rx.rate_only and not any(_has_phases(w) for w in workloads))
-    chosen = diagnosed(workloads)
     stop, share = (_quiet_bound(store, diag_id, chosen, plain, readings, rx, opts)
                    if look and len(chosen) == len(workloads) else (None, None))
     if stop is not None:
