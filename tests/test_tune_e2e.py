@@ -5,6 +5,7 @@ its bound)."""
 
 from __future__ import annotations
 
+import shutil
 import sys
 import subprocess
 from pathlib import Path
@@ -141,9 +142,21 @@ def test_rules_of_the_rate_race_where_the_allocator_takes_a_real_share(cli, buil
     assert [e.row.kind for e in (store_of(cli.db).load(1), store_of(cli.db).load(2))] == ["tune-diagnosis", "tune"]
 
 
-def test_tune_refuses_variants_with_settings_in_a(cli, build):
-    proc = cli("tune", "-a", "glibc:MALLOC_TOP_PAD_=1M", "--", str(build("compute")))
-    assert proc.returncode != 0 and "tune proposes the settings itself" in proc.stderr
+@pytest.mark.parametrize("given, says", [
+    ("glibc:MALLOC_TOP_PAD_=1M", "tune proposes the settings itself"),
+    ("jemallok", "Unknown allocator 'jemallok'"),
+    ("LIBC", "is a library of your own: race it with `alloclab compare -a"),
+])
+def test_tune_refuses_in_a_what_is_not_a_catalog_allocator_in_one_paragraph(cli, build, given, says):
+    if given == "LIBC":   # a library that exists on every host: a path is refused as a path, not as missing
+        import ctypes.util
+        from alloclab.catalog import allocators as cat
+        given = str(cat.find_library(ctypes.util.find_library("c")))
+    proc = cli("tune", "-a", given, "--", str(build("compute")))
+    assert proc.returncode == 2, proc.stderr
+    # One paragraph, no traceback: the clean-up after the refusal must not fail in turn.
+    assert proc.stderr.startswith("error: ") and "Traceback" not in proc.stderr, proc.stderr
+    assert says in " ".join(proc.stderr.split()), proc.stderr
 
 
 def test_a_setting_the_installed_allocator_does_not_know_is_refused():
@@ -206,3 +219,13 @@ def test_options_after_a_recipe_are_tunes_and_after_a_program_the_programs(tmp_p
         assert proc.returncode != 0 and "names its own commands" in proc.stderr, proc.stderr
     proc = tune("recipe:nosuch", "--db")
     assert proc.returncode != 0 and "--db needs a value" in proc.stderr, proc.stderr
+
+
+def test_a_command_that_fails_under_every_allocator_stops_at_its_diagnosis(cli, store_of):
+    false = shutil.which("false")
+    proc = cli("tune", "--", false)
+    assert proc.returncode == 2, proc.stderr
+    said = " ".join(proc.stderr.split())
+    assert said.count("error: ") == 1 and "fingerprint run failed under every allocator (exited with status 1)" in said
+    assert "Racing" not in proc.stderr    # nothing raced: the diagnosis said it all
+    assert [e["kind"] for e in store_of(cli.db).experiments()] == ["tune-diagnosis"]

@@ -110,7 +110,8 @@ def tune(
             session.cleanup()
         else:
             for w in workloads:
-                w.executor.cleanup()
+                if w.executor is not None:   # set where it ran: an option refused first leaves it unset
+                    w.executor.cleanup()
 
 
 def _command_workloads(command: list[str], metric: list[str], shell: bool, param: list[str]) -> list:
@@ -143,11 +144,16 @@ def _plain_variants(opts: ExperimentOptions) -> list[Variant]:
     catalog = cat.load_catalog()
     if opts.allocator:
         names = [a.strip() for a in opts.allocator]
-        odd = [n for n in names if ":" in n or "@" in n or n not in catalog.allocators]
-        if odd:
-            raise AlloclabError(f"tune's -a names allocators to consider ({', '.join(catalog.allocators)}), not "
-                                f"variants with settings: {', '.join(odd)}. tune proposes the settings itself; "
-                                f"race your own with `alloclab compare -a ...`.")
+        for n in names:
+            if ":" in n or "@" in n:
+                raise AlloclabError(f"tune's -a names allocators to consider ({', '.join(catalog.allocators)}), "
+                                    f"not variants with settings: {n}. tune proposes the settings itself; race "
+                                    f"your own with `alloclab compare -a ...`.")
+            if n not in catalog.allocators:
+                parse_variant(n, catalog)   # an unknown name is refused here, with the names compare lists
+                raise AlloclabError(f"tune's -a names allocators of the catalog ({', '.join(catalog.allocators)}), "
+                                    f"whose settings its rules know; {n} is a library of your own: race it with "
+                                    f"`alloclab compare -a {n} ...`.")
         names = [cat.BASELINE] + [n for n in names if n != cat.BASELINE]
         return [parse_variant(n, catalog) for n in names]
     return [v for v in installed_variants(catalog) if v.allocator is None or v.allocator.race_in_tune]
@@ -183,6 +189,7 @@ def _diagnose(store: Store, opts: ExperimentOptions, workloads: list, plain: lis
     chosen = diagnosed(workloads)
     exp_id = run_experiment(store, chosen, plain, settings)
     exp = store.load(exp_id)
+    _stop_if_the_command_fails(store, exp_id, exp.fingerprints, [v.label for v in plain], chosen)
     readings: dict[str, Reading] = {}
     for vi, v in enumerate(plain):
         name = v.allocator.name if v.allocator else v.label
@@ -196,6 +203,23 @@ def _diagnose(store: Store, opts: ExperimentOptions, workloads: list, plain: lis
         if parts:
             readings[name] = merged(parts)
     return exp_id, exp, readings, chosen
+
+
+def _stop_if_the_command_fails(store: Store, exp_id: int, fingerprints: dict, labels: list[str], chosen: list) -> None:
+    """Before any rule reads them: runs that failed under every allocator are the command's failure,
+    not the allocators' (racing them would only fail again); under some, a fact the answer needs."""
+    ran = {key: fp for key, fp in fingerprints.items() if fp and fp.get("status")}
+    failed = {key: fp for key, fp in ran.items() if fp["status"] != "ok"}
+    if ran and len(failed) == len(ran):
+        last = next(reversed(failed.values()))
+        detail = last.get("run_error") or "no detail"
+        raise AlloclabError(
+            f"The program's fingerprint run {last['status']} under every allocator ({detail}): the command itself "
+            f"is failing, not an allocator, so there is nothing to tune. Run it by hand to see why (raise "
+            f"--timeout if it needs longer). The diagnosis is kept in {store.path} as experiment {exp_id}.")
+    for (wi, vi), fp in sorted(failed.items()):
+        err.print(f"[yellow]{chosen[wi].name[:60]} | {labels[vi]}: the fingerprint run {fp['status']} "
+                  f"({fp.get('run_error') or 'no detail'}) under this allocator alone[/]", highlight=False)
 
 
 class _Resolved(dict):
