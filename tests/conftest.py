@@ -75,11 +75,11 @@ def cli(tmp_path):
     """Run the real alloclab CLI in a subprocess; returns CompletedProcess. DB in tmp_path."""
     db = tmp_path / "test.db"
 
-    def _cli(*args: str, timeout: float = 240, check: bool | None = None) -> subprocess.CompletedProcess:
+    def _cli(*args: str, timeout: float = 240, check: bool | None = None, env: dict | None = None) -> subprocess.CompletedProcess:
         proc = subprocess.run([*ALLOCLAB, *args[:1], *(["--db", str(db)] if args and args[0] in
                                                      ("compare", "report", "experiments", "suite", "run", "diff", "profile", "sweep", "tune") else []),
                                *args[1:]], capture_output=True, text=True, timeout=timeout,
-                              env={**os.environ, "COLUMNS": "200"})
+                              env={**os.environ, "COLUMNS": "200", **(env or {})})
         if check:
             assert proc.returncode == 0, proc.stdout + proc.stderr
         return proc

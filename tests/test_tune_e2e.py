@@ -5,6 +5,7 @@ its bound)."""
 
 from __future__ import annotations
 
+import json
 import shutil
 import sys
 import subprocess
@@ -105,6 +106,19 @@ def test_tune_end_to_end_on_a_churn_program(cli, build, store_of):
     assert set(race.config.tune["fired"]) & GLIBC_RULES == {"glibc-trim-churn"}
     # A command's race looks early, at 6 runs, then at compare's first look, 10.
     assert race.config.design["looks"][:2] == [6, 10] and race.config.design["early"] == 1
+    # Stored and reported like any experiment: every format of the race gives tune's answer first,
+    # the same picks as the command printed, whether the kept Results are read or analysed again.
+    best = next(line for line in out.splitlines() if line.startswith("Best for "))
+    for fmt, env in (("terminal", {}), ("md", {"ALLOCLAB_NO_RESULTS_CACHE": "1"}), ("json", {}), ("html", {})):
+        report = cli("report", "-f", fmt, "2", env=env)
+        assert report.returncode == 0, report.stderr
+        text = report.stdout
+        if fmt == "json":
+            text = " ".join(heading for p in json.loads(text)["tune"]["picks"]
+                            for heading in (f"Best for {p['goal']}: {p['label']}: {p['effect']}",))
+        assert best in text.replace("&#39;", "'").replace("&amp;", "&"), (fmt, text[:3000])
+        if fmt in ("terminal", "md"):
+            assert text.index("Tune answer (race: experiment 2, diagnosis: experiment 1)") < text.index("Answer")
 
 
 def test_tune_stops_with_a_bound_on_a_program_that_barely_allocates(cli, build, store_of):

@@ -12,7 +12,7 @@ from alloclab.measure.runner import Runner, Settings
 from alloclab.stats.analysis import analyze
 from alloclab.stats.looks import Judge
 from alloclab.store.db import Store
-from alloclab.tune.answer import answer
+from alloclab.stats.tune_answer import answer
 from alloclab.tune.prescribe import Candidate
 from alloclab.workloads.command import Workload
 

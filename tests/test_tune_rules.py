@@ -179,7 +179,7 @@ def test_readings_of_a_load_and_of_its_memory_phases_merge_at_their_largest():
 
 def test_the_diagnosis_fingerprints_the_workload_with_memory_phases_too():
     from types import SimpleNamespace as NS
-    from alloclab.cli.tune import diagnosed
+    from alloclab.cli.tune_diagnose import diagnosed
     from alloclab.measure.service.executors import CommandModeExecutor, ServiceExecutor
     session = NS(ef=NS(loads=[NS(phases=[]), NS(phases=["flush"])]))
     bench = NS(name="benchmark", executor=ServiceExecutor(session, 0))

@@ -20,20 +20,17 @@ from alloclab.catalog import allocators as cat
 from alloclab.cli import experiment_flow as flow
 from alloclab.cli.app import MetricOption, ShellOption, app, console, err, run_experiment, seconds, show
 from alloclab.cli.experiment_options import ExperimentOptions, budget_option, experiment_options
+from alloclab.cli.tune_diagnose import diagnose, has_phases
 from alloclab.errors import AlloclabError
 from alloclab.store.db import Store
 
 if TYPE_CHECKING:
     from alloclab.catalog.variants import Variant
-    from alloclab.tune.diagnosis import Reading
 
 # Where no rule fires, or only rules of the allocation rate, one profiled run per plain allocator
 # bounds what any of them could change.
 QUIET_FREQUENCY = 4999   # samples a second: a program of a tenth of a second still gives hundreds
 SCREEN_MODES = ("auto", "always", "never")
-# A file's commands fingerprinted at most (a sweep of many values would take a run per value and
-# allocator before the budget is even checked); tune stops on a bound only where all were.
-DIAGNOSED_COMMANDS = 4
 
 
 def _is_file(arg: str) -> bool:
@@ -159,69 +156,6 @@ def _plain_variants(opts: ExperimentOptions) -> list[Variant]:
     return [v for v in installed_variants(catalog) if v.allocator is None or v.allocator.race_in_tune]
 
 
-def _has_phases(workload) -> bool:
-    return bool(getattr(getattr(workload.executor, "load", None), "phases", None))
-
-
-def diagnosed(workloads: list) -> list:
-    """The workloads the diagnosis fingerprints: a file's commands, up to DIAGNOSED_COMMANDS (a
-    fingerprint run costs about a measured run: qemu-img's qcow2 and raw images); where a server runs (a fingerprint run
-    is a whole session, start to stop), the first, and the first with memory phases where the first
-    has none (redis: the benchmark, and the fill whose FLUSHALL shows what is held)."""
-    from alloclab.measure.profile.record import is_service
-
-    if not any(is_service(w) for w in workloads):
-        return list(workloads[:DIAGNOSED_COMMANDS])
-    out = workloads[:1]
-    if out and not _has_phases(out[0]):
-        out += [w for w in workloads[1:] if _has_phases(w)][:1]
-    return out
-
-
-def _diagnose(store: Store, opts: ExperimentOptions, workloads: list, plain: list[Variant], title: str):
-    """The fingerprint of the diagnosed workloads under each plain allocator, untimed: (experiment
-    id, experiment, readings per allocator, the workloads diagnosed)."""
-    from alloclab.measure.runner import Settings
-    from alloclab.tune.diagnosis import merged, reading
-
-    settings = Settings(runs=1, warmup=0, verify=False, fingerprint_only=True, keep_prepared=True,
-                        kind="tune-diagnosis", title=title, timeout_s=opts.timeout, seed=opts.seed)
-    chosen = diagnosed(workloads)
-    exp_id = run_experiment(store, chosen, plain, settings)
-    exp = store.load(exp_id)
-    _stop_if_the_command_fails(store, exp_id, exp.fingerprints, [v.label for v in plain], chosen)
-    readings: dict[str, Reading] = {}
-    for vi, v in enumerate(plain):
-        name = v.allocator.name if v.allocator else v.label
-        parts = []
-        for wi in range(len(chosen)):
-            fp = exp.fingerprints.get((wi, vi))
-            if fp and "error" not in fp:
-                parts.append(reading(name, v.label, fp))
-            elif fp:
-                err.print(f"[yellow]{v.label}: no fingerprint of {chosen[wi].name} ({fp['error']})[/]", highlight=False)
-        if parts:
-            readings[name] = merged(parts)
-    return exp_id, exp, readings, chosen
-
-
-def _stop_if_the_command_fails(store: Store, exp_id: int, fingerprints: dict, labels: list[str], chosen: list) -> None:
-    """Before any rule reads them: runs that failed under every allocator are the command's failure,
-    not the allocators' (racing them would only fail again); under some, a fact the answer needs."""
-    ran = {key: fp for key, fp in fingerprints.items() if fp and fp.get("status")}
-    failed = {key: fp for key, fp in ran.items() if fp["status"] != "ok"}
-    if ran and len(failed) == len(ran):
-        last = next(reversed(failed.values()))
-        detail = last.get("run_error") or "no detail"
-        raise AlloclabError(
-            f"The program's fingerprint run {last['status']} under every allocator ({detail}): the command itself "
-            f"is failing, not an allocator, so there is nothing to tune. Run it by hand to see why (raise "
-            f"--timeout if it needs longer). The diagnosis is kept in {store.path} as experiment {exp_id}.")
-    for (wi, vi), fp in sorted(failed.items()):
-        err.print(f"[yellow]{chosen[wi].name[:60]} | {labels[vi]}: the fingerprint run {fp['status']} "
-                  f"({fp.get('run_error') or 'no detail'}) under this allocator alone[/]", highlight=False)
-
-
 class _Resolved(dict):
     """Each candidate's spec resolved once (spec -> Variant): the check of what the installed
     allocators refuse, then the screen and the race take the same Variant."""
@@ -248,7 +182,7 @@ def _tune(opts: ExperimentOptions, workloads: list, plan_defaults, title: str, s
     plain = _plain_variants(opts)
     store = Store(opts.db)
     err.print(f"Storing results in {store.path.resolve()}", highlight=False)
-    diag_id, diag, readings, chosen = _diagnose(store, opts, workloads, plain, title)
+    diag_id, diag, readings, chosen = diagnose(store, opts, workloads, plain, title)
     versions = {v.allocator.name: diag.variants[i].version for i, v in enumerate(plain) if v.allocator}
     others = [v.spec for v in plain[1:]]
     resolved = _Resolved()
@@ -260,7 +194,7 @@ def _tune(opts: ExperimentOptions, workloads: list, plan_defaults, title: str, s
     candidates = [c for c in rx.candidates if not c.refused]
     # What the allocator's CPU share bounds: nothing fired, or only rules of the allocation rate
     # with no memory phase to hold memory after; a bound needs every raced workload looked at.
-    look = not rx.fired or (rx.rate_only and not any(_has_phases(w) for w in workloads))
+    look = not rx.fired or (rx.rate_only and not any(has_phases(w) for w in workloads))
     stop, share = (_quiet_bound(store, diag_id, chosen, plain, readings, rx, opts)
                    if look and len(chosen) == len(workloads) else (None, None))
     if stop is not None:
@@ -393,9 +327,7 @@ def _quiet_bound(store: Store, diag_id: int, chosen: list, plain: list[Variant],
 
 def _race(store: Store, opts: ExperimentOptions, workloads: list, variants: list[Variant], candidates, rx, readings,
           diag_id: int, plan_defaults, title: str, left_s: float, screened: list[str], screen_id: int | None) -> None:
-    from alloclab.report import tune as tune_report
     from alloclab.stats.results_cache import keep, results
-    from alloclab.tune.answer import answer
     from alloclab.tune.race import RaceJudge
 
     plan = flow.Plan("tune", title, workloads, [v.spec for v in variants], [], {}, plan_defaults)
@@ -409,11 +341,9 @@ def _race(store: Store, opts: ExperimentOptions, workloads: list, variants: list
     err.print(f"Racing {len(variants) - 1} candidate(s) against {variants[0].label} for at most {left_s:.0f} s: "
               + ", ".join(v.label for v in variants[1:]), highlight=False)
     race_id = run_experiment(store, workloads, variants, settings, judge=RaceJudge())
-    # Kept, as compare keeps its Results: `alloclab report` of the race renders them at once.
+    # Kept, as compare keeps its Results: `alloclab report` of the race renders them at once, tune's
+    # answer first (Results.tune), as here.
     r = results(store.load(race_id), min_effect=opts.min_effect, max_rss_increase=opts.max_rss_increase)
-    ans = answer(r.analysis, candidates + [c for c in rx.candidates if c.refused], opts.max_rss_increase, screened)
-    tune_report.render(ans, console, title=f"Tune answer (race: experiment {race_id}, diagnosis: experiment {diag_id})")
-    console.print()
     show(r, store.path, details=opts.details, export_json=opts.export_json, report_format=opts.report,
          report_file=opts.report_file)
     keep(r, every_check=True)

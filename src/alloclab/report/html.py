@@ -16,7 +16,7 @@ from alloclab import __version__
 from alloclab.stats.analysis import Analysis
 from alloclab.stats.recommend import RSS_METRIC
 from alloclab.store.model import Run
-from alloclab.report import fingerprint
+from alloclab.report import fingerprint, tune
 from alloclab.report.chart_style import RSS_LINES_PER_VARIANT, colour, pick_runs
 from alloclab.report.pen import Pen
 from alloclab.report.common import (allocator_lines, baseline_warning, failed_run_lines, fmt_value, full_delta, metadata,
@@ -299,6 +299,8 @@ def context(r: Results, options) -> dict:
         "baseline": a.labels[a.baseline_idx], "colours": {a.labels[vi]: colour(vi) for vi in order},
         "answers": answers(a), "statistics": statistics_line(a), "baseline_warning": baseline_warning(a),
         "wrappers": wrapper_answers(a) + bound_answers(a),
+        "tune": r.tune and {"title": tune.title(a.experiment), "answer": r.tune,
+                            "picks": [(tune.heading(p), p) for p in r.tune.picks], "sections": tune.sections(r.tune)},
     }
 
 

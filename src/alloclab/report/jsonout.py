@@ -109,6 +109,8 @@ def results_dict(r: Results, runs: bool = True) -> dict:
         } for row in w.rows],
     } for w in a.workloads]
     out["recommendation"] = dataclasses.asdict(r.recommendation)
+    if r.tune is not None:   # a tune race's answer: its picks, each with its mechanism and how to apply it
+        out["tune"] = dataclasses.asdict(r.tune)
     out = json_safe(out)
     if runs:
         out["runs"] = [_run(run) for run in a.experiment.runs]

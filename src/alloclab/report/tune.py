@@ -1,13 +1,13 @@
 """tune's answer in the terminal and as Markdown: what to use for speed, for memory and after each
 phase, the mechanism behind each, how to apply it, and what was ruled out. Renders only: the
-choices were made by tune/answer.py."""
+choices were made by stats/tune_answer.py."""
 
 from __future__ import annotations
 
 from rich.console import Console
 from rich.markup import escape
 
-from alloclab.tune.answer import TuneAnswer
+from alloclab.stats.tune_answer import TuneAnswer
 from alloclab.tune.diagnosis import Reading, size_text
 from alloclab.tune.prescribe import Prescription
 
@@ -43,11 +43,27 @@ def diagnosis_lines(readings: dict[str, Reading], rx: Prescription) -> list[str]
     return out
 
 
+def heading(p) -> str:
+    """A pick's first line: 'Best for speed: mimalloc: wall_s -36.9% [-50.0, -20.3]'."""
+    return f"{_GOAL.get(p.goal, 'Best for ' + p.goal)}: {p.label}: {p.effect}"
+
+
+def sections(ans: TuneAnswer) -> list[tuple[str, bool, list[str]]]:
+    """(title, a warning, lines) of what is not a pick, in the order every format gives them."""
+    return [(title, warn, lines) for title, warn, lines in (
+        ("Also decided better (its difference from the pick is not tested)", False, ans.also_better),
+        ("Ruled out (decided worse or equivalent, or below the leader)", False, ans.ruled_out),
+        ("Not decided within the budget", False, ans.open),
+        ("Screened out before the race (a short screen's estimate, not a verdict)", False, ans.screened_out),
+        ("Not in effect", True, ans.not_in_effect),
+        ("Refused by the installed allocators", True, ans.refused)) if lines]
+
+
 def answer_lines(ans: TuneAnswer) -> list[tuple[str, str]]:
     """(style, text) lines, the picks first."""
     out: list[tuple[str, str]] = []
     for p in ans.picks:
-        out.append(("bold green", f"{_GOAL.get(p.goal, 'Best for ' + p.goal)}: {p.label}: {p.effect}"))
+        out.append(("bold green", heading(p)))
         if p.mechanism:
             out.append(("", f"  why: {p.mechanism}"))
         if p.cost:
@@ -59,18 +75,16 @@ def answer_lines(ans: TuneAnswer) -> list[tuple[str, str]]:
         out.append(("bold yellow", f"Nothing to change: {ans.nothing}"))
     if ans.undecided:
         out.append(("bold yellow", f"Not decided yet: {ans.undecided}"))
-    for title, lines in (("Also decided better (its difference from the pick is not tested)", ans.also_better),
-                         ("Ruled out (decided worse or equivalent, or below the leader)", ans.ruled_out),
-                         ("Not decided within the budget", ans.open),
-                         ("Screened out before the race (a short screen's estimate, not a verdict)", ans.screened_out)):
-        if lines:
-            out.append(("bold", f"{title}:"))
-            out += [("", f"  {line}") for line in lines]
-    for title, lines in (("Not in effect", ans.not_in_effect), ("Refused by the installed allocators", ans.refused)):
-        if lines:
-            out.append(("bold yellow", f"{title}:"))
-            out += [("", f"  {line}") for line in lines]
+    for title, warn, lines in sections(ans):
+        out.append(("bold yellow" if warn else "bold", f"{title}:"))
+        out += [("", f"  {line}") for line in lines]
     return out
+
+
+def title(e) -> str:
+    """The answer's heading, naming the race and the diagnosis it came from (a stored Experiment)."""
+    diag = (e.config.tune or {}).get("diagnosis_experiment")
+    return f"Tune answer (race: experiment {e.id}" + (f", diagnosis: experiment {diag})" if diag else ")")
 
 
 def render(ans: TuneAnswer, console: Console, title: str = "Tune") -> None:
@@ -80,7 +94,6 @@ def render(ans: TuneAnswer, console: Console, title: str = "Tune") -> None:
 
 
 def markdown(ans: TuneAnswer, title: str = "Tune") -> str:
-    lines = [f"## {title}", ""]
-    for style, text in answer_lines(ans):
-        lines.append(f"**{text}**" if "bold" in style else text)
-    return "\n".join(lines) + "\n"
+    """The answer as Markdown: its lines as the terminal gives them, in a text block (the commands and
+    the systemd drop-in keep their indentation, and a patch mail quotes it as it is)."""
+    return "\n".join([f"### {title}", "", "```text", *(text for _, text in answer_lines(ans)), "```"]) + "\n"

@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from alloclab.stats.analysis import Analysis, MetricRow, VariantSummary, analyze, summarize_variants, winners
 from alloclab.stats.recommend import Recommendation, recommend
 from alloclab.stats.sweep import AblationResult, SweepCurve, ablations, sweep_results
+from alloclab.stats.tune_answer import TuneAnswer, answer
 from alloclab.store.db import Experiment
 
 
@@ -27,6 +28,7 @@ class Results:
     summary: list[VariantSummary] | None = None  # per variant across workloads (geomean speed, memory)
     winners: list[tuple[str, str | None, MetricRow | None]] | None = None   # per workload
     hosts: dict[str, Analysis] | None = None    # a fleet experiment's hosts with runs, each alone
+    tune: TuneAnswer | None = None               # a tune race's answer, with the question's memory budget
     # Where stats/results_cache.py keeps these Results (None: not kept); an exporter may keep
     # what it derives from them under the same key (report/html.py: the charts).
     key: str | None = None
@@ -48,6 +50,8 @@ def build_results(exp: Experiment, *, baseline: str | int | None = None, min_eff
     across workloads; `hosts`: a fleet experiment's runs split per host (fleet/report.per_host)."""
     a = analyze(exp, baseline=baseline, min_effect=min_effect)
     out = Results(a, recommend(a, max_rss_increase))
+    if exp.row.kind == "tune" and exp.config.tune is not None:
+        out.tune = answer(a, exp.config.tune_candidates(), max_rss_increase, exp.config.tune.get("screened_out"))
     if sweeps:
         stored = exp.config.stored_sweeps()
         out.sweeps = sweep_results(a, stored)

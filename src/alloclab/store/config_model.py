@@ -52,6 +52,23 @@ class _Stored:
         return self.to_dict().get(key, default)
 
 
+@dataclass(frozen=True)
+class Candidate:
+    """A setting tune proposed (tune/prescribe.py), as the race stores it in `config.tune`."""
+
+    spec: str
+    rule: str
+    expect: str            # faster | less memory
+    mechanism: str         # what the fingerprint read, in words
+    why: str               # how the settings act on it
+    refused: str | None = None   # why the installed allocator cannot take it (never raced)
+
+    @classmethod
+    def of(cls, d: dict) -> "Candidate":
+        named = {f.name for f in dataclasses.fields(cls)}
+        return cls(**{k: v for k, v in d.items() if k in named})
+
+
 @dataclass
 class ExperimentConfig(_Stored):
     """How the runs were scheduled and when the experiment stopped; tune's, a sweep's and a fleet's
@@ -86,6 +103,11 @@ class ExperimentConfig(_Stored):
     def with_(self, **changes) -> "ExperimentConfig":
         """A copy with these keys changed (stored order kept): a host's share of a fleet experiment."""
         return ExperimentConfig.of(self.to_dict() | changes)
+
+    def tune_candidates(self) -> list[Candidate]:
+        """A tune race's candidates, then those the installed allocators refused (never raced)."""
+        t = self.tune or {}
+        return [Candidate.of(d) for key in ("candidates", "refused") for d in t.get(key) or []]
 
     def stored_sweeps(self) -> list[dict]:
         return list(self.sweeps or ([self.sweep] if self.sweep else []))

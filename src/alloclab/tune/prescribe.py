@@ -12,17 +12,8 @@ import math
 from dataclasses import dataclass
 
 from alloclab.catalog.tune_rules import Rule, ValueRule, load_rules
+from alloclab.store.config_model import Candidate
 from alloclab.tune.diagnosis import Reading, value_text
-
-
-@dataclass(frozen=True)
-class Candidate:
-    spec: str
-    rule: str
-    expect: str            # faster | less memory
-    mechanism: str         # what the fingerprint read, in words
-    why: str               # how the settings act on it
-    refused: str | None = None   # why the installed allocator cannot take it (never raced)
 
 
 @dataclass(frozen=True)

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 
 from alloclab.plan.design import Design
 from alloclab.stats.analysis import Analysis
-from alloclab.tune.prescribe import Candidate
+from alloclab.store.config_model import Candidate
 
 RSS = "peak_rss_mb"
 PHASE_PREFIX, PHASE_SUFFIX = "rss_after_", "_mb"

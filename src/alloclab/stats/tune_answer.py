@@ -1,9 +1,10 @@
-"""From the race to tune's answer: the best setting for speed, the best for memory, the best after
+"""From a tune race to tune's answer: the best setting for speed, the best for memory, the best after
 each memory phase, each with the mechanism that explains it and how to apply it; what was ruled
 out, with its interval; what the installed allocators refused or did not take.
 
-In: the race's Analysis (stats.analysis), the candidates (tune/prescribe.py). Out: a TuneAnswer,
-which report/tune.py renders. Only decided verdicts pick: "best" is the largest decided effect
+In: the race's Analysis (stats.analysis) and its candidates (tune/prescribe.py's, as the race
+stored them). Out: a TuneAnswer, part of the race's Results (stats/results.py), which report/tune.py
+renders in every format. Only decided verdicts pick: "best" is the largest decided effect
 among the candidates decided better and decided worse nowhere.
 """
 
@@ -17,7 +18,7 @@ from dataclasses import dataclass, field
 from alloclab.stats.analysis import Analysis, WorkloadResult
 from alloclab.stats.apply import HowToApply, how_to_apply
 from alloclab.stats.estimates import Comparison, format_comparison
-from alloclab.tune.prescribe import Candidate
+from alloclab.store.config_model import Candidate
 
 RSS = "peak_rss_mb"
 PHASE = re.compile(r"^rss_after_(.+)_mb$")
