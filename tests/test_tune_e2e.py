@@ -121,11 +121,14 @@ def test_tune_end_to_end_on_a_churn_program(cli, build, store_of):
             assert text.index("Tune answer (race: experiment 2, diagnosis: experiment 1)") < text.index("Answer")
 
 
-def test_tune_stops_with_a_bound_on_a_program_that_barely_allocates(cli, build, store_of):
-    proc = cli("tune", "--", str(build("compute")), "100000000", timeout=300)
+def test_tune_stops_with_a_bound_on_a_program_that_barely_allocates(cli, build, store_of, tmp_path):
+    asked = tmp_path / "tune.md"
+    proc = cli("tune", "--report-file", str(asked), "--", str(build("compute")), "100000000", timeout=300)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert "Nothing to tune" in proc.stdout and "in the profiled runs" in proc.stdout
     assert "Racing" not in proc.stderr
+    # Nothing raced, nothing to report: said, not left for the user to find the file missing.
+    assert not asked.exists() and "No report written: tune raced nothing" in proc.stderr
     e = store_of(cli.db).load(1)
     assert e.row.kind == "tune-diagnosis" and e.profiles
 

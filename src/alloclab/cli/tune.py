@@ -200,6 +200,7 @@ def _tune(opts: ExperimentOptions, workloads: list, plan_defaults, title: str, s
     if stop is not None:
         console.print(f"[bold green]Nothing to tune:[/] {stop}", highlight=False)
         console.print(f"Results stored in {store.path} (diagnosis: experiment {diag_id}).", highlight=False)
+        _no_report(opts, diag_id)
         return
     if rx.fired and share:
         console.print(f"The rules that fired read only the allocation rate, and {share}: they race.", highlight=False)
@@ -213,6 +214,7 @@ def _tune(opts: ExperimentOptions, workloads: list, plan_defaults, title: str, s
     if not candidates:
         console.print("[bold yellow]No candidate to race[/]: every proposed setting was refused by the installed "
                       "allocators (listed above).", highlight=False)
+        _no_report(opts, diag_id)
         return
     left = budget_s - (time.monotonic() - started)
     if left <= 0:
@@ -225,6 +227,13 @@ def _tune(opts: ExperimentOptions, workloads: list, plan_defaults, title: str, s
     variants = [plain[0]] + [resolved[c.spec] for c in candidates]
     _race(store, opts, workloads, variants, candidates, rx, readings, diag_id, plan_defaults, title, left,
           screened, screen_id)
+
+
+def _no_report(opts: ExperimentOptions, diag_id: int) -> None:
+    """A report was asked for and nothing was raced: say so, rather than leave the file unwritten unsaid."""
+    if opts.report or opts.report_file:
+        err.print(f"[yellow]No report written: tune raced nothing, so there is no race to report; its answer is the "
+                  f"lines above (the diagnosis is experiment {diag_id}).[/]", highlight=False)
 
 
 def _run_cost(diag, n_plain: int, workload) -> float:
