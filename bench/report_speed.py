@@ -33,7 +33,7 @@ again (an HTML page's charts kept as well: report/pen.py).
 
 Usage: python bench/report_speed.py [--runs-per-cell 1000] [--repeat 3]
        python bench/report_speed.py --demo
-       python bench/report_speed.py --db demo.db
+       python bench/report_speed.py --db demo.db [--only html]
 """
 
 from __future__ import annotations
@@ -156,7 +156,7 @@ keep(results(Store(sys.argv[1]).load(None)), every_check=True)
 """
 
 
-def stored(db: Path, repeat: int) -> None:
+def stored(db: Path, repeat: int, formats: tuple[str, ...] = ("terminal", "md", "html")) -> None:
     """`alloclab report` end to end on a stored experiment (its latest), e.g. the demo.db that
     `make demo` leaves: the real thing rather than a shape of it. Read from a copy."""
     if not db.exists():
@@ -174,7 +174,7 @@ def stored(db: Path, repeat: int) -> None:
         # runs); after `compare` (its Results kept as compare keeps them at its end: what a user
         # has when the run ends; a fresh cache each time, primed so); and the same report again
         # (the HTML page's charts kept too).
-        for fmt, limit in (("terminal", 0.5), ("md", 1.0), ("html", 1.5)):
+        for fmt, limit in ((f, t) for f, t in (("terminal", 0.5), ("md", 1.0), ("html", 1.5)) if f in formats):
             out = Path(d) / f"r.{fmt}"
 
             def report(fmt_: str, cache: Path) -> float:
@@ -204,9 +204,11 @@ def main() -> None:
     ap.add_argument("--repeat", type=int, default=3)
     ap.add_argument("--demo", action="store_true", help="the shape of make demo's experiment (392 runs)")
     ap.add_argument("--db", type=Path, help="time the reports of a stored experiment instead (e.g. demo.db)")
+    ap.add_argument("--only", action="append", choices=("terminal", "md", "html"),
+                    help="with --db: time this format only (repeat for several)")
     args = ap.parse_args()
     if args.db:
-        return stored(args.db, args.repeat)
+        return stored(args.db, args.repeat, tuple(args.only or ("terminal", "md", "html")))
     if args.demo:
         args.runs_per_cell = 6
     with tempfile.TemporaryDirectory() as d:

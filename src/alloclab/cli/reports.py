@@ -49,10 +49,21 @@ def report(
     export_json: Optional[Path] = typer.Option(None, "--export-json", help="Also write the JSON report here."),
 ) -> None:
     """Show a stored experiment as a terminal table, Markdown, HTML, JSON or CSV, with a recommendation."""
+    from alloclab.report import pen
+
+    check_outputs(output=output, export_json=export_json)
+    if fmt == "html":
+        pen.start_early()   # matplotlib's import beside the loading below (report/pen.py)
+    try:
+        _report(experiment, db, fmt, output, details, baseline, min_effect, max_rss_increase, export_json)
+    finally:
+        pen.stop_early()
+
+
+def _report(experiment, db, fmt, output, details, baseline, min_effect, max_rss_increase, export_json) -> None:
     from alloclab.fleet.report import per_host, render_hosts
     from alloclab.stats.results_cache import keep, results
 
-    check_outputs(output=output, export_json=export_json)
     store = open_store(db)
     e = store.load(experiment)
     if output is None and fmt == "html" and sys.stdout.isatty():

@@ -26,9 +26,7 @@ from matplotlib.collections import LineCollection  # noqa: E402
 from matplotlib.figure import Figure  # noqa: E402
 from matplotlib.ticker import FuncFormatter  # noqa: E402
 
-from alloclab.report.chart_style import colour  # noqa: E402
-from alloclab.stats.analysis import Analysis, MetricRow  # noqa: E402
-from alloclab.stats.recommend import Choice  # noqa: E402
+from alloclab.report.chart_style import Pareto, Strip, colour  # noqa: E402
 
 # Beyond this many dots per variant they are drawn as one embedded bitmap inside the SVG: the
 # chart stays one self-contained element and renders fast at 10,000 runs.
@@ -58,11 +56,12 @@ _jobs: list[Callable[[], str]] | None = None
 FORK_FROM = 6   # charts per extra worker below which forking costs more than it saves
 
 
-def draw_all(jobs: list[Callable[[], str]], first_id: int = 1) -> list[str]:
+def draw_all(jobs: list[Callable[[], str]], first_id: int = 1, costs: list[float] | None = None) -> list[str]:
     """Each job draws one chart (its SVG). A chart costs 50-90 ms, most of it matplotlib's own
     Python: with more than one core and a dozen charts, forked workers draw them side by side
-    (forked: they inherit the jobs and the imported matplotlib; only SVG text comes back). Job k
-    gets id prefix first_id + k either way, so the page is the same bytes; ids go on after them."""
+    (forked: they inherit the jobs and the imported matplotlib; only SVG text comes back), the
+    costliest first (`costs`, estimates), so that no worker is left with a long one at the end.
+    Job k gets id prefix first_id + k either way, so the page is the same bytes; ids go on after them."""
     global _jobs
     workers = min(len(os.sched_getaffinity(0)), 4, len(jobs) // FORK_FROM)
     # Forking a process with other threads running (a fleet client, a progress display) could
@@ -80,8 +79,12 @@ def draw_all(jobs: list[Callable[[], str]], first_id: int = 1) -> list[str]:
                 pool = mp.get_context("fork").Pool(workers)
             finally:
                 signal.signal(signal.SIGTERM, previous)
+            first = sorted(range(len(jobs)), key=lambda k: -costs[k]) if costs else range(len(jobs))
             with pool:
-                out = pool.starmap(_draw_forked, [(k, first_id) for k in range(len(jobs))], chunksize=1)
+                drawn = pool.starmap(_draw_forked, [(k, first_id) for k in first], chunksize=1)
+            out = [""] * len(jobs)
+            for k, svg in zip(first, drawn):
+                out[k] = svg
         finally:
             _jobs = None
     reset_ids(first_id + len(jobs))
@@ -140,11 +143,7 @@ def _jitter(n: int, seed: int, width: float = 0.28) -> np.ndarray:
     return (np.random.default_rng(seed).random(n) - 0.5) * width
 
 
-def _interval(s) -> tuple[float, float] | None:
-    return (s.ci_low, s.ci_high) if math.isfinite(s.ci_low) and math.isfinite(s.ci_high) else None
-
-
-def _strip(ax, a: Analysis, order: list[int], row: MetricRow, bars: bool = False) -> None:
+def _strip(ax, labels: list[str], order: list[int], row: Strip, bars: bool = False) -> None:
     """Per variant (one line each, baseline on top): every run a dot, the median a tick, its
     interval a thick bar. One artist per kind for all variants together (the dots one scatter,
     the intervals one line collection, the medians one marker line): a scatter call costs ~8 ms,
@@ -154,17 +153,16 @@ def _strip(ax, a: Analysis, order: list[int], row: MetricRow, bars: bool = False
     many = max((len(row.cells[vi].values) for vi in order), default=0) > RASTER_ABOVE
     for y, vi in enumerate(order):
         c = row.cells[vi]
-        if bars and math.isfinite(c.summary.median):
-            bar_rows.append((y, c.summary.median, colour(vi)))
+        if bars and math.isfinite(c.median):
+            bar_rows.append((y, c.median, colour(vi)))
         if c.values:
             xs.append(np.asarray(c.values, dtype=float))
             ys.append(y + _jitter(len(c.values), vi, 0.5))
             colours += [colour(vi)] * len(c.values)
-        ci = _interval(c.summary)
-        if ci:
-            intervals.append([(ci[0], y), (ci[1], y)])
-        if math.isfinite(c.summary.median):
-            medians.append((c.summary.median, y))
+        if c.interval:
+            intervals.append([(c.interval[0], y), (c.interval[1], y)])
+        if math.isfinite(c.median):
+            medians.append((c.median, y))
     if bar_rows:
         ax.barh([y for y, _, _ in bar_rows], [m for _, m, _ in bar_rows], height=0.6,
                 color=[c for _, _, c in bar_rows], alpha=0.25, zorder=1)
@@ -182,39 +180,39 @@ def _strip(ax, a: Analysis, order: list[int], row: MetricRow, bars: bool = False
                 markeredgewidth=2, color="black", zorder=4)
     ax.xaxis.set_major_formatter(SHORT)
     ax.set_yticks(range(len(order)))
-    labels = ax.set_yticklabels([a.labels[vi] for vi in order])
-    for vi, label in zip(order, labels):
-        comparison = row.cells[vi].comparison
-        if comparison and comparison.verdict in VERDICT_COLOUR:
-            label.set_color(VERDICT_COLOUR[comparison.verdict])
+    ticks = ax.set_yticklabels([labels[vi] for vi in order])
+    for vi, label in zip(order, ticks):
+        verdict = row.cells[vi].verdict
+        if verdict in VERDICT_COLOUR:
+            label.set_color(VERDICT_COLOUR[verdict])
             label.set_fontweight("bold")
     ax.set_ylim(len(order) - 0.5, -0.5)
     ax.grid(axis="y", visible=False)
 
 
-def metric_chart(a: Analysis, order: list[int], row: MetricRow) -> str:
+def metric_chart(labels: list[str], order: list[int], row: Strip) -> str:
     fig = Figure(figsize=(5.6, 0.42 * len(order) + 0.95))
-    _margins(fig, [a.labels[vi] for vi in order], bottom=0.3)
+    _margins(fig, [labels[vi] for vi in order], bottom=0.3)
     ax = fig.add_subplot()
-    _strip(ax, a, order, row)
+    _strip(ax, labels, order, row)
     unit = f" ({row.unit})" if row.unit else ""
     better = "higher is better" if row.higher_is_better else "lower is better"
     ax.set_title(f"{row.name}{unit}: {better}", loc="left", fontsize=10)
     return to_svg(fig, f"{row.name} per variant: every run, median and interval")
 
 
-def peak_rss_chart(a: Analysis, order: list[int], row: MetricRow) -> str:
+def peak_rss_chart(labels: list[str], order: list[int], row: Strip) -> str:
     fig = Figure(figsize=(5.6, 0.42 * len(order) + 1.2))
-    _margins(fig, [a.labels[vi] for vi in order])
+    _margins(fig, [labels[vi] for vi in order])
     ax = fig.add_subplot()
-    _strip(ax, a, order, row, bars=True)
+    _strip(ax, labels, order, row, bars=True)
     ax.set_xlim(left=0)
     ax.set_xlabel("peak RSS of the process tree (MiB)")
     ax.set_title("Peak RSS per variant", loc="left", fontsize=10)
     return to_svg(fig, "Peak RSS per variant")
 
 
-def rss_over_time_chart(a: Analysis, order: list[int], series: dict[int, list[list]],
+def rss_over_time_chart(labels: list[str], order: list[int], series: dict[int, list[list]],
                         marks: list[tuple[str, float]] = ()) -> tuple[str, int]:
     """series: variant -> the [[t, kb], ...] of the runs to draw; marks: (phase, start time) drawn
     as labelled vertical lines. Returns (svg, lines drawn)."""
@@ -235,7 +233,7 @@ def rss_over_time_chart(a: Analysis, order: list[int], series: dict[int, list[li
             ax.add_collection(LineCollection(others, colors=colour(vi), linewidths=0.8, alpha=0.45))
         # Runs of a few samples would draw as nothing at all without markers.
         ax.plot([t for t, _ in typical], [kb / 1024 for _, kb in typical], color=colour(vi), linewidth=1.8,
-                marker="o" if len(typical) < 8 else None, markersize=4, label=a.labels[vi])
+                marker="o" if len(typical) < 8 else None, markersize=4, label=labels[vi])
     ax.autoscale()
     ax.set_ylim(bottom=0)
     for name, t in marks:
@@ -254,7 +252,7 @@ def rss_over_time_svg(*args) -> str:
     return rss_over_time_chart(*args)[0]
 
 
-def pareto_chart(choice: Choice, order: list[int], speed_label: str, rss_label: str,
+def pareto_chart(choice: Pareto, order: list[int], speed_label: str, rss_label: str,
                  intervals: dict[int, tuple] | None = None) -> str:
     """Speed against memory, one point per variant; the Pareto front joined and ringed.
     intervals: variant -> ((rss_lo, rss_hi), (speed_lo, speed_hi)) where known."""

@@ -17,7 +17,7 @@ from alloclab.stats.analysis import Analysis
 from alloclab.stats.recommend import RSS_METRIC
 from alloclab.store.model import Run
 from alloclab.report import fingerprint, tune
-from alloclab.report.chart_style import RSS_LINES_PER_VARIANT, colour, pick_runs
+from alloclab.report.chart_style import RSS_LINES_PER_VARIANT, colour, pareto, pick_runs, strip
 from alloclab.report.pen import Pen
 from alloclab.report.common import (allocator_lines, baseline_warning, failed_run_lines, fmt_value, full_delta, metadata,
     shown_rows, variant_order, verdict_word, answers, statistics_line, verification_rows,
@@ -105,15 +105,15 @@ def _workload(a: Analysis, w, order: list[int], rec_choice, details: bool, pen: 
     for row in shown_rows(w, details):
         if row.name == RSS_METRIC or not (details or row is primary):
             continue
-        figures.append({"svg": chart("metric_chart", a, order, row), "caption": (
+        figures.append({"svg": chart("metric_chart", a.labels, order, strip(row)), "caption": (
             f"{row.name}: every measured run is a dot; the tick is the median, the black bar its 95% interval. "
             f"Labels in green or red: significantly better or worse than {a.labels[a.baseline_idx]}.")})
     if rss:
-        figures.append({"svg": chart("peak_rss_chart", a, order, rss), "caption":
+        figures.append({"svg": chart("peak_rss_chart", a.labels, order, strip(rss)), "caption":
                         "Peak RSS of the whole process tree, sampled every 20 ms: bar and tick at the median, "
                         "dots per run."})
     if primary and rss:
-        figures.append({"svg": chart("pareto_chart", rec_choice, order, f"{primary.name} (median, "
+        figures.append({"svg": chart("pareto_chart", pareto(rec_choice), order, f"{primary.name} (median, "
                                                    f"{'higher' if primary.higher_is_better else 'lower'} is better)",
                                                    "peak RSS (MiB, median)", _intervals(w, primary, rss)),
                         "caption": "Each variant at its median speed and peak RSS with 95% intervals; the dashed "
@@ -131,7 +131,7 @@ def _workload(a: Analysis, w, order: list[int], rec_choice, details: bool, pen: 
         marks = _phase_marks([r for rs in chosen.values() for r in rs])
         total = sum(len(rs) for rs in runs.values())
         shown = sum(1 for vi in order for series in picked.get(vi, []) if series)   # as the chart counts
-        wide = {"svg": chart("rss_over_time_svg", a, order, picked, marks), "caption": f"RSS over time, {shown} of {total} measured runs drawn "
+        wide = {"svg": chart("rss_over_time_svg", a.labels, order, picked, marks), "caption": f"RSS over time, {shown} of {total} measured runs drawn "
                                        f"(at most {RSS_LINES_PER_VARIANT} per variant, spread over "
                                        f"the experiment)." + (
                                            " Dotted lines: where the load and each memory phase began (median "
@@ -274,7 +274,7 @@ def context(r: Results, options) -> dict:
     workloads = [_workload(a, w, order, c, options.details, pen) for w, c in zip(a.workloads, rec.workloads)]
     overall_figure = None
     if len(a.workloads) > 1:
-        overall_figure = pen.add("charts", "pareto_chart", rec.overall, order,
+        overall_figure = pen.add("charts", "pareto_chart", pareto(rec.overall), order,
                                  "geomean of the primary-metric ratios (x, higher is better)",
                                  "geomean peak RSS ratio (x, lower is better)")
     sweep, sweep_note = sweep_figures(a, pen)
@@ -305,4 +305,6 @@ def context(r: Results, options) -> dict:
 
 
 def export(r: Results, options) -> str:
-    return _env.get_template("report.html.j2").render(**context(r, options))
+    # Compiled before the charts are drawn: while a forked drawer draws them, not after.
+    page = _env.get_template("report.html.j2")
+    return page.render(**context(r, options))
