@@ -49,11 +49,11 @@ def report(
     export_json: Optional[Path] = typer.Option(None, "--export-json", help="Also write the JSON report here."),
 ) -> None:
     """Show a stored experiment as a terminal table, Markdown, HTML, JSON or CSV, with a recommendation."""
-    from alloclab.report import pen
-
     check_outputs(output=output, export_json=export_json)
-    if fmt == "html":
-        pen.start_early()   # matplotlib's import beside the loading below (report/pen.py)
+    if fmt != "html":
+        return _report(experiment, db, fmt, output, details, baseline, min_effect, max_rss_increase, export_json)
+    from alloclab.report import pen   # (multiprocessing: imported for a page only)
+    pen.start_early()   # matplotlib's import beside the loading below, if the CLI's start did not
     try:
         _report(experiment, db, fmt, output, details, baseline, min_effect, max_rss_increase, export_json)
     finally:

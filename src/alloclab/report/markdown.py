@@ -8,7 +8,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from alloclab.stats.analysis import Analysis
-from alloclab.report import fingerprint, tune
+from alloclab.report import fingerprint
 from alloclab.stats.recommend import Choice
 from alloclab.report.common import (allocator_lines, answers, baseline_ran, baseline_warning, failed_run_lines,
     fmt_value, full_delta, metadata, process_lines, shown_rows, variant_order, verdict_word, verification_rows,
@@ -127,6 +127,7 @@ def export(r: Results, options) -> str:
     out = ([f"**{warning}**", ""] if warning else []) + [f"## alloclab: {e.row.title}", "", *header(a), "",
            ("**" + sentence + "**") if level != "ok" else sentence, ""]
     if r.tune is not None:
+        from alloclab.report import tune   # a tune race's: the other reports never load it
         out += [tune.markdown(r.tune, tune.title(e)).rstrip("\n"), ""]
     rows = answers(a)
     if rows:

@@ -16,7 +16,7 @@ from rich.text import Text
 from alloclab.stats.analysis import DEFAULT_STANDARD, Analysis
 from alloclab.stats.estimates import format_comparison
 from alloclab.stats.recommend import Recommendation
-from alloclab.report import fingerprint, tune
+from alloclab.report import fingerprint
 from alloclab.report.common import (answers, baseline_ran, baseline_warning, runs_line, delta_text, failed_run_lines,
     fmt_value, metric_title, process_lines, statistics_line, warning_groups, wrapper_answers)
 from alloclab.report.bounds import bound_answers
@@ -237,6 +237,7 @@ def render(r: Results, console: Console, details: bool = False) -> None:
     e = a.experiment
     m = e.machine
     if r.tune is not None:
+        from alloclab.report import tune   # a tune race's: the other reports never load it
         tune.render(r.tune, console, title=tune.title(e))
         console.print()
     warning = baseline_warning(a)

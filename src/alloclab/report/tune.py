@@ -4,12 +4,17 @@ choices were made by stats/tune_answer.py."""
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from rich.console import Console
 from rich.markup import escape
 
 from alloclab.stats.tune_answer import TuneAnswer
-from alloclab.tune.diagnosis import Reading, size_text
-from alloclab.tune.prescribe import Prescription
+from alloclab.tune.diagnosis import size_text
+
+if TYPE_CHECKING:   # the diagnosis's types: a report of the race needs neither the rules nor their catalog
+    from alloclab.tune.diagnosis import Reading
+    from alloclab.tune.prescribe import Prescription
 
 _GOAL = {"speed": "Best for speed", "memory": "Best for memory"}
 
