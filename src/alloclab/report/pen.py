@@ -17,6 +17,7 @@ import hashlib
 import multiprocessing as mp
 import os
 import pickle
+import signal
 import sys
 from pathlib import Path
 
@@ -100,6 +101,10 @@ class _Drawer:
         # Not a daemon: draw_all forks its own workers, which a daemonic process may not.
         self.proc = ctx.Process(target=_serve, args=(child, self.conn), daemon=False)
         self.proc.start()
+        try:   # here as well as in the child, so that the group exists whichever runs first
+            os.setpgid(self.proc.pid, self.proc.pid)
+        except OSError:
+            pass
         child.close()
 
     def draw(self, jobs: list) -> list[str] | None:
@@ -112,26 +117,35 @@ class _Drawer:
         return drawn if isinstance(drawn, list) else None
 
     def close(self, done: bool = False) -> None:
-        """Done, it ends by itself; unused (the charts were kept, the command failed), it is stopped
-        at once: it may still be importing, and has written nothing."""
+        """Done, it ends by itself; unused or interrupted (the charts were kept, the command failed,
+        Ctrl-C), it is stopped at once with the workers it forked: its process group is its own."""
         global _early
         if _early is self:
             _early = None
         self.conn.close()
-        if not done:
-            self.proc.kill()
-        self.proc.join(timeout=5)
-        if self.proc.is_alive():
-            self.proc.kill()
+        if done:
+            self.proc.join(timeout=5)
+        if self.proc.is_alive() or not done:
+            try:
+                os.killpg(self.proc.pid, signal.SIGKILL)
+            except OSError:
+                self.proc.kill()
             self.proc.join()
 
 
 def _serve(conn, parent_end) -> None:
+    # A group of its own, which the parent stops whole (the drawing workers with it); Ctrl-C at the
+    # terminal reaches the parent, which does.
+    os.setpgid(0, 0)
     parent_end.close()
     try:
         from alloclab.report import charts   # matplotlib, while the parent works
         jobs = conn.recv()
-        conn.send(charts.draw_all(*_work(jobs)))
+        try:
+            drawn = charts.draw_all(*_work(jobs))
+        except Exception:   # noqa: BLE001 - the parent draws them itself, and its error is the one shown
+            drawn = None
+        conn.send(drawn)
     except (EOFError, OSError, KeyboardInterrupt):
         pass   # the parent needs no page or is stopping: end quietly
 
