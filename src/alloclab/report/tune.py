@@ -29,7 +29,7 @@ def diagnosis_lines(readings: dict[str, Reading], rx: Prescription) -> list[str]
         allocs, threads, trimmed = r.get("allocs_per_s"), r.get("threads"), r.get("trim_bytes")
         parts = [f"{allocs:,.0f} allocations/s"] if allocs is not None else []
         if threads:
-            parts.append(f"{threads:.0f} threads")
+            parts.append(f"{threads:.0f} thread{'s' if round(threads) != 1 else ''}")
         if trimmed:
             parts.append(f"heap trimmed {size_text(trimmed)} ({v.get('brk_calls', 0):,.0f} brk calls)")
         # (reading, words before its size, words after): each shown where the fingerprint gave it.
