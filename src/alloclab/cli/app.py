@@ -116,6 +116,20 @@ class _Advance:
             self.pending, self.last = 0, now
 
 
+def draw_early(report_format: str | None, report_file: Path | None) -> None:
+    """Where the results will be shown with an HTML page: fork its drawer now (report/pen.py), so
+    that matplotlib is imported while the statistics run, not after."""
+    from alloclab.report import format_for
+
+    try:
+        fmt = report_format or (format_for(report_file) if report_file else None)
+    except AlloclabError:
+        return   # said where the report is written
+    if fmt == "html":
+        from alloclab.report import pen
+        pen.start_early()
+
+
 def show(r: Results, db: Path, *, details: bool = False, export_json: Path | None = None,
          report_format: str | None = None, report_file: Path | None = None) -> None:
     """The results of an experiment just measured (stored in `db`): the terminal table, or the report

@@ -11,7 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from alloclab.cli.app import console, err, percent, run_experiment, seconds, show
+from alloclab.cli.app import console, draw_early, err, percent, run_experiment, seconds, show
 from alloclab.cli.experiment_options import ExperimentOptions
 from alloclab.cli.outputs import check_outputs
 from alloclab.defaults import CommandDefaults
@@ -99,6 +99,7 @@ def _show_all(store: Store, exp_id: int, opts: ExperimentOptions, plan: Plan, va
     from alloclab.report import terminal
     from alloclab.stats.results_cache import keep, results
 
+    draw_early(opts.report, opts.report_file)
     e = store.load(exp_id)
     # Kept in the cache: `alloclab report` of this experiment renders these Results at once.
     r = results(e, min_effect=opts.min_effect, max_rss_increase=opts.max_rss_increase,

@@ -18,7 +18,7 @@ from typer.core import TyperCommand
 from alloclab import defaults
 from alloclab.catalog import allocators as cat
 from alloclab.cli import experiment_flow as flow
-from alloclab.cli.app import MetricOption, ShellOption, app, console, err, run_experiment, seconds, show
+from alloclab.cli.app import MetricOption, ShellOption, app, console, draw_early, err, run_experiment, seconds, show
 from alloclab.cli.experiment_options import ExperimentOptions, budget_option, experiment_options
 from alloclab.cli.tune_diagnose import diagnose, has_phases
 from alloclab.errors import AlloclabError
@@ -350,6 +350,7 @@ def _race(store: Store, opts: ExperimentOptions, workloads: list, variants: list
     err.print(f"Racing {len(variants) - 1} candidate(s) against {variants[0].label} for at most {left_s:.0f} s: "
               + ", ".join(v.label for v in variants[1:]), highlight=False)
     race_id = run_experiment(store, workloads, variants, settings, judge=RaceJudge())
+    draw_early(opts.report, opts.report_file)
     # Kept, as compare keeps its Results: `alloclab report` of the race renders them at once, tune's
     # answer first (Results.tune), as here.
     r = results(store.load(race_id), min_effect=opts.min_effect, max_rss_increase=opts.max_rss_increase)

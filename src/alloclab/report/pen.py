@@ -19,6 +19,7 @@ import os
 import pickle
 import signal
 import sys
+import threading
 from pathlib import Path
 
 from alloclab import cache
@@ -157,7 +158,10 @@ def start_early() -> None:
     """Fork the drawer now, where a page will be drawn and a second core can import matplotlib
     meanwhile. Whatever happens next, it is stopped at exit if no page asked for it."""
     global _early
-    if _early is None and len(os.sched_getaffinity(0)) > 1 and "fork" in mp.get_all_start_methods():
+    # Not from a process with other threads (a fleet client's, a progress display's): the drawer
+    # could inherit a lock one of them holds.
+    if _early is None and len(os.sched_getaffinity(0)) > 1 and "fork" in mp.get_all_start_methods() \
+            and threading.active_count() == 1:
         _early = _Drawer()
         # Registered after multiprocessing's own exit handler, so run before it: that one joins
         # the drawer, which would wait for jobs that never come.
