@@ -90,3 +90,12 @@ def test_negative_overhead_is_said_to_be_untouched_blocks():
     got = dict((r[0], r[1]) for r in rows({0: fp}, [0]))
     assert got["overhead at peak live"] == "-25.4 MiB (live blocks not all touched)"
     assert got["overhead at end"] == "2.3 MiB"
+
+
+def test_a_short_timeout_gives_the_fingerprint_run_a_proportionate_one():
+    from alloclab.measure.fingerprint import fingerprint_timeout
+    # --timeout 1 once gave each fingerprint run 120 s: `tune --timeout 1 -- sleep 30` sat through
+    # four 30-s runs before its race timed out at 1 s.
+    assert fingerprint_timeout(1) == 14
+    assert fingerprint_timeout(60) == 120 and fingerprint_timeout(300) == 300
+    assert fingerprint_timeout(None) is None

@@ -18,6 +18,8 @@ if TYPE_CHECKING:
 # A file's commands fingerprinted at most (a sweep of many values would take a run per value and
 # allocator before the budget is even checked); tune stops on a bound only where all were.
 DIAGNOSED_COMMANDS = 4
+# A run's status (measure/run.py) as the sentence says it.
+_WORDS = {"failed": "failed", "timeout": "timed out", "interrupted": "was interrupted", "error": "could not run"}
 
 
 def has_phases(workload) -> bool:
@@ -73,11 +75,12 @@ def _stop_if_the_command_fails(store: Store, exp_id: int, fingerprints: dict, la
     failed = {key: fp for key, fp in ran.items() if fp.get("status") != "ok"}
     if ran and len(failed) == len(ran):
         last = next(reversed(failed.values()))
-        status, detail = last.get("status"), last.get("run_error") or "no detail"
+        status, detail = _WORDS.get(last.get("status"), last.get("status")), last.get("run_error") or "no detail"
         raise AlloclabError(
             f"The program's fingerprint run {status} under every allocator ({detail}): the command itself "
             f"is failing, not an allocator, so there is nothing to tune. Run it by hand to see why (raise "
             f"--timeout if it needs longer). The diagnosis is kept in {store.path} as experiment {exp_id}.")
     for (wi, vi), fp in sorted(failed.items()):
-        err.print(f"[yellow]{chosen[wi].name[:60]} | {labels[vi]}: the fingerprint run {fp.get('status')} "
+        err.print(f"[yellow]{chosen[wi].name[:60]} | {labels[vi]}: the fingerprint run "
+                  f"{_WORDS.get(fp.get('status'), fp.get('status'))} "
                   f"({fp.get('run_error') or 'no detail'}) under this allocator alone[/]", highlight=False)

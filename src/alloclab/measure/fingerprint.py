@@ -40,6 +40,8 @@ FREE_KINDS = ("free", "delete")
 ALIGNED_KINDS = ("memalign", "posix_memalign", "aligned_alloc", "valloc")
 # Lifetime decades from 1 us (see fingerprint.c): short < 1 ms <= medium < 1 s <= long.
 SHORT, MEDIUM = range(0, 4), range(4, 7)
+# An untimed run is slower than a timed one (the interposer; perf's recorders start and stop): a
+# command's --timeout T gives its fingerprint run 4T + 10 s, at most 120 s, and never less than T.
 TIMEOUT_FLOOR_S = 120
 
 
@@ -222,6 +224,11 @@ def run_all(exp, root: Path) -> None:
         exp.store.set_fingerprint(exp.exp_id, c.workload_idx, c.variant_idx, data)
 
 
+def fingerprint_timeout(timeout_s: float | None) -> float | None:
+    """The limit of a command's fingerprint run under --timeout `timeout_s` (None: none)."""
+    return max(timeout_s, min(TIMEOUT_FLOOR_S, 4 * timeout_s + 10)) if timeout_s else None
+
+
 def _execute(executor, env: dict[str, str], fp_env: dict[str, str], workdir: Path, timeout_s: float | None,
              mapped_marker: str | None, wrapper: list[str] | None):
     """The untimed run itself, with the interposer (and the system-call counter where it can wrap
@@ -238,7 +245,7 @@ def _execute(executor, env: dict[str, str], fp_env: dict[str, str], workdir: Pat
             run_env = clean
         else:
             run_env = clean | fp_env
-        timeout = max(timeout_s or 0, TIMEOUT_FLOOR_S) if timeout_s else None
+        timeout = fingerprint_timeout(timeout_s)
         return run_once(argv, run_env, workdir / "run", timeout_s=timeout, cwd=executor.cwd,
                         mapped_marker=mapped_marker), True
     if hasattr(executor, "session") and getattr(executor.session.ef, "service", None):
