@@ -75,12 +75,18 @@ def _stop_if_the_command_fails(store: Store, exp_id: int, fingerprints: dict, la
     failed = {key: fp for key, fp in ran.items() if fp.get("status") != "ok"}
     if ran and len(failed) == len(ran):
         last = next(reversed(failed.values()))
-        status, detail = _WORDS.get(last.get("status"), last.get("status")), last.get("run_error") or "no detail"
+        status, detail = _how(last)
         raise AlloclabError(
             f"The program's fingerprint run {status} under every allocator ({detail}): the command itself "
             f"is failing, not an allocator, so there is nothing to tune. Run it by hand to see why (raise "
             f"--timeout if it needs longer). The diagnosis is kept in {store.path} as experiment {exp_id}.")
     for (wi, vi), fp in sorted(failed.items()):
-        err.print(f"[yellow]{chosen[wi].name[:60]} | {labels[vi]}: the fingerprint run "
-                  f"{_WORDS.get(fp.get('status'), fp.get('status'))} "
-                  f"({fp.get('run_error') or 'no detail'}) under this allocator alone[/]", highlight=False)
+        status, detail = _how(fp)
+        err.print(f"[yellow]{chosen[wi].name[:60]} | {labels[vi]}: the fingerprint run {status} ({detail}) under "
+                  f"this allocator alone[/]", highlight=False)
+
+
+def _how(fp: dict) -> tuple[str, str]:
+    """A failed fingerprint run's status in words ('timed out') and its detail."""
+    status = fp.get("status")
+    return _WORDS.get(status, status), fp.get("run_error") or "no detail"

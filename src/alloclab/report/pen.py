@@ -47,6 +47,7 @@ class Pen:
         if entry:
             kept = _read(entry, len(self.jobs))
             if kept is not None:
+                stop_early()   # a drawer forked for this page has nothing to draw
                 return kept
         drawn = _early.draw(self.jobs) if _early is not None else None
         if drawn is None or len(drawn) != len(self.jobs):
