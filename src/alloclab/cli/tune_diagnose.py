@@ -77,9 +77,10 @@ def _stop_if_the_command_fails(store: Store, exp_id: int, fingerprints: dict, la
         last = next(reversed(failed.values()))
         status, detail = _how(last)
         raise AlloclabError(
-            f"The program's fingerprint run {status} under every allocator ({detail}): the command itself "
-            f"is failing, not an allocator, so there is nothing to tune. Run it by hand to see why (raise "
-            f"--timeout if it needs longer). The diagnosis is kept in {store.path} as experiment {exp_id}.")
+            f"The program's fingerprint run {status} under every allocator ({detail}): it fails whatever the "
+            f"allocator, so there is nothing to tune. Run it by hand to see why (if it runs by hand, it refuses "
+            f"the fingerprint's interposer or perf; raise --timeout if it needs longer). The diagnosis is kept in "
+            f"{store.path} as experiment {exp_id}.")
     for (wi, vi), fp in sorted(failed.items()):
         status, detail = _how(fp)
         err.print(f"[yellow]{chosen[wi].name[:60]} | {labels[vi]}: the fingerprint run {status} ({detail}) under "
