@@ -51,7 +51,27 @@ def test_calls_per_transaction_count_only_the_steady_intervals():
     pw = per_work([parent], values, (tps(),))
     assert pw["work"] == "transaction" and pw["window_s"] == pytest.approx(8.0)
     assert pw["calls"] == pytest.approx(200) and pw["bytes"] == pytest.approx(200 * 20_000)
-    assert pw["calls_in_window"] == 16_000
+    assert pw["calls_in_window"] == 16_000 and pw["median_of"] == 8
+
+
+def test_a_burst_in_one_steady_second_does_not_move_the_demand_per_transaction():
+    # 8 steady seconds at 10 tps and 2,000 calls a second, but in one of them the server also
+    # rebuilt its caches (30,000 calls more) and the rate halved: the median of the seconds' own
+    # figures is the steady demand; the whole window's mean would read 200 x 1.21 and more.
+    rows, calls = [], 0
+    for t in range(0, 121):
+        rows.append((t * 1000, calls, calls * 100))
+        calls += 2000 + (30_000 if t == 104 else 0)
+    parent = proc(0.0, rows)
+    seen = [7.0] * 2 + [10.0] * 2 + [5.0] + [10.0] * 5
+    values = {"tps": sum(seen[2:]) / 8, "load_window_monotonic_s": [100.0, 110.0], "intervals": {"tps": seen}}
+    pw = per_work([parent], values, (tps(),))
+    assert pw["calls"] == pytest.approx(200) and pw["bytes"] == pytest.approx(200 * 100)
+    assert pw["median_of"] == 8 and pw["calls_in_window"] == 46_000
+    # With two steady seconds only, the window's own mean is all there is.
+    short = {"tps": 7.5, "load_window_monotonic_s": [100.0, 104.0], "intervals": {"tps": [7.0, 7.0, 10.0, 5.0]}}
+    pw = per_work([parent], short, (tps(),))
+    assert pw["median_of"] == 0 and pw["calls"] == pytest.approx(4000 / 15)
 
 
 def test_no_figure_without_a_named_work_a_window_or_a_rate():

@@ -17,6 +17,7 @@ The interposer's per-process file, as read (ProcessFile), is defined here too: t
 
 from __future__ import annotations
 
+import statistics
 from bisect import bisect_right
 from dataclasses import dataclass, field
 
@@ -123,14 +124,20 @@ def calls_between(procs: list[ProcessFile | dict], a_ns: int, b_ns: int) -> tupl
 
 def per_work(procs: list[ProcessFile | dict], values: dict | None, metrics) -> dict | None:
     """work_of's figures as stored: {"work", "metric", "rate", "window_s", "calls", "bytes",
-    "calls_in_window"}, or None."""
+    "calls_in_window", "median_of"}, or None."""
     work = work_of(procs, values, metrics)
     return work.to_dict() if work is not None else None
 
 
 def work_of(procs: list[ProcessFile | dict], values: dict | None, metrics) -> PerWork | None:
     """Allocation calls and bytes per unit of the primary metric's work, or None where the recipe
-    names no work, the run measured no rate or the interposer kept no counts."""
+    names no work, the run measured no rate or the interposer kept no counts.
+
+    With three or more steady progress intervals the figures are the median over those intervals
+    of each one's calls over its own work (the intervals taken as even slices of the client's
+    window, as the skip is): a second in which the server did something else as well (a cache
+    rebuilt, a checkpoint, the machine taken away and the rate halved) does not move the
+    demand per transaction. With fewer, they are the whole window's calls over its work."""
     spec = next((m for m in metrics if m.primary and getattr(m, "work", None)), None)
     values = values or {}
     window = values.get("load_window_monotonic_s")
@@ -138,12 +145,24 @@ def work_of(procs: list[ProcessFile | dict], values: dict | None, metrics) -> Pe
     if spec is None or not window or not rate or rate <= 0:
         return None
     start, end = window
-    seen = len((values.get("intervals") or {}).get(spec.name) or [])
-    if spec.progress and seen > spec.skip:
-        start = end - (end - start) * (seen - spec.skip) / seen
+    seen = list((values.get("intervals") or {}).get(spec.name) or []) if spec.progress else []
+    slices = []
+    if len(seen) > spec.skip:
+        step = (end - start) / len(seen)
+        slices = [(start + k * step, start + (k + 1) * step, v) for k, v in enumerate(seen) if k >= spec.skip]
+        start = slices[0][0]
     counted = calls_between(procs, int(start * 1e9), int(end * 1e9))
     if counted is None or end <= start:
         return None
     work = rate * (end - start)
-    return PerWork(spec.work, spec.name, rate, round(end - start, 3), counted[0] / work, counted[1] / work,
-                   round(counted[0]))
+    calls, nbytes = counted[0] / work, counted[1] / work
+    ratios = []
+    for a, b, v in slices:
+        c = calls_between(procs, int(a * 1e9), int(b * 1e9))
+        if c is not None and v > 0:
+            ratios.append((c[0] / (v * (b - a)), c[1] / (v * (b - a))))
+    if len(ratios) >= 3:
+        calls = statistics.median(r[0] for r in ratios)
+        nbytes = statistics.median(r[1] for r in ratios)
+    return PerWork(spec.work, spec.name, rate, round(end - start, 3), calls, nbytes, round(counted[0]),
+                   len(ratios) if len(ratios) >= 3 else 0)

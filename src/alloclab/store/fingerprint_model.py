@@ -149,6 +149,7 @@ class PerWork(Plain):
     calls: float | None = None
     bytes: float | None = None
     calls_in_window: int | None = None
+    median_of: int = 0          # steady intervals whose median calls and bytes are; 0: the whole window
 
 
 @dataclass
