@@ -6,6 +6,7 @@ import os
 import shutil
 import subprocess
 import sys
+import time
 from pathlib import Path
 from typing import NoReturn
 
@@ -95,3 +96,26 @@ def store_of():
     def _open(db: Path):
         return Store(db)
     return _open
+
+
+def still_left(read, timeout: float = 10.0):
+    """read() again until it returns nothing or `timeout` passes; what is left then. A child being
+    reaped takes a moment longer on a slow or busy machine; a leak stays whatever the wait."""
+    deadline = time.monotonic() + timeout
+    while (left := read()) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    return left
+
+
+def running(pids) -> list[int]:
+    """Those of `pids` still running (a zombie is gone but for its parent's wait)."""
+    import psutil
+
+    out = []
+    for pid in pids:
+        try:
+            if psutil.Process(pid).status() != psutil.STATUS_ZOMBIE:
+                out.append(pid)
+        except psutil.Error:
+            pass
+    return out

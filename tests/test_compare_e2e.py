@@ -13,7 +13,7 @@ import pytest
 from alloclab.catalog import allocators as cat
 from alloclab.errors import AlloclabError
 from alloclab.catalog.variants import parse_variant
-from conftest import ALLOCLAB, installed_allocators, require_allocator
+from conftest import ALLOCLAB, installed_allocators, require_allocator, running, still_left
 
 pytestmark = pytest.mark.e2e
 OPS = "ops=ops/s: (\\d+)"
@@ -133,9 +133,7 @@ def test_ctrl_c_kills_children_and_keeps_partial_results(build, tmp_path, store_
     out, err = proc.communicate(timeout=30)
     assert proc.returncode == 130, err
     assert "Interrupted" in err and "alloclab report --db" in err
-    time.sleep(0.2)
-    assert not [pid for pid in children if psutil.pid_exists(pid) and
-                psutil.Process(pid).status() != psutil.STATUS_ZOMBIE]
+    assert not still_left(lambda: running(children))
     e = store_of(db).load()
     assert e.row.status == "interrupted"
     assert sum(r.status == "ok" for r in e.runs) >= 2

@@ -14,7 +14,7 @@ import time
 import psutil
 import pytest
 
-from conftest import ALLOCLAB, require_allocator
+from conftest import ALLOCLAB, require_allocator, running, still_left
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow]
 OPS = "ops=ops/s: (\\d+):higher"
@@ -73,7 +73,7 @@ def _wait_for_runs(sessions: list[psutil.Process], n: int, timeout: float = 90) 
 
 
 def _alive(pids: list[int]) -> list[int]:
-    return [p for p in pids if psutil.pid_exists(p) and psutil.Process(p).status() != psutil.STATUS_ZOMBIE]
+    return running(pids)
 
 
 def test_compare_on_two_local_workers_stores_both_hosts_and_reports_each(build, cli, store_of):
@@ -188,8 +188,7 @@ def test_ctrl_c_stops_every_worker_session_and_keeps_the_runs_that_came_back(bui
             os.killpg(proc.pid, signal.SIGKILL)
     assert proc.returncode == 130, err
     assert "Interrupted" in err and "alloclab report --db" in err
-    time.sleep(0.5)
-    assert not _alive(everything)                        # no worker, session or program left running
+    assert not still_left(lambda: _alive(everything))   # no worker, session or program left running
     e = store_of(db).load()
     assert e.row.status == "interrupted"
     per_host = {h: len(runs) for h, runs in _hosts(e).items()}

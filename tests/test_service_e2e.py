@@ -138,7 +138,7 @@ def require_programs(ef: xf.ExperimentFile) -> None:
 def test_the_variant_reaches_the_server_tree_and_never_the_client(tmp_path, scratch):
     require_allocator("jemalloc")
     path, token = toy(tmp_path, params="", extra_service="idle = 0.3")
-    e = run_file(path, tmp_path / "a.db", variants=("glibc", "jemalloc"), verify=True, params={"burn": "0.6"})
+    e = run_file(path, tmp_path / "a.db", variants=("glibc", "jemalloc"), verify=True, params={"burn": "1.5"})
     assert e.row.status == "complete"
     assert {v.label: e.verifications[(0, i)].status for i, v in enumerate(e.variants)} == \
         {"glibc": "verified", "jemalloc": "verified"}
@@ -148,8 +148,9 @@ def test_the_variant_reaches_the_server_tree_and_never_the_client(tmp_path, scra
         m, s = r.metrics, summary(r)
         assert m["bytes"] > 0
         assert m["preloaded"] == 0, "the client ran under the variant or with LD_DEBUG"
-        # The client burned 0.6 s of CPU; the server's figure is the server's alone.
-        assert r.wall_s >= 0.6 and m["cpu_s"] < 0.45, m
+        # The client burned 1.5 s of CPU; the server's figure is the server's alone (its start,
+        # the bindings traced in the verified runs: 0.2-0.3 s here, room for a CPU half as fast).
+        assert r.wall_s >= 1.5 and m["cpu_s"] < 1.0, m
         assert 0 < m["peak_pss_mb"] <= m["peak_rss_mb"] and m["final_rss_mb"] > 0
         assert s["cpu_source"] == "wait4+orphans" and m["cpu_s"] >= s["cpu_sampled_s"] - 0.05
         procs = json.loads(r.processes)

@@ -130,7 +130,7 @@ def test_warmup_seconds_run_the_client_itself_unmeasured(tmp_path, scratch):
     client = f"""
 [[client]]
 name = "hits"
-warmup = 0.6
+warmup = 2
 command = ["{{python}}", "-c", '{HITS}', "{{port}}", "0.2"]
 metrics = [{{ name = "hits", regex = 'hits=(\\d+)' }}]
 """
@@ -140,8 +140,9 @@ metrics = [{{ name = "hits", regex = 'hits=(\\d+)' }}]
     assert r.status == "ok"
     # The measured run's first request found the warm-up's requests already served.
     assert r.metrics["hits"] > 3
-    # The run's time is the measured client's alone (0.2 s of requests), not the warm-up's 0.6 s.
-    assert r.wall_s < 0.55
+    # The run's time is the measured client's alone (0.2 s of requests and the interpreter's start,
+    # about 0.35 s here), not the warm-up's 2 s: room for a CPU half as fast beside another process.
+    assert r.wall_s < 1.5
     assert summary(r)["excluded_cpu_s"] > 0
     assert_torn_down(token, scratch, [summary(r)["server_port"]])
 

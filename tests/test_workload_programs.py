@@ -224,10 +224,13 @@ def test_xthread_threads_means_submitters_and_completers(programs):
 
 def test_extra_work_slows_down(programs):
     """--extra-work injects a known allocation-free slowdown (~1 ns a unit)."""
-    base = one_json_line(run(programs["simple"], ["--iters=20000"]))
-    slow = one_json_line(run(programs["simple"], ["--iters=20000", "--extra-work=100"]))
-    assert slow["extra_work"] == 100
-    assert slow["ns_per_pair"] > 2 * base["ns_per_pair"]
+    # The fastest of three runs each, interleaved: one run of ~25 ms is one preemption from 2x.
+    base, slow = [], []
+    for _ in range(3):
+        base.append(one_json_line(run(programs["simple"], ["--iters=20000"])))
+        slow.append(one_json_line(run(programs["simple"], ["--iters=20000", "--extra-work=100"])))
+    assert slow[0]["extra_work"] == 100
+    assert min(r["ns_per_pair"] for r in slow) > 2 * min(r["ns_per_pair"] for r in base)
 
 
 def test_same_seed_same_work(programs):
