@@ -176,3 +176,32 @@ def test_a_candidate_that_may_hold_least_memory_stays_in_the_race(tmp_path):
     e, runs = _leader_race(tmp_path / "x", RaceJudge(),
                            peak_kb=lambda env: 10_240 + (1 if "MALLOC_ARENA_MAX" in env else 0))
     assert runs[1] == 4 and e.config.dropped, runs
+
+
+def _wobbly_pad():
+    """Peak RSS: TOP_PAD's 10% above the default's with 6% swings run by run (undecided for some
+    looks); ARENA_MAX=1 holds half, so it races on as the memory pick; the default holds 10 MiB."""
+    n = 0
+
+    def peak_kb(env):
+        nonlocal n
+        if "MALLOC_TOP_PAD_" in env:
+            n += 1
+            return int(10_240 * (1.10 + (0.06 if n % 2 else -0.06)))
+        return 5_120 if "MALLOC_ARENA_MAX" in env else 10_240
+    return peak_kb
+
+
+def test_the_speed_pick_runs_on_while_its_memory_cost_is_open_and_others_race(tmp_path):
+    from alloclab.tune.race import RaceJudge
+
+    # TOP_PAD is decided 4x faster at the first look; its peak RSS is not. ARENA_MAX=1 races on for
+    # memory, so blocks follow anyway: the pick runs in them, and its cost beside it gets decided.
+    e, runs = _leader_race(tmp_path, RaceJudge(), peak_kb=_wobbly_pad())
+    rss = analyze(e).workloads[0].row("peak_rss_mb").cells[2].comparison
+    assert 4 < runs[2] < runs[1] and rss.verdict == "worse", (runs, rss.verdict)   # then it left
+    # The control: a pick whose memory is decided at the first look (the default's, exactly) leaves then.
+    (tmp_path / "x").mkdir()
+    e, runs = _leader_race(tmp_path / "x", RaceJudge(),
+                           peak_kb=lambda env: 5_120 if "MALLOC_ARENA_MAX" in env else 10_240)
+    assert runs[2] == 4 and runs[1] > 4, runs

@@ -11,6 +11,12 @@ better gains (that leader's unfavourable end), and it cannot be the memory pick 
 memory metric (peak RSS, RSS after each phase) it is decided worse or equivalent, or likewise below
 a memory leader. The intervals are the analysis's own, simultaneous over the family and the looks,
 so the error of "below the leader" is controlled with the verdicts' (both intervals hold together).
+
+The speed leader (decided better on the primary metric, with the largest gain: the answer's "best
+for speed") stays in the race after its verdict while its peak RSS against the default is still
+undecided and other candidates run anyway: the cost beside the pick is half of the answer (the
+seeds' jemalloc, 4x faster and 300 MB more per OSD), and those blocks are run whatever it does.
+It never keeps the race going on its own.
 """
 
 from __future__ import annotations
@@ -38,6 +44,25 @@ def below_leader(w: WorkloadResult, metric: str, vi: int, base: int) -> int | No
         if least > best_least:
             best, best_least = cell.variant_idx, least
     return best
+
+
+def speed_leader(w: WorkloadResult, base: int) -> int | None:
+    """The candidate decided better on the primary metric with the largest gain (stats/tune_answer.py
+    picks across workloads likewise); None where none is decided better."""
+    primary = w.primary()
+    best, gain = None, 0.0
+    for cell in primary.cells if primary else ():
+        c = cell.comparison
+        if cell.variant_idx != base and c is not None and c.verdict == "better" and c.gain > gain:
+            best, gain = cell.variant_idx, c.gain
+    return best
+
+
+def cost_open(w: WorkloadResult, vi: int) -> bool:
+    """Whether `vi`'s peak RSS against the default is undecided, and more runs may decide it."""
+    row = w.row(RSS)
+    c = row.cells[vi].comparison if row is not None and vi < len(row.cells) else None
+    return c is not None and c.verdict == "undecided" and not c.futile
 
 
 def memory_metrics(w: WorkloadResult) -> list[str]:
@@ -73,4 +98,7 @@ class RaceJudge(Judge):
                 if leader is not None and not could_hold_least(w, vi, a.baseline_idx):
                     out[w.idx].discard(vi)
                     self.dropped.setdefault(w.idx, {})[vi] = a.labels[leader]
+            pick = speed_leader(w, a.baseline_idx)
+            if pick is not None and out[w.idx] - {pick} and cost_open(w, pick):
+                out[w.idx].add(pick)
         return out
