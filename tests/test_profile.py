@@ -336,7 +336,9 @@ def test_short_lived_threads_are_undersampled_and_the_profile_says_so():
     # larson retiring its threads every 2,000 replacements: each lives ~0.1 ms, a tenth of the
     # 1 ms sampling period; perf's per-thread timer restarts with every thread and misses most.
     short = builtin.workload("larson", {"ops-per-round": "2000", "rounds": "2000"})
-    long = builtin.workload("larson", {"rounds": "8"})   # the default: a few ms per thread
+    # Threads of ~50 ms each, fifty sampling periods (the default's few ms read 0.59 once in CI,
+    # beside another test: a thread of a few periods loses one at its start and end).
+    long = builtin.workload("larson", {"ops-per-round": "2000000", "rounds": "2"})
     s_short, = profile_workload(short, parse_variants(["glibc"]), runs=1, frequency=999)
     s_long, = profile_workload(long, parse_variants(["glibc"]), runs=1, frequency=999)
     assert s_short.coverage() < 0.6 and any("perf missed part of it" in n for n in s_short.notes), s_short.notes
