@@ -72,10 +72,6 @@ def _wait_for_runs(sessions: list[psutil.Process], n: int, timeout: float = 90) 
     raise AssertionError(f"the sessions did not store {n} runs each within {timeout} s")
 
 
-def _alive(pids: list[int]) -> list[int]:
-    return running(pids)
-
-
 def test_compare_on_two_local_workers_stores_both_hosts_and_reports_each(build, cli, store_of):
     require_allocator("tcmalloc")
     prog = build("churn")
@@ -158,7 +154,7 @@ def test_a_killed_worker_has_its_task_retried_and_the_other_host_loses_nothing(b
         if proc.poll() is None:
             os.killpg(proc.pid, signal.SIGKILL)
     assert "died during" in err, err
-    assert not _alive([victim.pid])                      # the orphaned session stopped itself
+    assert not running([victim.pid])                      # the orphaned session stopped itself
     e = store_of(db).load()
     fleet = e.config.fleet
     retried = [t for t in fleet["tasks"].values() if t["attempt"] == 2]
@@ -188,7 +184,7 @@ def test_ctrl_c_stops_every_worker_session_and_keeps_the_runs_that_came_back(bui
             os.killpg(proc.pid, signal.SIGKILL)
     assert proc.returncode == 130, err
     assert "Interrupted" in err and "alloclab report --db" in err
-    assert not still_left(lambda: _alive(everything))   # no worker, session or program left running
+    assert not still_left(lambda: running(everything))   # no worker, session or program left running
     e = store_of(db).load()
     assert e.row.status == "interrupted"
     per_host = {h: len(runs) for h, runs in _hosts(e).items()}

@@ -110,16 +110,26 @@ def _at(pts: list[tuple[int, int, int]], t: int) -> tuple[float, float]:
     return c0 + f * (c1 - c0), b0 + f * (b1 - b0)
 
 
+def counts_at(procs: list[ProcessFile | dict], times_ns: list[int]) -> list[tuple[float, float]] | None:
+    """The whole tree's allocation calls and requested bytes so far at each monotonic time (each
+    process's track read once for all of them); None from an older interposer."""
+    tracks = [_track(ProcessFile.of(p)) for p in procs]
+    if any(pts is None for pts in tracks):
+        return None
+    out = []
+    for t in times_ns:
+        at = [_at(pts, t) for pts in tracks]
+        out.append((sum(c for c, _ in at), sum(b for _, b in at)))
+    return out
+
+
 def calls_between(procs: list[ProcessFile | dict], a_ns: int, b_ns: int) -> tuple[float, float] | None:
     """Allocation calls and requested bytes of the whole tree between two monotonic times."""
-    calls = nbytes = 0.0
-    for p in procs:
-        pts = _track(ProcessFile.of(p))
-        if pts is None:
-            return None
-        (ca, ba), (cb, bb) = _at(pts, a_ns), _at(pts, b_ns)
-        calls, nbytes = calls + cb - ca, nbytes + bb - ba
-    return calls, nbytes
+    counts = counts_at(procs, [a_ns, b_ns])
+    if counts is None:
+        return None
+    (ca, ba), (cb, bb) = counts
+    return cb - ca, bb - ba
 
 
 def per_work(procs: list[ProcessFile | dict], values: dict | None, metrics) -> dict | None:
@@ -151,18 +161,16 @@ def work_of(procs: list[ProcessFile | dict], values: dict | None, metrics) -> Pe
         step = (end - start) / len(seen)
         slices = [(start + k * step, start + (k + 1) * step, v) for k, v in enumerate(seen) if k >= spec.skip]
         start = slices[0][0]
-    counted = calls_between(procs, int(start * 1e9), int(end * 1e9))
-    if counted is None or end <= start:
+    counts = counts_at(procs, [int(t * 1e9) for t in [start] + [b for _, b, _ in slices] + [end]])
+    if counts is None or end <= start:
         return None
     work = rate * (end - start)
-    calls, nbytes = counted[0] / work, counted[1] / work
-    ratios = []
-    for a, b, v in slices:
-        c = calls_between(procs, int(a * 1e9), int(b * 1e9))
-        if c is not None and v > 0:
-            ratios.append((c[0] / (v * (b - a)), c[1] / (v * (b - a))))
-    if len(ratios) >= 3:
+    in_window = counts[-1][0] - counts[0][0]
+    calls, nbytes = in_window / work, (counts[-1][1] - counts[0][1]) / work
+    ratios = [((c1 - c0) / (v * (b - a)), (b1 - b0) / (v * (b - a)))
+              for (a, b, v), (c0, b0), (c1, b1) in zip(slices, counts, counts[1:]) if v > 0]
+    median_of = len(ratios) if len(ratios) >= 3 else 0
+    if median_of:
         calls = statistics.median(r[0] for r in ratios)
         nbytes = statistics.median(r[1] for r in ratios)
-    return PerWork(spec.work, spec.name, rate, round(end - start, 3), calls, nbytes, round(counted[0]),
-                   len(ratios) if len(ratios) >= 3 else 0)
+    return PerWork(spec.work, spec.name, rate, round(end - start, 3), calls, nbytes, round(in_window), median_of)

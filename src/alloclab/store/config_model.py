@@ -13,6 +13,8 @@ import dataclasses
 from dataclasses import dataclass, field
 from typing import Any
 
+from alloclab.store.fingerprint_model import Plain
+
 
 class _Stored:
     """A record read from one stored JSON object: its named keys as attributes, the rest in `extra`,
@@ -53,7 +55,7 @@ class _Stored:
 
 
 @dataclass(frozen=True)
-class Candidate:
+class Candidate(Plain):
     """A setting tune proposed (tune/prescribe.py), as the race stores it in `config.tune`."""
 
     spec: str
@@ -62,11 +64,6 @@ class Candidate:
     mechanism: str         # what the fingerprint read, in words
     why: str               # how the settings act on it
     refused: str | None = None   # why the installed allocator cannot take it (never raced)
-
-    @classmethod
-    def of(cls, d: dict) -> "Candidate":
-        named = {f.name for f in dataclasses.fields(cls)}
-        return cls(**{k: v for k, v in d.items() if k in named})
 
 
 @dataclass
@@ -107,7 +104,7 @@ class ExperimentConfig(_Stored):
     def tune_candidates(self) -> list[Candidate]:
         """A tune race's candidates, then those the installed allocators refused (never raced)."""
         t = self.tune or {}
-        return [Candidate.of(d) for key in ("candidates", "refused") for d in t.get(key) or []]
+        return [Candidate.from_dict(d) for key in ("candidates", "refused") for d in t.get(key) or []]
 
     def stored_sweeps(self) -> list[dict]:
         return list(self.sweeps or ([self.sweep] if self.sweep else []))
