@@ -103,6 +103,43 @@ def test_the_interposers_own_thread_unmaps_nothing_of_the_programs(tmp_path, bui
     assert out["syscall_bytes"]["mmap_anon"] < 64 << 20, out["syscall_bytes"]
 
 
+def test_runs_sharing_one_recorder_count_each_runs_own_calls(tmp_path, build, syscall_counter):
+    tool, why = syscall_counter
+    if tool != "perf":
+        pytest.skip(f"the shared recorder is perf's: {why}")
+    # tune's diagnosis runs a command's fingerprint runs one after another under one perf record
+    # (fp.run_all): each run's calls must be its own tree's, children included, as with a recorder
+    # of its own (which also counts the `env` that hands it the settings: a few calls more).
+    oversized = [builtin.binary(builtin.get("oversized")), "--queries", "4"]
+    cells = {"glibc": (oversized, {}), "pad": (oversized, PADDED), "fork": ([build("forkalloc"), "3"], {})}
+    env = {k: v for k, v in os.environ.items() if k != "LD_PRELOAD"}
+    recorder = fp.SharedRecorder.start(tmp_path / "shared.data", tmp_path / "probe")
+    assert recorder is not None
+    ran = {}
+    try:
+        for key, (argv, variant_env) in cells.items():
+            ran[key] = fp._run(CommandExecutor([str(a) for a in argv]), env, variant_env, tmp_path / key,
+                               timeout_s=60, mapped_marker=None, recorder=recorder)
+            assert not isinstance(ran[key], dict), ran[key]
+            recorder.ran(ran[key].result.pid, key)
+    finally:
+        recorder.stop()
+    counts = recorder.parsed()
+    shared = {key: fp._summary(r, counts.get(key)) for key, r in ran.items()}
+    own = {key: _run(tmp_path / f"own-{key}", argv, variant_env) for key, (argv, variant_env) in cells.items()}
+    for key in cells:
+        s, o = shared[key]["syscalls"], own[key]["syscalls"]
+        assert o["brk"] - 6 <= s["brk"] <= o["brk"] and s["munmap"] <= o["munmap"], (key, s, o)
+    assert shared["glibc"]["syscalls"]["brk"] > 40 and shared["pad"]["syscalls"]["brk"] < 20
+    glibc, pad = shared["glibc"]["syscall_bytes"], shared["pad"]["syscall_bytes"]
+    assert abs(glibc["brk_shrunk"] - own["glibc"]["syscall_bytes"]["brk_shrunk"]) < 1 << 20, (glibc, own["glibc"])
+    assert pad["brk_shrunk"] < glibc["brk_shrunk"] / 10
+    # The children's calls are in their run: each grows its heap by 2000 x 1000 B, and maps and
+    # unmaps its first 300,000 B block (glibc's dynamic threshold keeps the other 99 on the heap).
+    fork = shared["fork"]["syscall_bytes"]
+    assert fork["brk_grown"] >= 3 * 2_000_000 and fork["munmap"] >= 3 * 300_000, fork
+
+
 def test_forked_children(tmp_path, build):
     out = _run(tmp_path, [build("forkalloc"), "3"])
     assert out["status"] == "ok" and out["processes"] == 4

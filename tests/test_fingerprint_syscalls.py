@@ -3,7 +3,7 @@ pure parsing on lines in perf's own format; tests/test_fingerprint_e2e.py checks
 
 from __future__ import annotations
 
-from alloclab.measure.fingerprint_syscalls import parse_syscalls, tally
+from alloclab.measure.fingerprint_syscalls import parse_syscalls, split_by_run, tally
 
 LINES = """\
   2090      syscalls:sys_enter_brk: brk: 0x00000000
@@ -94,3 +94,31 @@ def test_nothing_readable(tmp_path):
     assert parse_syscalls(tmp_path / "missing") is None
     (tmp_path / "empty").write_text("")
     assert parse_syscalls(tmp_path / "empty") is None
+
+
+# One shared recording of two runs (a SharedRecorder's): the launcher (100) forks run A's root
+# (201), which forks a child (202) with a thread of its own; then run B's root, whose pid is 202
+# again, once A's 202 has exited. The launcher's own call is no run's.
+SHARED = """\
+   100/100   raw_syscalls:sys_enter: NR 12 (0, 0, 0, 0, 0, 0)
+   100/100   PERF_RECORD_FORK(201:201):(100:100)
+   201/201   raw_syscalls:sys_enter: NR 9 (0, 2000, 3, 22, ffffffff, 0)
+   201/201   PERF_RECORD_FORK(202:202):(201:201)
+   202/202   PERF_RECORD_FORK(202:203):(202:202)
+   202/203   raw_syscalls:sys_enter: NR 11 (7f0000000000, 1000, 0, 0, 0, 0)
+   202/202   PERF_RECORD_EXIT(202:202):(201:201)
+   201/201   PERF_RECORD_EXIT(201:201):(100:100)
+   100/100   PERF_RECORD_FORK(202:202):(100:100)
+   202/202   raw_syscalls:sys_enter: NR 28 (7f0000000000, 4000, 4, 0, 0, 0)
+   202/202   raw_syscalls:sys_enter: NR 9 (0, 3000, 3, 22, ffffffff, 0)
+"""
+
+
+def test_a_shared_recording_split_by_each_runs_tree():
+    runs = split_by_run(SHARED.splitlines(), [(201, "A"), (202, "B")])
+    a, b = tally(runs["A"])[0], tally(runs["B"])[0]
+    # A: its root's mmap and its child's thread's munmap; B: the madvise and mmap of pid 202 again.
+    assert (a["mmap"], a["munmap"], a["madvise"], a["brk"]) == (1, 1, 0, 0), a
+    assert (b["mmap"], b["munmap"], b["madvise"], b["brk"]) == (1, 0, 1, 0), b
+    # A run that never started (no FORK of its root) gets nothing.
+    assert split_by_run(SHARED.splitlines(), [(999, "C")]) == {"C": []}

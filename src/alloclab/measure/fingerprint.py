@@ -25,12 +25,14 @@ from __future__ import annotations
 import functools
 import json
 import shutil
+from dataclasses import dataclass
 from pathlib import Path
 
 from alloclab.measure.fingerprint_memory import (  # noqa: F401 (phase_memory: imported from here)
     _merged_series, allocator_figures, phase_memory, phases_at)
 from alloclab.measure.fingerprint_work import ALLOC_KINDS, ProcessFile, work_of
-from alloclab.measure.fingerprint_syscalls import SYSCALL_FILE, parse_syscalls, syscall_counter, syscall_wrapper
+from alloclab.measure.fingerprint_syscalls import (SYSCALL_FILE, SharedRecorder, parse_syscalls, syscall_counter,
+    syscall_wrapper)
 from alloclab.store.fingerprint_model import Fingerprint, Lifetime, Memory, MemPoint, Sampled, SizeClass
 from alloclab.workloads import build as cbuild
 
@@ -208,20 +210,41 @@ def _memory(series: list[MemPoint], procs: list[ProcessFile]) -> Memory:
 # --- the untimed runs --------------------------------------------------------------------------------
 
 def run_all(exp, root: Path) -> None:
-    """Untimed, before the first block of a runner.Runner: one fingerprint run per cell, stored."""
+    """Untimed, before the first block of a runner.Runner: one fingerprint run per cell, stored.
+    A command's runs share one recorder of their system calls (SharedRecorder), so their counts
+    are stored once the last has run (or the runs stopped)."""
     from alloclab.measure import verify
+    from alloclab.measure.executors import CommandExecutor
 
-    for c in exp.cells:
-        w = exp.workloads[c.workload_idx]
-        # The variant as the cell runs it: a program linked against another allocator gets the
-        # forwarding preload under "glibc" (measure/forward.py); without it, redis-server's
-        # "glibc" fingerprint ran its linked jemalloc.
-        v = exp._variant(c.workload_idx, c.variant_idx)
-        exp.progress.note(f"allocation fingerprint (untimed run): {w.name[:40]} | {v.label}")
-        env, _ = exp._cell_env(c.workload_idx, c.variant_idx)
-        data = run_cell(w.executor, env, v.env, root / f"fingerprint-{c.workload_idx}-{c.variant_idx}",
-                        timeout_s=exp.settings.timeout_s, mapped_marker=verify.mapped_marker(v))
-        exp.store.set_fingerprint(exp.exp_id, c.workload_idx, c.variant_idx, data)
+    recorder = None
+    if syscall_counter()[0] == "perf" and any(isinstance(w.executor, CommandExecutor) for w in exp.workloads):
+        recorder = SharedRecorder.start(root / "fingerprint-syscalls.data", root / "fingerprint-probe")
+    waiting: list[tuple[object, _Ran]] = []   # (cell, its run) whose calls the shared recording holds
+    try:
+        for c in exp.cells:
+            w = exp.workloads[c.workload_idx]
+            # The variant as the cell runs it: a program linked against another allocator gets the
+            # forwarding preload under "glibc" (measure/forward.py); without it, redis-server's
+            # "glibc" fingerprint ran its linked jemalloc.
+            v = exp._variant(c.workload_idx, c.variant_idx)
+            exp.progress.note(f"allocation fingerprint (untimed run): {w.name[:40]} | {v.label}")
+            env, _ = exp._cell_env(c.workload_idx, c.variant_idx)
+            shared = recorder if recorder is not None and recorder.alive() and isinstance(w.executor, CommandExecutor) else None
+            ran = _run(w.executor, env, v.env, root / f"fingerprint-{c.workload_idx}-{c.variant_idx}",
+                       timeout_s=exp.settings.timeout_s, mapped_marker=verify.mapped_marker(v), recorder=shared)
+            if isinstance(ran, dict):
+                exp.store.set_fingerprint(exp.exp_id, c.workload_idx, c.variant_idx, ran)
+            elif shared is not None:
+                shared.ran(ran.result.pid, (c.workload_idx, c.variant_idx))
+                waiting.append((c, ran))
+            else:
+                exp.store.set_fingerprint(exp.exp_id, c.workload_idx, c.variant_idx, _summary(ran, _own_counts(ran)))
+    finally:
+        if recorder is not None:
+            recorder.stop()
+            counts = recorder.parsed() if waiting else {}
+            for c, ran in waiting:
+                exp.store.set_fingerprint(exp.exp_id, c.workload_idx, c.variant_idx, _summary(ran, counts.get((c.workload_idx, c.variant_idx))))
 
 
 def fingerprint_timeout(timeout_s: float | None) -> float | None:
@@ -230,9 +253,10 @@ def fingerprint_timeout(timeout_s: float | None) -> float | None:
 
 
 def _execute(executor, env: dict[str, str], fp_env: dict[str, str], workdir: Path, timeout_s: float | None,
-             mapped_marker: str | None, wrapper: list[str] | None):
+             mapped_marker: str | None, wrapper: list[str] | None, recorder: SharedRecorder | None = None):
     """The untimed run itself, with the interposer (and the system-call counter where it can wrap
-    the program): (the RunResult, whether the counter ran)."""
+    the program, or the shared recorder's launcher starting it): (the RunResult, whether the
+    counter ran)."""
     from alloclab.measure.executors import CommandExecutor
     from alloclab.measure.run import run_once
 
@@ -247,7 +271,7 @@ def _execute(executor, env: dict[str, str], fp_env: dict[str, str], workdir: Pat
             run_env = clean | fp_env
         timeout = fingerprint_timeout(timeout_s)
         return run_once(argv, run_env, workdir / "run", timeout_s=timeout, cwd=executor.cwd,
-                        mapped_marker=mapped_marker), True
+                        mapped_marker=mapped_marker, launcher=recorder.launcher if recorder else None), True
     if hasattr(executor, "session") and getattr(executor.session.ef, "service", None):
         return executor.execute(env | fp_env, fp_env, workdir / "run", timeout_s=timeout_s,
                                 mapped_marker=mapped_marker, perf_file=None,
@@ -256,11 +280,20 @@ def _execute(executor, env: dict[str, str], fp_env: dict[str, str], workdir: Pat
                             mapped_marker=mapped_marker, perf_file=None), False
 
 
-def run_cell(executor, env: dict[str, str], variant_env: dict[str, str], workdir: Path, *,
-             timeout_s: float | None, mapped_marker: str | None) -> dict:
-    """One fingerprint run of a workload under a variant, summarized as stored (Fingerprint.to_dict);
-    {"error": ...} if it failed."""
+@dataclass
+class _Ran:
+    """A fingerprint run done, before its system calls are read: what the summary needs."""
+    result: object
+    procs: list
+    tool: str | None
+    how: str
+    files: tuple[Path, Path]   # where a counter of its own wrote: the interposer's folder, the wrapper's
+    load: object
 
+
+def _run(executor, env: dict[str, str], variant_env: dict[str, str], workdir: Path, *, timeout_s: float | None,
+         mapped_marker: str | None, recorder: SharedRecorder | None = None) -> _Ran | dict:
+    """One fingerprint run: the run and what its processes wrote, or {"error": ...} if it failed."""
     fp_dir = workdir / "fp"
     fp_dir.mkdir(parents=True, exist_ok=True)
     (workdir / "run").mkdir(exist_ok=True)   # executors write their files there, as in a timed run
@@ -268,10 +301,10 @@ def run_cell(executor, env: dict[str, str], variant_env: dict[str, str], workdir
     session = getattr(executor, "session", None)
     run_as = bool(session is not None and getattr(session.identity, "wrapper", None))
     fp_env = preload_env(variant_env, fp_dir, session.workdir if run_as else None)
-    wrapper = syscall_wrapper(sys_file)
+    wrapper = None if recorder is not None else syscall_wrapper(sys_file)
     tool, how = syscall_counter()
     try:
-        result, counted = _execute(executor, env, fp_env, workdir, timeout_s, mapped_marker, wrapper)
+        result, counted = _execute(executor, env, fp_env, workdir, timeout_s, mapped_marker, wrapper, recorder)
     except Exception as exc:   # noqa: BLE001 - the fingerprint must never stop an experiment
         return {"error": f"the fingerprint run could not run: {exc}"}
     if not counted:
@@ -281,19 +314,40 @@ def run_cell(executor, env: dict[str, str], variant_env: dict[str, str], workdir
         return {"error": f"the fingerprint run wrote nothing ({result.status}"
                          f"{': ' + result.error if result.error else ''}); the program may be static, setuid, "
                          f"or clear its environment"}
+    return _Ran(result, procs, tool, how, (fp_dir / SYSCALL_FILE, sys_file), getattr(executor, "load", None))
+
+
+def _own_counts(ran: _Ran):
+    """The counts of a run that had a counter of its own."""
+    if ran.tool is None:
+        return None
+    return parse_syscalls(ran.files[0]) or parse_syscalls(ran.files[1])
+
+
+def _summary(ran: _Ran, parsed) -> dict:
+    """The run summarized as stored (Fingerprint.to_dict), with its system calls (`parsed`:
+    parse_syscalls' counts, bytes and note; None where there are none)."""
     syscalls = moved = None
-    if tool is not None:
-        parsed = parse_syscalls(fp_dir / SYSCALL_FILE) or parse_syscalls(sys_file)
+    how = ran.how
+    if ran.tool is not None:
         if parsed is None:
             how = f"{how}: it wrote no counts"
         else:
             syscalls, moved, note = parsed
             how = f"{how}; {note}" if note else how
-    out = summary_of(procs, result.wall_s, syscalls, how, moved)
+    result = ran.result
+    out = summary_of(ran.procs, result.wall_s, syscalls, how, moved)
     out.phases = phases_at(out.series, result.stdout, out.allocator.series if out.allocator else None,
                            out.series_t0_monotonic_s)
-    load = getattr(executor, "load", None)
-    if load is not None:
-        out.per_work = work_of(procs, result.values, load.metrics)
+    if ran.load is not None:
+        out.per_work = work_of(ran.procs, result.values, ran.load.metrics)
     out.status, out.run_error, out.run_peak_rss_kb = result.status, result.error or None, result.peak_rss_kb
     return out.to_dict()
+
+
+def run_cell(executor, env: dict[str, str], variant_env: dict[str, str], workdir: Path, *,
+             timeout_s: float | None, mapped_marker: str | None) -> dict:
+    """One fingerprint run of a workload under a variant, with a counter of its own, summarized as
+    stored (Fingerprint.to_dict); {"error": ...} if it failed."""
+    ran = _run(executor, env, variant_env, workdir, timeout_s=timeout_s, mapped_marker=mapped_marker)
+    return ran if isinstance(ran, dict) else _summary(ran, _own_counts(ran))

@@ -19,8 +19,7 @@ from pathlib import Path
 
 import psutil
 
-from alloclab.measure import spawner
-from alloclab.measure import verify
+from alloclab.measure import spawner, verify
 
 SAMPLE_INTERVAL_S = 0.02   # the issue asks for <= 50 ms; 20 ms catches short peaks cheaply
 KILL_GRACE_S = 2.0
@@ -69,6 +68,7 @@ class RunResult:
     # runner takes `alloclab.NAME` metrics from here as they are; the JSON line the executor adds to
     # stdout keeps them in the stored record.
     values: dict = field(default_factory=dict)
+    pid: int = 0                     # the program's, as the launcher started it (0: not started)
 
 
 def file_tail(path: Path | str, limit: int = OUTPUT_KEEP) -> str:
@@ -253,15 +253,16 @@ def kill_tree(pgid: int, pids: list[int], grace_s: float = KILL_GRACE_S) -> None
 
 def run_once(argv: list[str], env: dict[str, str], workdir: Path, *, timeout_s: float | None = None,
              cwd: str | None = None, mapped_marker: str | None = None,
-             sample_interval_s: float = SAMPLE_INTERVAL_S) -> RunResult:
-    """Run argv to completion (or timeout), measuring the whole process tree."""
+             sample_interval_s: float = SAMPLE_INTERVAL_S, launcher: spawner.Spawner | None = None) -> RunResult:
+    """Run argv to completion (or timeout), measuring the whole process tree; started by this
+    thread's launcher, or by `launcher` (one under a recorder: never replaced)."""
     wd = os.fspath(workdir)
     if not os.path.isdir(wd):
         os.makedirs(wd, exist_ok=True)
     out_path, err_path = wd + "/stdout", wd + "/stderr"
     timed_out = False
     try:
-        srv, child, pid, t0, interrupted = _start(argv, env, cwd, out_path, err_path)
+        srv, child, pid, t0, interrupted = _start(argv, env, cwd, out_path, err_path, launcher)
     except OSError as exc:
         return RunResult("error", 0.0, error=f"could not start {argv[0]}: {exc}")
     if pid == 0:
@@ -287,7 +288,7 @@ def run_once(argv: list[str], env: dict[str, str], workdir: Path, *, timeout_s: 
     t_end = child.t_end or time.perf_counter()
     result = RunResult("ok", t_end - t0, rss_series=sampler.series, samples=sampler.samples,
                        processes=sampler.processes(), peak_rss_kb=sampler.peak_kb,
-                       final_rss_kb=sampler.last_kb)
+                       final_rss_kb=sampler.last_kb, pid=pid)
     result.stdout = file_tail(out_path)
     result.stderr = file_tail(err_path, 64 * 1024)
     if not parse_launcher_line(child.line or "", result) and not (timed_out or interrupted):
@@ -299,17 +300,18 @@ def run_once(argv: list[str], env: dict[str, str], workdir: Path, *, timeout_s: 
     return result
 
 
-def _start(argv: list[str], env: dict[str, str], cwd: str | None, out_path: str,
-           err_path: str) -> tuple[spawner.Spawner, spawner.Child, int, float, bool]:
-    """Hand argv to the launcher: (launcher, child, its pid or 0, start time, interrupted during
-    the first wait)."""
-    srv = spawner.current()
+def _start(argv: list[str], env: dict[str, str], cwd: str | None, out_path: str, err_path: str,
+           given: spawner.Spawner | None = None) -> tuple[spawner.Spawner, spawner.Child, int, float, bool]:
+    """Hand argv to the launcher: (launcher, child, its pid or 0, start time, interrupted at first)."""
+    srv = given or spawner.current()
     try:
         child = spawner.Child(srv)
         t0 = time.perf_counter()
         try:
             srv.start(argv, env, cwd, out_path, err_path)
         except spawner.SpawnError:
+            if given is not None:
+                raise
             # The launcher died since the last run (killed from outside): a fresh one takes it.
             spawner.discard(srv)
             srv = spawner.current()

@@ -38,10 +38,13 @@ class SpawnError(OSError):
 
 
 class Spawner:
-    def __init__(self) -> None:
-        self.proc = subprocess.Popen([str(launcher()), "--serve"], stdin=subprocess.PIPE,
+    def __init__(self, prefix: tuple[str, ...] = (), env: dict[str, str] | None = None) -> None:
+        """`prefix`: what the launcher itself runs under (a recorder of every run it starts:
+        measure/fingerprint_syscalls.py's SharedRecorder), with `env`; none by default."""
+        self.prefix = tuple(prefix)
+        self.proc = subprocess.Popen([*prefix, str(launcher()), "--serve"], stdin=subprocess.PIPE,
                                      stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, close_fds=True,
-                                     env={}, bufsize=0)
+                                     env=env or {}, bufsize=0)
         self.owner = os.getpid()
         self._buf = b""
         self.poller = select.poll()
@@ -116,7 +119,10 @@ def current() -> Spawner:
 
 
 def discard(s: Spawner) -> None:
-    """Kill a launcher that did not answer; the next run starts a fresh one."""
+    """Kill a launcher that did not answer; the next run starts a fresh one. A launcher under a
+    recorder is its owner's to stop (its recording would be lost)."""
+    if s.prefix:
+        return
     s.kill()
     if getattr(_local, "spawner", None) is s:
         _local.spawner = None
