@@ -10,6 +10,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from alloclab.catalog import elf
 from alloclab.catalog.allocators import find_library
 
@@ -34,8 +36,12 @@ def test_facts_kept_and_a_rewritten_file_read_again(tmp_path, monkeypatch):
     assert len(list((cache / "elf").glob("*"))) == 1
     # Kept: the same answer from the entry (what a parse would give too).
     assert _facts_in_another_process(lib, cache) == first
+    # Served from the entry: with the parser gone, this process still gets the same facts.
     monkeypatch.setenv("ALLOCLAB_CACHE", str(cache))
-    assert elf._read(lib) == elf.elf_facts.__wrapped__(lib)
+    parsed = elf._read(lib)
+    monkeypatch.setattr(elf, "_read", lambda path: pytest.fail(f"{path} parsed again"))
+    assert elf.elf_facts.__wrapped__(lib) == parsed
+    monkeypatch.undo()
     # Rewritten in place: other bytes, other facts, a second entry.
     shutil.copyfile(other, lib)
     again = _facts_in_another_process(lib, cache)

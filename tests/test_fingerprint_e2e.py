@@ -197,3 +197,42 @@ def test_cli_fingerprint_in_reports(cli, build):
     assert "Allocation fingerprint" in page and "cross-thread frees" in page, html.stdout
     assert "What the program asks for: calls per size class" in page
     assert "Live bytes against RSS in the fingerprint run" in page and "glibc: live" in page
+
+
+def test_run_all_goes_on_with_recorders_of_their_own_when_the_shared_one_dies(tmp_path, syscall_counter):
+    """fp.run_all on real runs, the experiment around them reduced to what it reads: perf is
+    killed before the second of three runs, which then run with recorders of their own and are
+    counted; the first run's fingerprint is kept, without counts (its recording was cut short)."""
+    import psutil
+    from types import SimpleNamespace
+
+    from alloclab.catalog.variants import parse_variants
+
+    tool, why = syscall_counter
+    if tool != "perf":
+        pytest.skip(f"the shared recorder is perf's: {why}")
+    variants = parse_variants(["glibc", "glibc:MALLOC_TOP_PAD_=64M", "glibc:MALLOC_TOP_PAD_=32M"])
+    base = {k: v for k, v in os.environ.items() if k != "LD_PRELOAD"}
+    stored, notes = {}, []
+
+    def note(text):
+        notes.append(text)
+        if len(notes) == 2:   # before the second run: the shared recorder's perf goes away
+            for p in psutil.Process().children(recursive=True):
+                if p.name() == "perf" and any("fingerprint-syscalls.data" in a for a in p.cmdline()):
+                    p.kill()
+                    p.wait(10)
+
+    exp = SimpleNamespace(
+        workloads=[SimpleNamespace(executor=CommandExecutor([str(builtin.binary(builtin.get("oversized"))),
+                                                             "--queries", "4"]), name="oversized")],
+        cells=[SimpleNamespace(workload_idx=0, variant_idx=i) for i in range(3)],
+        _variant=lambda wi, vi: variants[vi], _cell_env=lambda wi, vi: (variants[vi].apply(base), 0),
+        settings=SimpleNamespace(timeout_s=60), progress=SimpleNamespace(note=note), exp_id=1,
+        store=SimpleNamespace(set_fingerprint=lambda exp_id, wi, vi, data: stored.__setitem__(vi, data)))
+    fp.run_all(exp, tmp_path)
+    assert sorted(stored) == [0, 1, 2] and len(notes) == 3
+    assert all("error" not in stored[vi] for vi in range(3)), stored
+    assert stored[0]["syscalls"] is None and "wrote no counts" in stored[0]["syscalls_how"], stored[0]
+    assert stored[1]["syscalls"]["brk"] < 20 and stored[2]["syscalls"]["brk"] < 20, (stored[1], stored[2])
+    assert not [p for p in psutil.Process().children(recursive=True) if p.name() in ("perf", "alloclab-spawn")]

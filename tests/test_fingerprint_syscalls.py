@@ -122,3 +122,29 @@ def test_a_shared_recording_split_by_each_runs_tree():
     assert (b["mmap"], b["munmap"], b["madvise"], b["brk"]) == (1, 0, 1, 0), b
     # A run that never started (no FORK of its root) gets nothing.
     assert split_by_run(SHARED.splitlines(), [(999, "C")]) == {"C": []}
+
+
+# The recorder's own probe (pid 201, no run's) and run A, then run B under the probe's pid again;
+# perf lost the FORK record of C's root, and D's exec failed (pid 0) before E.
+REUSED = """\
+   100/100   PERF_RECORD_FORK(201:201):(100:100)
+   201/201   raw_syscalls:sys_enter: NR 9 (0, 2000, 3, 22, ffffffff, 0)
+   100/100   PERF_RECORD_FORK(300:300):(100:100)
+   300/300   raw_syscalls:sys_enter: NR 11 (7f0000000000, 1000, 0, 0, 0, 0)
+   100/100   PERF_RECORD_FORK(201:201):(100:100)
+   201/201   raw_syscalls:sys_enter: NR 28 (7f0000000000, 4000, 4, 0, 0, 0)
+   100/100   PERF_RECORD_FORK(400:400):(100:100)
+   100/100   PERF_RECORD_FORK(500:500):(100:100)
+   500/500   raw_syscalls:sys_enter: NR 10 (7f0000000000, 1000, 1, 0, 0, 0)
+"""
+
+
+def test_launches_matched_in_order_not_by_pid_alone():
+    launches = [(201, None), (300, "A"), (201, "B"), (350, "C"), (0, None), (500, "E")]
+    runs = split_by_run(REUSED.splitlines(), launches)
+    a, b, c, e = (tally(runs[k])[0] for k in "ABCE")
+    # By pid alone, the probe's FORK would have taken B's place, and B's calls would be the probe's.
+    assert (a["munmap"], a["mmap"]) == (1, 0), a
+    assert (b["madvise"], b["mmap"]) == (1, 0), b
+    assert sum(c.values()) == 0 and e["mprotect"] == 1, (c, e)
+

@@ -85,7 +85,7 @@ def read(kind: str, key: str) -> bytes | None:
     return data
 
 
-def write(kind: str, key: str, data: bytes) -> None:
+def write(kind: str, key: str, data: bytes, keep: int = KEEP) -> None:
     path = _path(kind, key)
     if path is None:
         return
@@ -101,7 +101,17 @@ def write(kind: str, key: str, data: bytes) -> None:
         total = len(data)
         for k, (st, entry) in enumerate(others, start=1):
             total += st.st_size
-            if k >= KEEP or total > KEEP_BYTES:
+            if k >= keep or total > KEEP_BYTES:
                 entry.unlink(missing_ok=True)
     except OSError:
         return
+
+
+def forget(kind: str, key: str) -> None:
+    """An entry found wrong by its user: gone, so that the next reader derives it again."""
+    path = _path(kind, key)
+    try:
+        if path is not None:
+            path.unlink(missing_ok=True)
+    except OSError:
+        pass

@@ -14,12 +14,18 @@ import pickle
 from dataclasses import dataclass
 from pathlib import Path
 
+import elftools
 from elftools.common.exceptions import ELFError
 from elftools.elf.dynamic import DynamicSection
 from elftools.elf.elffile import ELFFile
 from elftools.elf.sections import SymbolTableSection
 
 from alloclab import cache
+
+ELFTOOLS = getattr(elftools, "__version__", "?")
+# Files whose facts are kept: a server's program, its libraries (PostgreSQL's pull in about 40)
+# and every allocator's, with room to spare; fewer would be read and written again at each start.
+KEEP_FILES = 512
 
 MALLOC_API = ("malloc", "free", "calloc", "realloc", "posix_memalign", "aligned_alloc",
               "memalign", "valloc", "pvalloc", "malloc_usable_size")
@@ -54,7 +60,7 @@ def elf_facts(path: Path) -> ElfFacts:
             pass
     facts = _read(path)
     if key and facts.is_elf:
-        cache.write("elf", key, pickle.dumps(facts))
+        cache.write("elf", key, pickle.dumps(facts), keep=KEEP_FILES)
     return facts
 
 
@@ -63,7 +69,9 @@ def _key(path: Path) -> str | None:
         st = os.stat(path)
     except OSError:
         return None
-    ident = f"{path}\0{st.st_dev}\0{st.st_ino}\0{st.st_size}\0{st.st_mtime_ns}\0{cache.stamp([Path(__file__)])}"
+    # ctime too: a copy that keeps the old modification time (cp -p, rsync -t) cannot keep it.
+    ident = (f"{path}\0{st.st_dev}\0{st.st_ino}\0{st.st_size}\0{st.st_mtime_ns}\0{st.st_ctime_ns}\0"
+             f"{cache.stamp([Path(__file__)])}\0{ELFTOOLS}")
     return hashlib.sha256(ident.encode()).hexdigest()[:32]
 
 

@@ -31,8 +31,8 @@ from pathlib import Path
 from alloclab.measure.fingerprint_memory import (  # noqa: F401 (phase_memory: imported from here)
     _merged_series, allocator_figures, phase_memory, phases_at)
 from alloclab.measure.fingerprint_work import ALLOC_KINDS, ProcessFile, work_of
-from alloclab.measure.fingerprint_syscalls import (SYSCALL_FILE, SharedRecorder, parse_syscalls, syscall_counter,
-    syscall_wrapper)
+from alloclab.measure.fingerprint_syscalls import (SYSCALL_FILE, SharedRecorder, forget_probe, parse_syscalls,
+    syscall_counter, syscall_wrapper)
 from alloclab.store.fingerprint_model import Fingerprint, Lifetime, Memory, MemPoint, Sampled, SizeClass
 from alloclab.workloads import build as cbuild
 
@@ -212,13 +212,16 @@ def _memory(series: list[MemPoint], procs: list[ProcessFile]) -> Memory:
 def run_all(exp, root: Path) -> None:
     """Untimed, before the first block of a runner.Runner: one fingerprint run per cell, stored.
     A command's runs share one recorder of their system calls (SharedRecorder), so their counts
-    are stored once the last has run (or the runs stopped)."""
+    are stored once the last has run (or the runs stopped); a run that the shared recorder's
+    launcher failed runs again with a recorder of its own, as do the runs after it."""
     from alloclab.measure import verify
     from alloclab.measure.executors import CommandExecutor
 
     recorder = None
     if syscall_counter()[0] == "perf" and any(isinstance(w.executor, CommandExecutor) for w in exp.workloads):
         recorder = SharedRecorder.start(root / "fingerprint-syscalls.data", root / "fingerprint-probe")
+        if recorder is None:
+            forget_probe()   # perf said yes to the probe kept, and no now
     waiting: list[tuple[object, _Ran]] = []   # (cell, its run) whose calls the shared recording holds
     try:
         for c in exp.cells:
@@ -229,22 +232,28 @@ def run_all(exp, root: Path) -> None:
             v = exp._variant(c.workload_idx, c.variant_idx)
             exp.progress.note(f"allocation fingerprint (untimed run): {w.name[:40]} | {v.label}")
             env, _ = exp._cell_env(c.workload_idx, c.variant_idx)
+            args = (w.executor, env, v.env, root / f"fingerprint-{c.workload_idx}-{c.variant_idx}")
+            kw = {"timeout_s": exp.settings.timeout_s, "mapped_marker": verify.mapped_marker(v)}
             shared = recorder if recorder is not None and recorder.alive() and isinstance(w.executor, CommandExecutor) else None
-            ran = _run(w.executor, env, v.env, root / f"fingerprint-{c.workload_idx}-{c.variant_idx}",
-                       timeout_s=exp.settings.timeout_s, mapped_marker=verify.mapped_marker(v), recorder=shared)
-            if isinstance(ran, dict):
-                exp.store.set_fingerprint(exp.exp_id, c.workload_idx, c.variant_idx, ran)
-            elif shared is not None:
+            ran = _run(*args, **kw, recorder=shared)
+            if shared is not None and not shared.alive():
+                ran = _run(*args, **kw)   # the launcher (or perf) went away under it
+            elif shared is not None and isinstance(ran, _Ran):
                 shared.ran(ran.result.pid, (c.workload_idx, c.variant_idx))
                 waiting.append((c, ran))
-            else:
-                exp.store.set_fingerprint(exp.exp_id, c.workload_idx, c.variant_idx, _summary(ran, _own_counts(ran)))
+                continue
+            exp.store.set_fingerprint(exp.exp_id, c.workload_idx, c.variant_idx,
+                                      ran if isinstance(ran, dict) else _summary(ran, _own_counts(ran)))
     finally:
         if recorder is not None:
             recorder.stop()
             counts = recorder.parsed() if waiting else {}
             for c, ran in waiting:
-                exp.store.set_fingerprint(exp.exp_id, c.workload_idx, c.variant_idx, _summary(ran, counts.get((c.workload_idx, c.variant_idx))))
+                try:
+                    data = _summary(ran, counts.get((c.workload_idx, c.variant_idx)))
+                except Exception as exc:   # noqa: BLE001 - one run's summary must not lose the others'
+                    data = {"error": f"the fingerprint could not be summarized: {exc}"}
+                exp.store.set_fingerprint(exp.exp_id, c.workload_idx, c.variant_idx, data)
 
 
 def fingerprint_timeout(timeout_s: float | None) -> float | None:

@@ -178,17 +178,17 @@ _TASK = re.compile(r"PERF_RECORD_FORK\((\d+):\d+\):\((\d+):\d+\)")
 _PID = re.compile(r"^\s*(\d+)")
 
 
-def split_by_run(lines, roots: list[tuple[int, object]]) -> dict[object, list[str]]:
-    """One recording of several runs (a SharedRecorder's) as each run's lines: a run is the tree
-    under its root pid (`roots`: (pid, key), in the order the runs started), followed through the
-    FORK records in the order perf wrote them. Everything perf traced descends from the launcher,
-    so a new process is either a run's root (forked by the launcher) or a child in a run's tree;
-    a pid used again is given to whoever forked it last. The launcher's own calls are no run's."""
-    pending: dict[int, list] = {}
-    for pid, key in roots:
-        pending.setdefault(pid, []).append(key)
+def split_by_run(lines, launches: list[tuple[int, object]]) -> dict[object, list[str]]:
+    """One recording of several runs (a SharedRecorder's) as each run's lines. `launches`: every
+    child the launcher forked, in order, as (its pid, or 0 where its exec failed; the run's key,
+    or None for no run: the recorder's own probe, a run that failed). Everything perf traced
+    descends from the launcher, the parent of the first FORK record (the probe's), so its k-th
+    fork is the k-th launch (the pid confirms it; a launch whose FORK perf lost is skipped), and
+    any other process belongs to whoever forked it, last, under that pid. The launcher's own
+    calls are no run's."""
+    launcher, k = None, 0
     owner: dict[int, object] = {}
-    out: dict[object, list[str]] = {key: [] for _, key in roots}
+    out: dict[object, list[str]] = {key: [] for _, key in launches if key is not None}
     for line in lines:
         if "PERF_RECORD_" in line:
             m = _TASK.search(line)
@@ -196,12 +196,18 @@ def split_by_run(lines, roots: list[tuple[int, object]]) -> dict[object, list[st
                 pid, parent = int(m.group(1)), int(m.group(2))
                 if pid == parent:
                     continue   # a thread: its process's already
-                if parent in owner:
-                    owner[pid] = owner[parent]
-                elif pending.get(pid):
-                    owner[pid] = pending[pid].pop(0)
+                if launcher is None:
+                    launcher = parent
+                if parent == launcher:
+                    owner[pid] = None
+                    while k < len(launches):
+                        launched, key = launches[k]
+                        k += 1
+                        if launched in (0, pid):
+                            owner[pid] = key
+                            break
                 else:
-                    owner.pop(pid, None)
+                    owner[pid] = owner.get(parent)
             continue
         m = _PID.match(line)
         if m and (key := owner.get(int(m.group(1)))) is not None:
@@ -215,7 +221,7 @@ class SharedRecorder:
     /proc/kallsyms four times as it started (0.18 s of each run of a short program, against 0.02-0.1
     s of the program itself), and each run's calls are told apart by its process tree
     (split_by_run). Started with a run of `true` through it: a recorder that cannot start is None,
-    and each run then gets its own (syscall_wrapper)."""
+    and each run then gets its own (syscall_wrapper), as does every run after one that failed."""
 
     def __init__(self, out: Path, workdir: Path):
         from alloclab.measure import spawner
@@ -225,26 +231,30 @@ class SharedRecorder:
         perf = shutil.which("perf") or "perf"
         self.launcher = spawner.Spawner(prefix=(perf, *_perf_record(out)[1:]),
                                         env={k: v for k, v in os.environ.items() if k in ("PATH", "HOME")})
-        self.roots: list[tuple[int, object]] = []
-        probe = run_once([shutil.which("true") or "/bin/true"], {}, workdir, launcher=self.launcher)
+        self.keys: dict[int, object] = {}   # the run of each launch, by its place in launcher.launched
+        probe = run_once([shutil.which("true") or "/bin/true"], {}, workdir, timeout_s=30, launcher=self.launcher)
         if probe.status != "ok":
             self.stop()
             raise OSError(f"perf record did not start the launcher ({probe.error or probe.status})")
 
     @classmethod
     def start(cls, out: Path, workdir: Path) -> SharedRecorder | None:
+        from alloclab.errors import AlloclabError
         try:
             return cls(out, workdir)
-        except (OSError, ValueError):
+        except (OSError, ValueError, AlloclabError):
             return None
 
     def alive(self) -> bool:
         return self.launcher.alive()
 
     def ran(self, pid: int, key: object) -> None:
-        """A run started through the launcher: its tree is `key`'s."""
-        if pid:
-            self.roots.append((pid, key))
+        """A run started through the launcher, as pid: its tree is `key`'s."""
+        launched = self.launcher.launched or []
+        for i in range(len(launched) - 1, -1, -1):
+            if launched[i] == pid and pid:
+                self.keys[i] = key
+                return
 
     def stop(self) -> None:
         """The launcher told to end (its input closed), and perf with it, its recording written."""
@@ -260,7 +270,9 @@ class SharedRecorder:
             try:
                 proc.wait(timeout=30)
             except subprocess.TimeoutExpired:
-                self.launcher.kill()
+                os.killpg(proc.pid, signal.SIGKILL)   # its session: perf and the launcher
+                proc.wait()
+        proc.stdout.close()
 
     def parsed(self) -> dict[object, tuple[dict[str, int], dict[str, int], str]]:
         """Each run's counts, bytes and note (stop() first); {} when the recording is unreadable."""
@@ -268,7 +280,16 @@ class SharedRecorder:
         if got is None:
             return {}
         lines, note = got
-        return {key: (*tally(own), note) for key, own in split_by_run(lines, self.roots).items()}
+        launches = [(pid, self.keys.get(i)) for i, pid in enumerate(self.launcher.launched or [])]
+        return {key: (*tally(own), note) for key, own in split_by_run(lines, launches).items()}
+
+
+def forget_probe() -> None:
+    """perf failed where its probe had passed: ask again next time (a kept answer may be stale)."""
+    perf = shutil.which("perf")
+    if perf:
+        cache.forget("probe", _probe_key(perf))
+    syscall_counter.cache_clear()
 
 
 def tally(lines) -> tuple[dict[str, int], dict[str, int]]:

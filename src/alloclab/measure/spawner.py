@@ -42,9 +42,15 @@ class Spawner:
         """`prefix`: what the launcher itself runs under (a recorder of every run it starts:
         measure/fingerprint_syscalls.py's SharedRecorder), with `env`; none by default."""
         self.prefix = tuple(prefix)
+        # A recorder in front gets a session of its own: the terminal's Ctrl-C is alloclab's to
+        # handle (the launcher ignores it), and perf would stop recording on it.
         self.proc = subprocess.Popen([*prefix, str(launcher()), "--serve"], stdin=subprocess.PIPE,
                                      stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, close_fds=True,
-                                     env=env or {}, bufsize=0)
+                                     env=env or {}, bufsize=0, start_new_session=bool(prefix))
+        # Under a recorder: every child it forked, in order (0: forked, but its exec failed), so
+        # that the recording can be split by run (fingerprint_syscalls.split_by_run).
+        self.launched: list[int] | None = [] if prefix else None
+        self.broken = False
         self.owner = os.getpid()
         self._buf = b""
         self.poller = select.poll()
@@ -54,6 +60,8 @@ class Spawner:
     def alive(self) -> bool:
         """Ours, and not yet seen to end. No waitpid per run: a launcher that died since is found
         when the next request cannot be written (run_once then starts a fresh one)."""
+        if self.prefix:   # a recorder's: few runs, and one gone must not be handed the next
+            return self.owner == os.getpid() and not self.broken and self.proc.poll() is None
         return self.owner == os.getpid() and self.proc.returncode is None
 
     def start(self, argv: list[str], env: dict[str, str], cwd: str | None, out: str, err: str) -> None:
@@ -120,8 +128,10 @@ def current() -> Spawner:
 
 def discard(s: Spawner) -> None:
     """Kill a launcher that did not answer; the next run starts a fresh one. A launcher under a
-    recorder is its owner's to stop (its recording would be lost)."""
+    recorder is only marked: its owner stops it (killing it would lose the recording) and runs
+    the rest without it."""
     if s.prefix:
+        s.broken = True
         return
     s.kill()
     if getattr(_local, "spawner", None) is s:
@@ -170,3 +180,5 @@ class Child:
             raise SpawnError(int(value), os.strerror(int(value)))
         else:
             raise SpawnError(f"the launcher answered {line!r}")
+        if (launched := getattr(self.spawner, "launched", None)) is not None:
+            launched.append(self.pid)
