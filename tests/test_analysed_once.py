@@ -43,7 +43,9 @@ def test_each_command_analyses_the_experiment_once(tmp_path, analyses, command):
     args = [*own, "-a", "glibc", "-a", "glibc:MALLOC_TOP_PAD_={0,64M}", "--runs", "2", "--warmup", "0",
             "--no-verify", "--fail-if-worse", "50%", "--db", str(tmp_path / "x.db")]
     result = CliRunner().invoke(app, args + (["--", "true"] if command == "compare" else []))
-    # 2 runs decide nothing: the gate exits 3, after the table and the sweep table were shown.
-    assert result.exit_code == 3, result.output
+    # 2 runs rarely decide anything: the gate exits 3, after the table and the sweep table were
+    # shown. Beside a busy neighbour (another test file), threadcache's TOP_PAD=0 was once decided
+    # 54.6% worse at 2 runs: the gate then exits 1, after the same tables.
+    assert result.exit_code in (1, 3), result.output
     assert "MALLOC_TOP_PAD_ sweep" in result.output
     assert len(analyses) == 1

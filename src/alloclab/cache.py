@@ -85,7 +85,7 @@ def read(kind: str, key: str) -> bytes | None:
     return data
 
 
-def write(kind: str, key: str, data: bytes, keep: int = KEEP) -> None:
+def write(kind: str, key: str, data: bytes, keep: int | None = None) -> None:
     path = _path(kind, key)
     if path is None:
         return
@@ -101,7 +101,7 @@ def write(kind: str, key: str, data: bytes, keep: int = KEEP) -> None:
         total = len(data)
         for k, (st, entry) in enumerate(others, start=1):
             total += st.st_size
-            if k >= keep or total > KEEP_BYTES:
+            if k >= (KEEP if keep is None else keep) or total > KEEP_BYTES:
                 entry.unlink(missing_ok=True)
     except OSError:
         return
