@@ -12,7 +12,7 @@ from alloclab.measure.profile import attribution, perf, summary
 from conftest import missing_prerequisite, require_allocator
 from test_service_e2e import require_programs, scratch  # noqa: F401  (scratch is a fixture)
 
-pytestmark = pytest.mark.e2e
+pytestmark = [pytest.mark.e2e, pytest.mark.slow]
 
 
 def test_run_profile_samples_the_server_tree_not_the_client(cli, store_of, scratch):  # noqa: F811

@@ -28,7 +28,7 @@ from alloclab.store.db import Store
 from alloclab.catalog.variants import parse_variants
 from conftest import ALLOCLAB, missing_prerequisite, require_allocator
 
-pytestmark = pytest.mark.e2e
+pytestmark = [pytest.mark.e2e, pytest.mark.slow]
 
 # Python code run by the toy experiments; single-quoted in TOML, so no single quotes and no braces.
 SERVER = ('import sys, time, http.server; print("booting", flush=True); time.sleep(float(sys.argv[2])); '

@@ -18,6 +18,8 @@ from alloclab.tune.diagnosis import reading
 from alloclab.tune.prescribe import prescribe
 from alloclab.workloads import builtin
 
+pytestmark = [pytest.mark.e2e, pytest.mark.slow]
+
 from conftest import ALLOCLAB, require_allocator
 
 GLIBC_RULES = {"glibc-trim-churn", "glibc-mmap-churn", "glibc-arena-bloat"}
