@@ -15,7 +15,7 @@ from alloclab.measure import fingerprint as fp
 from alloclab.measure.executors import CommandExecutor
 from alloclab.workloads import builtin
 
-from conftest import missing_prerequisite, need_program, require_allocator
+from conftest import missing_prerequisite, need_program, require_allocator, running, still_left
 
 
 def _run(tmp_path, argv, variant_env=None):
@@ -213,13 +213,14 @@ def test_run_all_goes_on_with_recorders_of_their_own_when_the_shared_one_dies(tm
         pytest.skip(f"the shared recorder is perf's: {why}")
     variants = parse_variants(["glibc", "glibc:MALLOC_TOP_PAD_=64M", "glibc:MALLOC_TOP_PAD_=32M"])
     base = {k: v for k, v in os.environ.items() if k != "LD_PRELOAD"}
-    stored, notes = {}, []
+    stored, notes, killed = {}, [], []
 
     def note(text):
         notes.append(text)
         if len(notes) == 2:   # before the second run: the shared recorder's perf goes away
             for p in psutil.Process().children(recursive=True):
                 if p.name() == "perf" and any("fingerprint-syscalls.data" in a for a in p.cmdline()):
+                    killed.extend([p.pid, *(c.pid for c in p.children())])   # perf and its launcher
                     p.kill()
                     p.wait(10)
 
@@ -235,4 +236,6 @@ def test_run_all_goes_on_with_recorders_of_their_own_when_the_shared_one_dies(tm
     assert all("error" not in stored[vi] for vi in range(3)), stored
     assert stored[0]["syscalls"] is None and "wrote no counts" in stored[0]["syscalls_how"], stored[0]
     assert stored[1]["syscalls"]["brk"] < 20 and stored[2]["syscalls"]["brk"] < 20, (stored[1], stored[2])
-    assert not [p for p in psutil.Process().children(recursive=True) if p.name() in ("perf", "alloclab-spawn")]
+    # perf, and the launcher it left behind (no longer our child), stopped with the recorder.
+    assert len(killed) == 2 and not still_left(lambda: running(killed)), killed
+    assert not [p for p in psutil.Process().children(recursive=True) if p.name() == "perf"]
