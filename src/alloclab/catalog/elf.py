@@ -70,9 +70,14 @@ def _key(path: Path) -> str | None:
     except OSError:
         return None
     # ctime too: a copy that keeps the old modification time (cp -p, rsync -t) cannot keep it.
-    ident = (f"{path}\0{st.st_dev}\0{st.st_ino}\0{st.st_size}\0{st.st_mtime_ns}\0{st.st_ctime_ns}\0"
-             f"{cache.stamp([Path(__file__)])}\0{ELFTOOLS}")
+    ident = f"{path}\0{st.st_dev}\0{st.st_ino}\0{st.st_size}\0{st.st_mtime_ns}\0{st.st_ctime_ns}\0{_reader()}"
     return hashlib.sha256(ident.encode()).hexdigest()[:32]
+
+
+@functools.cache
+def _reader() -> str:
+    """What read the facts: this module and pyelftools (once a process, not once a file)."""
+    return f"{cache.stamp([Path(__file__)])}\0{ELFTOOLS}"
 
 
 def _read(path: Path) -> ElfFacts:

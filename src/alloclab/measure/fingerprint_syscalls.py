@@ -73,7 +73,8 @@ def _perf_record(out: Path, events: list[str] | None = None) -> list[str]:
 def syscall_counter() -> tuple[str | None, str]:
     """('perf' | 'strace' | None, why): what can count the tree's memory system calls here."""
     perf, strace = shutil.which("perf"), shutil.which("strace")
-    if perf and (kept := cache.read("probe", _probe_key(perf))) is not None:
+    key = _probe_key(perf) if perf else ""
+    if perf and (kept := cache.read("probe", key)) is not None:
         return "perf", kept.decode()
     if perf:
         with tempfile.TemporaryDirectory(prefix="alloclab-sc-") as d:
@@ -85,7 +86,7 @@ def syscall_counter() -> tuple[str | None, str]:
                     traced = ("raw_syscalls tracepoints, filtered to the memory calls"
                               if platform.machine() in SYSCALL_NR else "syscalls:sys_enter_* tracepoints")
                     how = f"perf record on the {traced} (the whole tree; bytes from the calls' arguments)"
-                    cache.write("probe", _probe_key(perf), how.encode())
+                    cache.write("probe", key, how.encode())
                     return "perf", how
                 why = " ".join(p.stderr.split())[:160] or f"status {p.returncode}"
             except (OSError, subprocess.TimeoutExpired) as exc:
