@@ -42,6 +42,29 @@ class Tunable:
 
 
 @dataclass(frozen=True)
+class Books:
+    """How the interposer reads the allocator's own accounting ([allocators.NAME.books]): through
+    which interface, and, for an interface keyed by name (jemalloc's mallctl, gperftools'
+    properties), which name plays each role in the split of its memory (measure/fingerprint_books.py).
+    glibc's malloc_info and mimalloc's mi_process_info have fixed figures: no roles."""
+    interface: str                                     # malloc_info | mallctl | property | mi_process_info
+    roles: tuple[tuple[str, tuple[str, ...]], ...] = ()   # role -> the names summed for it
+
+    @classmethod
+    def from_toml(cls, entry: dict) -> "Books":
+        entry = dict(entry)
+        interface = entry.pop("interface")
+        return cls(interface, tuple((role, (v,) if isinstance(v, str) else tuple(v)) for role, v in entry.items()))
+
+    def names(self) -> list[str]:
+        """Every name read, in the catalog's order (what the interposer is handed)."""
+        return [n for _, names in self.roles for n in names]
+
+    def role(self, name: str) -> tuple[str, ...]:
+        return dict(self.roles).get(name, ())
+
+
+@dataclass(frozen=True)
 class Allocator:
     name: str
     description: str
@@ -60,6 +83,7 @@ class Allocator:
     default: bool = True   # among the variants run when none is given
     same_as: str = ""      # the entry it copies (its settings are that one's, not named twice)
     race_in_tune: bool = True   # raced by `alloclab tune` as a plain allocator (not a near-copy of another)
+    books: Books | None = None  # how its own accounting is read (allocators.toml)
 
     @property
     def is_system(self) -> bool:
@@ -73,7 +97,8 @@ class Allocator:
         a = cls(name=name, **entry)
         return dataclasses.replace(a, libraries=tuple(a.libraries), prefixed_symbols=tuple(a.prefixed_symbols),
                                    tunables=tuple(Tunable.from_toml(k, v) for k, v in dict(a.tunables).items()),
-                                   verbose_env=tuple(dict(a.verbose_env).items()))
+                                   verbose_env=tuple(dict(a.verbose_env).items()),
+                                   books=Books.from_toml(a.books) if isinstance(a.books, dict) else a.books)
 
     def tunable(self, key: str) -> Tunable | None:
         return next((t for t in self.tunables if t.name == key), None)
@@ -98,6 +123,11 @@ class Catalog:
                 f"shared library (e.g. /usr/lib/libfoo.so) is accepted as a custom allocator. "
                 f"Run `alloclab allocators` to see which are installed."
             ) from None
+
+    def books(self, interface: str) -> Books | None:
+        """The roles of an interface's names (the first allocator read through it: the copies of
+        gperftools share theirs)."""
+        return next((a.books for a in self.allocators.values() if a.books and a.books.interface == interface), None)
 
     def install_line(self, names: list[str] | None = None) -> str:
         packages = sorted({self.allocators[n].package for n in names or self.allocators

@@ -62,6 +62,12 @@ class Rule:
     values: tuple[ValueRule, ...] = ()
     versions: dict[str, str] = field(default_factory=dict, hash=False, compare=False)
     rate_only: bool = False          # reads only the allocation rate: a CPU-share bound can rule it out
+    # A memory rule: the reading of what its setting gives back. It fires only where the allocator,
+    # less that, would hold less than the default by at least min_gain of the default's memory and
+    # min_gain_bytes (a jemalloc decay that returns only what glibc never kept is no proposal).
+    returns: str | None = None
+    min_gain: float = 0.1
+    min_gain_bytes: float = 8 * (1 << 20)
 
 
 def _bound(value) -> float | None:
@@ -84,7 +90,8 @@ def _flag(value) -> bool:
     return value
 
 
-FIELDS = {"name", "reads", "when", "mechanism", "expect", "try", "why", "values", "versions", "rate_only"}
+FIELDS = {"name", "reads", "when", "mechanism", "expect", "try", "why", "values", "versions", "rate_only", "returns",
+          "min_gain", "min_gain_bytes"}
 
 
 def _rule(d: dict) -> Rule:
@@ -100,7 +107,8 @@ def _rule(d: dict) -> Rule:
                   "try": list(tries), "why": str(why)}:
                 rule = Rule(name, reads, tuple(Condition(r, op, number(t)) for r, op, t in when), mechanism, expect,
                             tuple(tries), why, tuple(_value(k, v) for k, v in d.get("values", {}).items()),
-                            dict(d.get("versions", {})), _flag(d.get("rate_only", False)))
+                            dict(d.get("versions", {})), _flag(d.get("rate_only", False)), d.get("returns"),
+                            number(d.get("min_gain", 0.1)), number(d.get("min_gain_bytes", "8M")))
             case _:
                 raise ValueError("a field is missing or not of its type")
     except (KeyError, TypeError, ValueError) as exc:

@@ -30,9 +30,11 @@ from pathlib import Path
 
 from alloclab.measure.fingerprint_memory import (  # noqa: F401 (phase_memory: imported from here)
     _merged_series, allocator_figures, phase_memory, phases_at)
+from alloclab.measure.fingerprint_books import books_of
 from alloclab.measure.fingerprint_work import ALLOC_KINDS, ProcessFile, work_of
 from alloclab.measure.fingerprint_syscalls import (SYSCALL_FILE, SharedRecorder, forget_probe, parse_syscalls,
     syscall_counter, syscall_wrapper)
+from alloclab.catalog.allocators import load_catalog
 from alloclab.store.fingerprint_model import Fingerprint, Lifetime, Memory, MemPoint, Sampled, SizeClass
 from alloclab.workloads import build as cbuild
 
@@ -50,7 +52,8 @@ TIMEOUT_FLOOR_S = 120
 @functools.cache
 def interposer() -> Path:
     """The interposer, compiled on first use and cached by source hash like our other C."""
-    return cbuild.build("alloclab-fingerprint", [cbuild.package_file("measure", "launcher", "fingerprint.c")],
+    return cbuild.build("alloclab-fingerprint", [cbuild.package_file("measure", "launcher", "fingerprint.c"),
+                                                 cbuild.package_file("measure", "launcher", "books.c")],
                         flags=["-shared", "-fPIC", "-fexceptions"], libs=["-ldl"])
 
 
@@ -66,7 +69,19 @@ def preload_env(variant_env: dict[str, str], fp_dir: Path, readable_in: Path | N
             copy.chmod(0o755)
         lib = copy
     preload = " ".join([str(lib), *variant_env.get("LD_PRELOAD", "").split()])
-    return variant_env | {"LD_PRELOAD": preload, FP_DIR_VAR: str(fp_dir)}
+    return variant_env | {"LD_PRELOAD": preload, FP_DIR_VAR: str(fp_dir)} | books_env()
+
+
+@functools.cache
+def books_env() -> dict[str, str]:
+    """The names the interposer reads through each interface keyed by name (catalog/allocators.toml)."""
+    catalog = load_catalog()
+    out = {}
+    for interface, var in (("mallctl", "ALLOCLAB_FP_BOOKS_MALLCTL"), ("property", "ALLOCLAB_FP_BOOKS_PROPERTY")):
+        books = catalog.books(interface)
+        if books is not None:
+            out[var] = ",".join(books.names())
+    return out
 
 
 # --- merging the per-process files -------------------------------------------------------------------
@@ -145,6 +160,13 @@ def summary_of(procs: list[ProcessFile | dict], wall_s: float | None, syscalls: 
     if sources and any(pt[4] is not None or pt[5] is not None for pt in series6):
         out.allocator = allocator_figures(series6, sources, out.memory)
     return out
+
+
+def tree_books(fp: Fingerprint, procs: list[ProcessFile]):
+    """The allocator's books of the tree, split at the peak of anonymous RSS, the end and each phase."""
+    peak = max(fp.series, key=lambda pt: pt.anon_kb).t_s if fp.series else None
+    t0 = int(fp.series_t0_monotonic_s * 1e9) if fp.series_t0_monotonic_s is not None else None
+    return books_of(procs, t0, peak, [(ph.name, ph.t_end) for ph in fp.phases if ph.t_end is not None])
 
 
 def _calls(procs: list[ProcessFile]) -> dict[str, int]:
@@ -348,6 +370,7 @@ def _summary(ran: _Ran, parsed) -> dict:
     out = summary_of(ran.procs, result.wall_s, syscalls, how, moved)
     out.phases = phases_at(out.series, result.stdout, out.allocator.series if out.allocator else None,
                            out.series_t0_monotonic_s)
+    out.books = tree_books(out, ran.procs)
     if ran.load is not None:
         out.per_work = work_of(ran.procs, result.values, ran.load.metrics)
     out.status, out.run_error, out.run_peak_rss_kb = result.status, result.error or None, result.peak_rss_kb

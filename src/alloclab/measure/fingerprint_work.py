@@ -73,6 +73,7 @@ class ProcessFile(Plain):
     # Rows of (ms since start, live KiB, RSS KiB, anonymous KiB, the allocator's allocated and held
     # KiB or -1, alloc calls so far, requested bytes so far); an older interposer wrote 4 or 6 columns.
     series: list[list[int]] = field(default_factory=list)
+    books: dict | None = None       # the allocator's books (measure/fingerprint_books.py reads them)
 
     def __post_init__(self) -> None:
         self.allocator_stats = ProcessAllocatorStats.of(self.allocator_stats) or ProcessAllocatorStats()

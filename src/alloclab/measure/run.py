@@ -3,10 +3,10 @@
 The program is started (posix_spawn) by a small static launcher that stays running
 (launcher/spawn.c, spawner.py) in a session of its own, so it and everything it starts form one
 process group we can kill, with stdin closed and stdout/stderr going to files. The launcher
-times the program and collects the kernel's rusage for it and every descendant it reaped, free
-of Python's own memory. The calling thread samples the tree's RSS from /proc between polls of the launcher's
-reply pipe, which turns readable when the program has exited (no waiter thread: starting one
-and handing its result over cost more than a whole run of /bin/true).
+times the program and collects the kernel's rusage for it and every descendant it reaped, free of
+Python's own memory, and its anonymous RSS as it exits. The calling thread samples the tree's RSS
+from /proc between polls of the launcher's reply pipe, which turns readable when the program has
+exited (no waiter thread: starting one and handing it over cost more than a run of /bin/true).
 """
 
 from __future__ import annotations
@@ -54,6 +54,7 @@ class RunResult:
     max_rss_kb: int = 0              # kernel's ru_maxrss: the largest single process
     peak_rss_kb: int = 0             # sampled: the largest sum over the whole tree
     final_rss_kb: int = 0
+    end_anon_kb: int = -1            # anonymous RSS just before the program exited (-1: unknown)
     minflt: int = 0
     majflt: int = 0
     nvcsw: int = 0
@@ -376,16 +377,13 @@ def read_launcher_result(path: Path, result: RunResult) -> bool:
 
 def parse_launcher_line(text: str, result: RunResult) -> bool:
     fields = text.split()
-    if len(fields) != 10 or fields[0] not in ("exit", "signal"):
+    if len(fields) not in (10, 11) or fields[0] not in ("exit", "signal"):
         return False
-    kind, code, wall_ns, utime, stime, maxrss, minflt, majflt, nvcsw, nivcsw = fields
-    if kind == "signal":
-        result.signal = int(code)
-    else:
-        result.exit_code = int(code)
+    kind, code, wall_ns, utime, stime, maxrss, minflt, majflt, nvcsw, nivcsw, end_anon = (fields + ["-1"])[:11]
+    result.signal, result.exit_code = (int(code), None) if kind == "signal" else (None, int(code))
     result.wall_s = int(wall_ns) / 1e9
     result.user_s, result.sys_s = int(utime) / 1e6, int(stime) / 1e6
-    result.max_rss_kb = int(maxrss)
+    result.max_rss_kb, result.end_anon_kb = int(maxrss), int(end_anon)
     result.minflt, result.majflt, result.nvcsw, result.nivcsw = map(int, (minflt, majflt, nvcsw, nivcsw))
     # A run too short for the sampler still has the kernel's figure.
     result.peak_rss_kb = max(result.peak_rss_kb, result.max_rss_kb)

@@ -6,9 +6,12 @@ from alloclab.measure.run import RunResult
 
 
 def standard_values(r: RunResult) -> dict[str, float]:
+    """Every standard measure the run has; end_anon_mb only where the launcher read it (a command's
+    run, where ptrace is allowed)."""
     return {
         "wall_s": r.wall_s, "cpu_s": r.user_s + r.sys_s, "user_s": r.user_s, "sys_s": r.sys_s,
         "peak_rss_mb": r.peak_rss_kb / 1024, "max_rss_mb": r.max_rss_kb / 1024,
-        "final_rss_mb": r.final_rss_kb / 1024, "minflt": r.minflt, "majflt": r.majflt,
-        "nvcsw": r.nvcsw, "nivcsw": r.nivcsw,
+        "final_rss_mb": r.final_rss_kb / 1024,
+        **({"end_anon_mb": r.end_anon_kb / 1024} if r.end_anon_kb >= 0 else {}),
+        "minflt": r.minflt, "majflt": r.majflt, "nvcsw": r.nvcsw, "nivcsw": r.nivcsw,
     }

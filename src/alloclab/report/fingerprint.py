@@ -9,7 +9,7 @@ dicts, which it reads as Fingerprints (store/fingerprint_model.py)."""
 from __future__ import annotations
 
 from alloclab.report.numbers import fmt_value
-from alloclab.store.fingerprint_model import AllocatorAt, Fingerprint, Memory
+from alloclab.store.fingerprint_model import PARTS, AllocatorAt, Fingerprint, Memory, MemorySplit
 
 SYSCALL_ORDER = ("brk", "mmap", "munmap", "madvise", "mprotect", "mremap")
 EXPLAIN = ("Untimed run per variant with a counting preload before the allocator. live = usable bytes "
@@ -194,8 +194,59 @@ def phase_lines(fp_of: dict[int, Fingerprint | dict], labels: list[str]) -> list
 
 def summary_lines(fp_of: dict[int, Fingerprint | dict], labels: list[str]) -> list[str]:
     """The lines under the fingerprint table: what each allocator keeps after a server's last phase,
-    and where the allocators' own figures agree with ours."""
-    return phase_lines(fp_of, labels) + agreement_lines(fp_of, labels)
+    where the allocators' own figures agree with ours, and where the memory goes at rest."""
+    return phase_lines(fp_of, labels) + agreement_lines(fp_of, labels) + split_lines(fp_of, labels)
+
+
+# How each part of the split reads (store/fingerprint_model.py's PARTS; measure/fingerprint_books.py).
+PART_WORDS = {"live": "live", "free_top": "free at the top", "free_inside": "free inside", "caches": "caches",
+              "decaying": "decaying", "metadata": "metadata", "held": "held, not split", "other": "other"}
+
+
+def rest_split(fp: Fingerprint) -> MemorySplit | None:
+    """The split at rest: after a server's last phase, else at the command's end."""
+    if fp.books is None:
+        return None
+    phases = [sp for sp in fp.books.splits if sp.at.startswith("after ")]
+    return phases[-1] if phases else fp.books.at("end")
+
+
+def split_text(sp: MemorySplit) -> str:
+    """'13.9 MiB anon: free at the top 10.6 MiB, free inside 1.4 MiB, ..., unexplained 0 B'."""
+    parts = [f"{PART_WORDS[k]} {_size(sp.parts[k])}" for k in PARTS if sp.parts.get(k)]
+    left = f", unexplained {'-' if sp.unexplained < 0 else ''}{_size(abs(sp.unexplained))}" \
+        if abs(sp.unexplained) >= 1 << 20 else ""
+    return f"{_size(sp.anon)} anonymous: " + ", ".join(parts) + left
+
+
+def split_lines(fp_of: dict[int, Fingerprint | dict], labels: list[str]) -> list[str]:
+    """A line per variant: where its memory sits at rest, by the allocator's own books."""
+    out = []
+    for vi, fp in sorted(typed(fp_of).items()):
+        sp = None if fp.failed else rest_split(fp)
+        if sp is not None:
+            out.append(f"where the memory goes, {labels[vi]} {sp.at if sp.at != 'end' else 'at its end'} "
+                       f"({fp.books.source}): {split_text(sp)}")
+    return out
+
+
+def split_rows(fp_of: dict[int, Fingerprint | dict], order: list[int], labels: list[str]) -> list[list[str]]:
+    """[variant, reading, anonymous RSS, a column per part, unexplained] for every reading of every
+    variant (MiB): the Markdown table and the JSON's parts."""
+    fp_of = typed(fp_of)
+    out = []
+    for vi in order:
+        fp = fp_of.get(vi)
+        if fp is None or fp.failed or fp.books is None:
+            continue
+        for sp in fp.books.splits:
+            out.append([labels[vi], sp.at, f"{sp.anon / (1 << 20):.1f}",
+                        *(f"{sp.parts[k] / (1 << 20):.1f}" if k in sp.parts else "" for k in PARTS),
+                        f"{sp.unexplained / (1 << 20):.1f}"])
+    return out
+
+
+SPLIT_HEADER = ["variant", "reading", "anon MiB", *(PART_WORDS[k] for k in PARTS), "unexplained"]
 
 
 def explanation(fp_of: dict[int, Fingerprint | dict]) -> str:

@@ -87,3 +87,36 @@ def live_vs_rss_chart(labels: list[str], fp_of: dict[int, Fingerprint], order: l
         ax.legend(loc="upper left", bbox_to_anchor=(1.0, 1.0), fontsize=7, frameon=False)
         fig.subplots_adjust(right=0.78)
     return to_svg(fig, "live bytes against RSS")
+
+
+# The parts of the split, coloured from the program's own (dark) to what is not the allocator's (grey).
+PART_COLOURS = {"live": "#1b4f72", "free_top": "#e67e22", "free_inside": "#f5b041", "caches": "#af7ac5",
+                "decaying": "#ec7063", "metadata": "#7f8c8d", "held": "#d4ac0d", "other": "#d5d8dc"}
+
+
+def split_chart(labels: list[str], fp_of: dict[int, Fingerprint], order: list[int]) -> str:
+    """Where the memory goes: per variant and reading (the peak, the end, each phase), the anonymous
+    RSS as stacked bars of its resident parts, from the allocator's own books."""
+    from alloclab.report.fingerprint import PART_WORDS
+    from alloclab.store.fingerprint_model import PARTS
+
+    bars = [(f"{labels[vi]} | {sp.at}", sp) for vi in order if (fp := fp_of.get(vi)) is not None and fp.books
+            for sp in fp.books.splits]
+    fig = Figure(figsize=(11.5, 0.8 + 0.28 * max(len(bars), 1)))
+    _margins(fig, [name for name, _ in bars], right=2.0, bottom=0.5)
+    ax = fig.add_subplot()
+    y = np.arange(len(bars))[::-1]
+    for part in PARTS:
+        widths = [sp.parts.get(part, 0) / (1 << 20) for _, sp in bars]
+        lefts = [sum(sp.parts.get(k, 0) for k in PARTS[:PARTS.index(part)]) / (1 << 20) for _, sp in bars]
+        if any(widths):
+            ax.barh(y, widths, left=lefts, color=PART_COLOURS[part], height=0.7, label=PART_WORDS[part])
+    ax.plot([sp.anon / (1 << 20) for _, sp in bars], y, linestyle="none", marker="|", markersize=12, color="#222222",
+            label="anonymous RSS")
+    ax.set_yticks(y, [name for name, _ in bars], fontsize=7)
+    ax.set_xlabel("MiB, resident")
+    ax.set_title("Where the memory goes: the anonymous RSS in parts, by the allocator's own books", loc="left",
+                 fontsize=10)
+    if bars:
+        ax.legend(loc="upper left", bbox_to_anchor=(1.0, 1.0), fontsize=7, frameon=False)
+    return to_svg(fig, "where the memory goes")

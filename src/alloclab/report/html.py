@@ -162,6 +162,11 @@ def _fingerprint_section(labels: list[str], fp_of: dict, order: list[int], pen: 
                         "fingerprint run, summed over the process tree; dotted: what the allocator says it holds, "
                         "where it says. The gap between solid and dashed is the allocator's overhead (an upper "
                         "bound: stacks count too)."})
+    if any(fp.books and fp.books.splits for fp in ok.values()):
+        figures.append({"svg": pen.add("fingerprint_charts", "split_chart", labels, ok, order), "caption":
+                        "Where the memory goes: the anonymous RSS at each reading of the fingerprint run, in its "
+                        "resident parts, from the allocator's own books (malloc_info, mallctl, MallocExtension, "
+                        "mi_process_info) and /proc/self/smaps; the tick is the anonymous RSS itself."})
     return {"header": ["figure"] + [labels[vi] for vi in order], "rows": fingerprint.rows(fp_of, order),
             "lines": fingerprint.summary_lines(fp_of, labels), "explanation": fingerprint.explanation(fp_of),
             "errors": fingerprint.errors(fp_of, labels), "figures": figures}

@@ -97,6 +97,10 @@ def fingerprint_section(a: Analysis, w, order: list[int]) -> list[str]:
     out = ["", "Allocation fingerprint:", ""]
     out += table(["figure"] + [a.labels[vi] for vi in order], fingerprint.rows(fp_of, order))
     out += [""] + [f"{line}.\n" for line in fingerprint.summary_lines(fp_of, a.labels)]
+    if split := fingerprint.split_rows(fp_of, order, a.labels):
+        out += ["", "Where the memory goes (resident MiB, by the allocator's own books; "
+                "docs/fingerprint.md says what each part is):", ""]
+        out += table(fingerprint.SPLIT_HEADER, split)
     out += [fingerprint.explanation(fp_of)]
     out += [f"- fingerprint failed: {line}" for line in fingerprint.errors(fp_of, a.labels)]
     return out

@@ -43,9 +43,30 @@ def diagnosis_lines(readings: dict[str, Reading], rx: Prescription) -> list[str]
             elif v.get(key) or (key in v and key in ("heap_swing", "overhead_peak", "held_after_phase")):
                 parts.append(" ".join(x for x in (before, size_text(v[key]), after) if x))
         out.append(f"{r.label}: " + ", ".join(parts))
+        if (rest := rest_text(r)) is not None:
+            out.append(f"  where the memory goes {r.rest_where}: {rest}")
     out.append("rules fired: " + (", ".join(rx.fired) or "none")
                + (f"; silent: {', '.join(rx.silent)}" if rx.silent else ""))
+    seen = set()
+    for c in rx.candidates:   # each mechanism once, in the words of the rule that read it
+        if c.rule not in seen and c.rule in rx.fired:
+            seen.add(c.rule)
+            out.append(f"  {c.rule}: {c.mechanism}")
     return out
+
+
+# The split's parts as the diagnosis names them (readings rest_*: tune/diagnosis.py).
+_REST = (("live", "live"), ("free_top", "free at the top"), ("free_inside", "free inside"), ("caches", "caches"),
+         ("decaying", "decaying"), ("metadata", "metadata"), ("held", "held, not split"), ("other", "other"))
+
+
+def rest_text(r: Reading) -> str | None:
+    """'13.9 MiB anonymous: free at the top 10.6 MiB, free inside 1.44 MiB, ...' from the reading."""
+    anon = r.get("rest_anon")
+    if anon is None:
+        return None
+    parts = [f"{words} {size_text(x)}" for key, words in _REST if (x := r.get(f"rest_{key}"))]
+    return f"{size_text(anon)} anonymous: " + ", ".join(parts)
 
 
 def heading(p) -> str:

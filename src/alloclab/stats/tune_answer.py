@@ -12,23 +12,21 @@ from __future__ import annotations
 
 import math
 import statistics
-import re
 from dataclasses import dataclass, field
 
 from alloclab.stats.analysis import Analysis, WorkloadResult
 from alloclab.stats.apply import HowToApply, how_to_apply
 from alloclab.stats.estimates import Comparison, format_comparison
 from alloclab.store.config_model import Candidate
+from alloclab.workloads.metrics import END_ANON, PEAK_RSS as RSS, PHASE_RSS as PHASE, memory_goal
 
-RSS = "peak_rss_mb"
-PHASE = re.compile(r"^rss_after_(.+)_mb$")
 FAULTS = "minflt"
 BAD_STATUS = ("ineffective",)   # measure/verify.py: the setting or allocator was not in effect
 
 
 @dataclass(frozen=True)
 class Pick:
-    goal: str                  # "speed" | "memory" | "memory after PHASE"
+    goal: str                  # "speed" | "memory" | "memory at its end" | "memory after PHASE" | "memory: NAME"
     variant_idx: int
     label: str
     effect: str                # the deciding metric's change per workload, with intervals
@@ -107,9 +105,12 @@ def _decided_best(a: Analysis, metric_of, candidates: list[int], exclude=lambda 
     return best
 
 
-def _mechanism(a: Analysis, vi: int, by_label: dict[str, Candidate]) -> str:
+def _mechanism(a: Analysis, vi: int, by_label: dict[str, Candidate], goal: str = "") -> str:
     cand = by_label.get(a.labels[vi])
     parts = [f"{cand.mechanism}; {cand.why}"] if cand else []
+    if cand and goal == "speed" and cand.expect != "faster":
+        # A plain allocator raced for memory that won on speed: the memory rule's reading is not why.
+        parts = ["the allocator as installed, with its defaults"]
     if f := _faults(a, vi):
         parts.append(f"measured: {f}")
     return ". ".join(parts)
@@ -157,8 +158,12 @@ def answer(a: Analysis, candidates: list[Candidate], max_rss_increase: float | N
     picked: set[int] = set()
     speed = _decided_best(a, _primary, usable, too_big)
     if speed is not None:
-        out.picks.append(Pick("speed", speed, a.labels[speed], _texts(a, _primary, speed),
-                              _mechanism(a, speed, by_label), _texts(a, lambda w: RSS, speed, "peak RSS"),
+        # A primary metric of the user's that measures memory (an RSS it prints, lower is better) is
+        # a memory goal, not speed.
+        goal = next((g for w in a.workloads if (row := w.primary()) is not None
+                     and (g := memory_goal(row.name, row.unit, row.higher_is_better, row.source))), "speed")
+        out.picks.append(Pick(goal, speed, a.labels[speed], _texts(a, _primary, speed),
+                              _mechanism(a, speed, by_label, goal), _texts(a, lambda w: RSS, speed, "peak RSS"),
                               _apply(a, speed)))
         picked.add(speed)
     memory = _decided_best(a, lambda w: RSS, usable)
@@ -166,6 +171,12 @@ def answer(a: Analysis, candidates: list[Candidate], max_rss_increase: float | N
         out.picks.append(Pick("memory", memory, a.labels[memory], _texts(a, lambda w: RSS, memory, "peak RSS"),
                               _mechanism(a, memory, by_label), _texts(a, _primary, memory), _apply(a, memory)))
         picked.add(memory)
+    end = _decided_best(a, lambda w: END_ANON if w.row(END_ANON) else None, usable)
+    if end is not None:
+        out.picks.append(Pick("memory at its end", end, a.labels[end],
+                              _texts(a, lambda w: END_ANON if w.row(END_ANON) else None, end, "anonymous RSS at its end"),
+                              _mechanism(a, end, by_label), _texts(a, _primary, end), _apply(a, end)))
+        picked.add(end)
     for metric in _phases(a):
         vi = _decided_best(a, lambda w, m=metric: m if w.row(m) else None, usable)
         if vi is not None:
@@ -182,18 +193,24 @@ def answer(a: Analysis, candidates: list[Candidate], max_rss_increase: float | N
         cand = by_label.get(a.labels[vi])
         rule = f" ({cand.rule}, expected {cand.expect})" if cand else ""
         line = f"{a.labels[vi]}{rule}: {_texts(a, _primary, vi)}; {_texts(a, lambda w: RSS, vi, 'peak RSS')}"
+        own = _own_metric(cand)
+        if own is not None:   # a memory rule's candidate: where its effect was expected to show
+            line += f"; {_texts(a, own, vi, _metric_words(cand.metric))}"
+        own_v = _verdicts(a, own, vi) if own is not None else set()
         if vi in dropped:
             leader, runs = dropped[vi]
             line += (f" (dropped at {runs} runs: the most its interval allows is below the least {leader}'s "
                      f"allows)")
         speed_v, rss_v = _verdicts(a, _primary, vi), _verdicts(a, lambda w: RSS, vi)
-        if ("better" in speed_v and "worse" not in speed_v) or ("better" in rss_v and "worse" not in rss_v):
+        end_v = _verdicts(a, lambda w: END_ANON if w.row(END_ANON) else None, vi)
+        if any("better" in v and "worse" not in v for v in (speed_v, rss_v, end_v, own_v)):
             out.also_better.append(line)
         elif "undecided" in speed_v and not _dropped(a, vi):
             out.open.append(line)
             leads.append(vi)
         else:
             out.ruled_out.append(line)
+    out.picks = _merged(out.picks)
     if not out.picks and leads:
         top = max(leads, key=lambda vi: _mean_gain(a, vi))
         out.undecided = (f"nothing decided better within the budget, and {len(leads)} candidate(s) still open; the "
@@ -203,6 +220,32 @@ def answer(a: Analysis, candidates: list[Candidate], max_rss_increase: float | N
         who = "every finalist of the screen" if out.screened_out else "every candidate"
         out.nothing = (f"{who} was decided worse or equivalent on speed, and none decided to hold less "
                        "memory: keep the default")
+    return out
+
+
+def _own_metric(cand: Candidate | None):
+    """A memory candidate's own metric, as a per-workload chooser; None for the others."""
+    if cand is None or not cand.metric or cand.metric in (RSS,):
+        return None
+    return lambda w, m=cand.metric: m if w.row(m) else None
+
+
+def _metric_words(name: str) -> str:
+    goal = memory_goal(name) or name
+    return {"memory at its end": "anonymous RSS at its end"}.get(goal, goal.replace("memory after ", "RSS after "))
+
+
+def _merged(picks: list[Pick]) -> list[Pick]:
+    """A variant that wins several goals, once: its goals joined, its effects one after another."""
+    out: list[Pick] = []
+    for p in picks:
+        first = next((q for q in out if q.variant_idx == p.variant_idx), None)
+        if first is None:
+            out.append(p)
+            continue
+        i = out.index(first)
+        out[i] = Pick(f"{first.goal} and {p.goal}", first.variant_idx, first.label, f"{first.effect}; {p.effect}",
+                      first.mechanism, first.cost, first.apply)
     return out
 
 

@@ -64,6 +64,7 @@ class Candidate(Plain):
     mechanism: str         # what the fingerprint read, in words
     why: str               # how the settings act on it
     refused: str | None = None   # why the installed allocator cannot take it (never raced)
+    metric: str | None = None    # where a memory rule's effect shows (end_anon_mb, rss_after_PHASE_mb)
 
 
 @dataclass

@@ -125,6 +125,56 @@ class AllocatorFigures(Plain):
                    if self.at_peak_live is not None and self.at_end is not None else {})}
 
 
+# The parts of the anonymous RSS at a reading, in the order the reports show them
+# (measure/fingerprint_books.py says what each is).
+PARTS = ("live", "free_top", "free_inside", "caches", "decaying", "metadata", "held", "other")
+
+
+@dataclass
+class MemorySplit(Plain):
+    """The anonymous RSS at one reading of the fingerprint run, in resident parts (bytes): where the
+    memory sits inside the allocator, beside what is not the allocator's. A part the allocator's
+    books cannot give is absent from `parts`."""
+    at: str = ""                     # "peak", "end", "after flush"
+    t_s: float | None = None         # on the memory series' clock
+    anon: int = 0                    # the anonymous RSS there (smaps, read with the books)
+    parts: dict[str, int] = field(default_factory=dict)
+    other_parts: dict[str, int] = field(default_factory=dict)   # stacks, libraries, interposer, own_maps
+    unexplained: int = 0             # anon less every part
+    books: dict[str, int] = field(default_factory=dict)         # the figures read there, by name
+
+    def part(self, name: str) -> int | None:
+        return self.parts.get(name)
+
+    @property
+    def free(self) -> int:
+        """What the allocator holds beyond the live bytes and its own metadata: free, cached, decaying."""
+        return sum(self.parts.get(k, 0) for k in ("free_top", "free_inside", "caches", "decaying", "held"))
+
+
+@dataclass
+class Books(Plain):
+    """The allocator's own books in the fingerprint run (measure/fingerprint_books.py): the tree's
+    figures by name at each reading kept, and the split of the anonymous RSS at the peak, the end
+    and each memory phase."""
+    interface: str = ""              # malloc_info | mallctl | property | mi_process_info | none
+    source: str = ""                 # in words: "glibc malloc_info"
+    spent_s: float = 0.0             # time the helper threads spent reading them
+    names: list[str] = field(default_factory=list)
+    rows: list[list] = field(default_factory=list)   # [t_s, figure per name]; -1 where unknown
+    splits: list[MemorySplit] = field(default_factory=list)
+
+    def __post_init__(self) -> None:
+        self.splits = [MemorySplit.of(s) for s in self.splits]
+
+    def at(self, where: str) -> MemorySplit | None:
+        return next((s for s in self.splits if s.at == where), None)
+
+    def to_dict(self) -> dict:
+        return {"interface": self.interface, "source": self.source, "spent_s": self.spent_s, "names": self.names,
+                "rows": self.rows, "splits": [s.to_dict() for s in self.splits]}
+
+
 @dataclass
 class SyscallBytes(Plain):
     """The bytes the memory system calls moved (perf's arguments; none from strace)."""
@@ -210,6 +260,7 @@ class Fingerprint(Plain):
     series_t0_monotonic_s: float | None = None   # CLOCK_MONOTONIC at the series' time 0
     memory: Memory | None = None                 # None where no process wrote a series
     allocator: AllocatorFigures | None = None    # None where the allocator reports nothing
+    books: Books | None = None                   # None where no process read them (an older interposer)
     syscalls: dict[str, int] | None = None       # by name: brk, mmap, ...; None where not counted
     syscall_bytes: SyscallBytes | None = None
     syscalls_how: str = ""
@@ -227,6 +278,7 @@ class Fingerprint(Plain):
         self.lifetime = Lifetime.of(self.lifetime) or Lifetime()
         self.memory = Memory.of(self.memory)
         self.allocator = AllocatorFigures.of(self.allocator)
+        self.books = Books.of(self.books)
         self.syscall_bytes = SyscallBytes.of(self.syscall_bytes)
         self.per_work = PerWork.of(self.per_work)
         self.phases = [Phase.of(ph) for ph in self.phases]
@@ -253,6 +305,7 @@ class Fingerprint(Plain):
             "series_t0_monotonic_s": self.series_t0_monotonic_s,
             **({"memory": self.memory.to_dict()} if self.memory is not None else {}),
             **({"allocator": self.allocator.to_dict()} if self.allocator is not None else {}),
+            **({"books": self.books.to_dict()} if self.books is not None else {}),
             "syscalls": self.syscalls,
             "syscall_bytes": self.syscall_bytes.to_dict() if self.syscall_bytes is not None else None,
             "syscalls_how": self.syscalls_how,

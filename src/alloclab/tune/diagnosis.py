@@ -11,9 +11,10 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass, field
 
-from alloclab.store.fingerprint_model import Fingerprint, Memory, SizeClass
+from alloclab.store.fingerprint_model import Fingerprint, Memory, MemorySplit, SizeClass
 
 BIG = 128 * 1024
+END_METRIC = "end_anon_mb"       # a command's anonymous RSS as it exits (measure/standard.py)
 
 
 @dataclass(frozen=True)
@@ -25,7 +26,8 @@ class Reading:
     values: dict[str, float] = field(default_factory=dict, hash=False)
     per: str = "second"            # the unit the per-unit figures use: a recipe's work, else the run
     held_where: str = "after a phase"
-
+    rest_where: str = "at its end"  # where the program holds what it no longer needs: the split read there
+    rest_metric: str = END_METRIC   # the timed metric that shows that memory
     def get(self, name: str) -> float | None:
         return self.values.get(name)
 
@@ -48,6 +50,46 @@ def _held(fp: Fingerprint) -> tuple[float | None, float | None, str]:
         return None, None, "after a phase"
     kb, anon, where = max(spots, key=lambda s: s[0])
     return kb * 1024.0, (kb / anon if anon else None), where
+
+
+def _rest(fp: Fingerprint) -> tuple[MemorySplit | None, str, str]:
+    """The split where the program holds memory it no longer needs: after the memory phase of a
+    server where the allocator holds the most free, else the command's end; with where it is in
+    words and the timed metric that shows it."""
+    books = fp.books
+    if books is None:
+        return None, "at its end", END_METRIC
+    phases = [sp for sp in books.splits if sp.at.startswith("after ")]
+    if phases:
+        sp = max(phases, key=lambda x: x.free)
+        return sp, sp.at, f"rss_after_{sp.at[len('after '):]}_mb"
+    return books.at("end"), "at its end", END_METRIC
+
+
+def _rest_values(sp: MemorySplit | None, hist: list[SizeClass]) -> dict[str, float | None]:
+    """The split's parts as readings (rest_*), and glibc's thresholds and arenas as they stood."""
+    if sp is None:
+        return {}
+    v: dict[str, float | None] = {f"rest_{k}": float(x) for k, x in sp.parts.items()}
+    v |= {"rest_anon": float(sp.anon), "rest_free": float(sp.free),
+          "rest_free_inside_share": sp.parts.get("free_inside", 0) / sp.anon if sp.anon > 0 else None}
+    b = sp.books
+    for k in ("trim_threshold", "mmap_threshold", "thresholds_fixed", "raised_by", "arenas"):
+        if k in b:
+            v[k] = float(b[k])
+    if "arena_free" in b and sp.parts:
+        v["rest_arena_free"] = float(min(b["arena_free"], sp.parts.get("free_top", 0) + sp.parts.get("free_inside", 0)))
+    if "trim_threshold" in b and sp.parts.get("free_top"):
+        v["trim_over_top"] = b["trim_threshold"] / sp.parts["free_top"]
+    # Blocks at or above 128 KiB asked below the mmap threshold as it stood: glibc served them from
+    # its heap, as it does no block under its default threshold.
+    threshold = b.get("mmap_threshold")
+    if threshold and threshold > BIG:
+        below = [h for h in hist if h.calls and (1 << max(h.size_class - 1, 0)) >= BIG and (1 << h.size_class) <= threshold]
+        if below:
+            v["heap_big_bytes"] = float(sum(h.bytes for h in below))
+            v["heap_big_min"] = float(min(1 << (h.size_class - 1) for h in below))
+    return v
 
 
 def _known(**figures: float | None) -> dict[str, float]:
@@ -107,7 +149,9 @@ def reading(allocator: str, label: str, fp: Fingerprint | dict, cpus: int | None
                     madvise_bytes_per_s=released / wall if wall else None,
                     madvise_turnover=_share(released, peak_live),
                     heap_swing=swing if units or trimmed else None)
-    return Reading(allocator, label, v, per, where)
+    rest, rest_where, rest_metric = _rest(fp)
+    v |= _known(**_rest_values(rest, fp.hist))
+    return Reading(allocator, label, v, per, where, rest_where, rest_metric)
 
 
 def merged(parts: list[Reading]) -> Reading:
@@ -122,7 +166,8 @@ def merged(parts: list[Reading]) -> Reading:
             values[k] = max(values.get(k, x), x)
     held = max((r for r in parts if r.get("held_after_phase") is not None), key=lambda r: r.get("held_after_phase"),
                default=first)
-    return Reading(first.allocator, first.label, values, first.per, held.held_where)
+    rest = max((r for r in parts if r.get("rest_free") is not None), key=lambda r: r.get("rest_free"), default=first)
+    return Reading(first.allocator, first.label, values, first.per, held.held_where, rest.rest_where, rest.rest_metric)
 
 
 def _units(fp: Fingerprint) -> tuple[str, float | None]:
@@ -151,6 +196,8 @@ def value_text(name: str, value: float) -> str:
     if name.endswith("_per_s") and "bytes" in name:
         return size_text(value)
     if name in ("heap_swing", "big_block", "trim_bytes", "munmap_bytes", "madvise_bytes", "overhead_end",
-                "overhead_peak", "overhead_most", "end_live", "peak_live", "peak_anon", "held_after_phase"):
+                "overhead_peak", "overhead_most", "end_live", "peak_live", "peak_anon", "held_after_phase",
+                "trim_threshold", "mmap_threshold", "raised_by", "heap_big_bytes", "heap_big_min") \
+            or name.startswith("rest_"):
         return size_text(value)
     return f"{value:,.0f}"

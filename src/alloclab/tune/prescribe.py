@@ -11,6 +11,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
+from alloclab.catalog.allocators import BASELINE
 from alloclab.catalog.tune_rules import Rule, ValueRule, load_rules
 from alloclab.store.config_model import Candidate
 from alloclab.tune.diagnosis import Reading, value_text
@@ -50,7 +51,7 @@ def setting_text(n: int) -> str:
 def fill(text: str, reading: Reading, values: dict[str, str]) -> str:
     """A rule's sentence with the reading's figures and the computed values in its {braces}."""
     names = {k: value_text(k, x) for k, x in reading.values.items()}
-    names |= {"per": reading.per, "held_where": reading.held_where} | values
+    names |= {"per": reading.per, "held_where": reading.held_where, "rest_where": reading.rest_where} | values
     out = text
     for key, val in names.items():
         out = out.replace("{" + key + "}", str(val))
@@ -75,6 +76,19 @@ def _spec_for(rule: Rule, spec: str, versions: dict[str, str]) -> str:
     return spec
 
 
+def gives_enough(rule: Rule, reading: Reading, default: Reading | None) -> bool:
+    """A memory rule's expected gain: the allocator's memory at rest less what the setting returns,
+    against the default's there."""
+    if rule.returns is None:
+        return True
+    returned, anon = reading.get(rule.returns), reading.get("rest_anon")
+    base = default.get("rest_anon") if default is not None else None
+    if returned is None or anon is None or not base:
+        return False
+    gain = base - (anon - returned)
+    return gain >= rule.min_gain * base and gain >= rule.min_gain_bytes
+
+
 def prescribe(readings: dict[str, Reading], allocators: list[str], versions: dict[str, str] | None = None,
               rules: tuple[Rule, ...] | None = None, check=None) -> Prescription:
     """Candidates from the rules that fire. `allocators`: the plain allocators to race when a rule
@@ -89,7 +103,8 @@ def prescribe(readings: dict[str, Reading], allocators: list[str], versions: dic
         reading = readings.get(rule.reads)
         if reading is None:
             continue
-        if not all(c.holds(reading.get(c.reading)) for c in rule.when):
+        if not all(c.holds(reading.get(c.reading)) for c in rule.when) or \
+                not gives_enough(rule, reading, readings.get(BASELINE)):
             silent.append(rule.name)
             continue
         values = _values(rule, reading)
@@ -99,13 +114,15 @@ def prescribe(readings: dict[str, Reading], allocators: list[str], versions: dic
         fired.append(rule.name)
         rate_only = rate_only and rule.rate_only
         mechanism, why = fill(rule.mechanism, reading, values), fill(rule.why, reading, values)
+        metric = reading.rest_metric if rule.expect == "less memory" and rule.returns else None
         for template in rule.tries:
             specs = allocators if template == "{allocators}" else [fill(_spec_for(rule, template, versions), reading, values)]
             for spec in specs:
                 if spec in seen:
                     continue
                 seen.add(spec)
-                out.append(Candidate(spec, rule.name, rule.expect, mechanism, why, check(spec) if check else None))
+                out.append(Candidate(spec, rule.name, rule.expect, mechanism, why, check(spec) if check else None,
+                                     metric))
     # Another allocator may fix a mechanism that one of glibc's settings fixes: once any rule
     # fired, the plain allocators race too.
     if fired:

@@ -8,7 +8,7 @@ does stats.looks.Judge). Out: the comparisons still open; what this rule closed,
 A candidate still undecided against the default is dropped in a workload when, on the primary
 metric, the most it could gain (its interval's favourable end) is below the least a leader decided
 better gains (that leader's unfavourable end), and it cannot be the memory pick either: on every
-memory metric (peak RSS, RSS after each phase) it is decided worse or equivalent, or likewise below
+memory metric (peak RSS, at the end, after each phase, the user's) it is decided worse or equivalent, or likewise below
 a memory leader. The intervals are the analysis's own, simultaneous over the family and the looks,
 so the error of "below the leader" is controlled with the verdicts' (both intervals hold together).
 
@@ -23,9 +23,7 @@ from __future__ import annotations
 
 from alloclab.stats.analysis import WorkloadResult, analyze
 from alloclab.stats.looks import Judge
-
-RSS = "peak_rss_mb"
-PHASE_PREFIX, PHASE_SUFFIX = "rss_after_", "_mb"
+from alloclab.workloads.metrics import PEAK_RSS as RSS, is_memory
 
 
 def below_leader(w: WorkloadResult, metric: str, vi: int, base: int) -> int | None:
@@ -66,8 +64,7 @@ def cost_open(w: WorkloadResult, vi: int) -> bool:
 
 
 def memory_metrics(w: WorkloadResult) -> list[str]:
-    return [r.name for r in w.rows
-            if r.name == RSS or (r.name.startswith(PHASE_PREFIX) and r.name.endswith(PHASE_SUFFIX))]
+    return [r.name for r in w.rows if is_memory(r)]
 
 
 def could_hold_least(w: WorkloadResult, vi: int, base: int) -> bool:

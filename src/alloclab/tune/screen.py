@@ -19,9 +19,7 @@ from dataclasses import dataclass
 from alloclab.plan.design import Design
 from alloclab.stats.analysis import Analysis
 from alloclab.store.config_model import Candidate
-
-RSS = "peak_rss_mb"
-PHASE_PREFIX, PHASE_SUFFIX = "rss_after_", "_mb"
+from alloclab.workloads.metrics import PEAK_RSS as RSS, PHASE_RSS
 FIT = 0.5          # race everything when its warm-up and first look take at most this share of the budget
 SCREEN_SHARE = 0.25   # the screen takes at most this share of the budget left (at least one run a cell)
 MAX_SCREEN_RUNS = 3
@@ -92,8 +90,15 @@ def _primary(w) -> list[str]:
 def _memory(w) -> list[str]:
     """After each phase where the workload has phases (what a service holds once its load is gone),
     else the peak."""
-    phases = [r.name for r in w.rows if r.name.startswith(PHASE_PREFIX) and r.name.endswith(PHASE_SUFFIX)]
+    phases = [r.name for r in w.rows if PHASE_RSS.match(r.name)]
     return phases or [RSS]
+
+
+def _memory_of(cand: Candidate):
+    """Where a memory candidate's effect shows: its rule's metric where the workload has it."""
+    if cand.metric is None:
+        return _memory
+    return lambda w: [cand.metric] if w.row(cand.metric) is not None else _memory(w)
 
 
 def finalists(a: Analysis, candidates: list[Candidate], slots: int) -> Finalists:
@@ -108,7 +113,7 @@ def finalists(a: Analysis, candidates: list[Candidate], slots: int) -> Finalists
         if vi == a.baseline_idx or spec not in by_spec:
             continue
         cand = by_spec[spec]
-        metrics = _memory if cand.expect == "less memory" else _primary
+        metrics = _memory_of(cand) if cand.expect == "less memory" else _primary
         scored.append((cand, a.labels[vi], _mean_gain(a, vi, metrics), _mean_gain(a, vi, _primary)))
     speed = sorted((s for s in scored if s[0].expect != "less memory"), key=lambda s: -(s[2] or 0))
     memory = [s for s in sorted((s for s in scored if s[0].expect == "less memory"), key=lambda s: -(s[2] or 0))

@@ -34,6 +34,7 @@ STANDARD = (
     MetricDef("peak_rss_mb", "MiB", False),
     MetricDef("max_rss_mb", "MiB", False),
     MetricDef("final_rss_mb", "MiB", False),
+    MetricDef("end_anon_mb", "MiB", False),     # anonymous RSS as the program exits (launcher/spawn.c)
     MetricDef("minflt", "faults", False),
     MetricDef("majflt", "faults", False),
     MetricDef("nvcsw", "switches", False),
@@ -44,6 +45,35 @@ HW_COUNTERS = (
     MetricDef("instructions", "instructions", False, "perf"),
     MetricDef("cache_misses", "misses", False, "perf"),
 )
+
+
+# Memory metrics: the one definition tune's race, its screen and its answer read.
+PEAK_RSS = "peak_rss_mb"
+END_ANON = "end_anon_mb"
+PHASE_RSS = re.compile(r"^rss_after_(.+)_mb$")
+# A metric of the user's, lower is better, whose name or unit says memory (anon_kb, rss_idle, heap_bytes).
+_MEMORY_WORDS = re.compile(r"(^|[_.\-])(rss|pss|uss|anon|heap|mem|memory|kb|kib|mb|mib|gb|gib|bytes?)($|[_.\-])",
+                           re.IGNORECASE)
+
+
+def memory_goal(name: str, unit: str = "", higher_is_better: bool = False, source: str = "") -> str | None:
+    """What a metric says of memory, as tune's answer names the goal: 'memory' (peak RSS), 'memory at
+    its end', 'memory after PHASE', 'memory: NAME' (the user's); None where it is not memory."""
+    if name == PEAK_RSS:
+        return "memory"
+    if name == END_ANON:
+        return "memory at its end"
+    if m := PHASE_RSS.match(name):
+        return f"memory after {m.group(1)}"
+    if source in ("regex", "json") and not higher_is_better and (_MEMORY_WORDS.search(name) or
+                                                                  _MEMORY_WORDS.search(unit or "")):
+        return f"memory: {name}"
+    return None
+
+
+def is_memory(row) -> bool:
+    """A metric row (or MetricDef) that measures memory (memory_goal)."""
+    return memory_goal(row.name, row.unit, row.higher_is_better, row.source) is not None
 
 
 def parse_metric_option(text: str) -> MetricDef:

@@ -28,13 +28,13 @@
  * Without ALLOCLAB_FP_DIR it only counts.
  *
  * The allocator's own figures: at each sample the helper thread also asks the allocator that
- * serves malloc (the object next_malloc lives in, found with dladdr) what it counts itself:
- * glibc mallinfo2 (allocated = uordblks + hblkhd, held = arena + hblkhd), jemalloc mallctl
- * stats.allocated / stats.resident (after an "epoch" write), gperftools
- * generic.current_allocated_bytes / generic.heap_size less tcmalloc.pageheap_unmapped_bytes,
- * mimalloc mi_process_info's current commit (held only: a release build counts no allocated
- * bytes). A symbol is taken only from that object, so the jemalloc linked into redis-server is
- * not read while a preloaded tcmalloc serves its mallocs. -1 where unknown.
+ * serves malloc (the object next_malloc lives in, found with dladdr) for two totals (glibc
+ * mallinfo2, jemalloc stats.allocated / stats.resident, gperftools' current allocated bytes and
+ * heap less unmapped, mimalloc's committed bytes) and, as often as their cost allows, for its whole
+ * books beside /proc/self/smaps (books.c): where the anonymous memory sits and why it stays. The
+ * last sample, just before the process exits, is always kept, books included. A symbol is taken
+ * only from the object that serves malloc, so the jemalloc linked into redis-server is not read
+ * while a preloaded tcmalloc serves its mallocs. -1 where unknown.
  *
  * Bootstrap: dlsym may call calloc before the next allocator is known; such calls are served
  * from a static buffer and never freed.
@@ -55,6 +55,8 @@
 #include <string.h>
 #include <time.h>
 #include <unistd.h>
+
+#include "books.h"
 
 #define EXPORT __attribute__((visibility("default")))
 #define NCLASS 48
@@ -79,6 +81,7 @@ struct slot {
     uint64_t hist_calls[NCLASS], hist_bytes[NCLASS];
     uint64_t bytes, usable, big_calls, big_bytes;
     int64_t live;                  /* usable bytes allocated minus freed, by this thread */
+    int64_t nblocks;               /* blocks allocated minus freed, by this thread */
     uint64_t s_alloc, s_free, s_cross, s_cross_unknown, s_realloc, s_dropped, life[NLIFE];
     int shared;                    /* slot 0: threads past MAX_SLOTS, updated with atomics */
 } __attribute__((aligned(64)));
@@ -92,7 +95,7 @@ static uint64_t overflow_threads;
 static uint32_t gen = 1;           /* bumped in a forked child: the parent's records are ignored */
 static uint64_t sample_mask = 63;
 static int sampling = 1;
-static int64_t live_inherited;
+static int64_t live_inherited, nblocks_inherited;
 
 static TLS struct slot *my_slot;
 static TLS uint32_t my_idx;
@@ -160,6 +163,8 @@ static struct slot *slot(void) {
     uint32_t i = __atomic_add_fetch(&nslots, 1, __ATOMIC_RELAXED);
     if (i < MAX_SLOTS) { my_idx = i; my_slot = &slots[i]; }
     else { my_idx = 0; my_slot = &slots[0]; __atomic_fetch_add(&overflow_threads, 1, __ATOMIC_RELAXED); }
+    int here;
+    books_stack_seen(&here, 0);   /* the books tell this thread's stack from the allocator's maps */
     return my_slot;
 }
 
@@ -244,6 +249,8 @@ static inline void account(struct slot *s, void *p, size_t req) {
     size_t u = usable_of(p, req);
     ADD(s, usable, u);
     ADD(s, live, (int64_t)u);
+    ADD(s, nblocks, 1);
+    books_alloc_seen(p, u);
     if (__builtin_expect(until_peak_check-- == 0, 0)) {
         /* The helper thread samples every 20 ms; a short program's peak falls between samples. */
         until_peak_check = PEAK_EVERY - 1;
@@ -270,6 +277,8 @@ static inline void on_alloc(void *p, size_t req, int kind) {
 static inline void release(struct slot *s, void *p, int ends_life) {
     size_t u = usable_of(p, 0);
     ADD(s, live, -(int64_t)u);
+    ADD(s, nblocks, -1);
+    books_free_seen(p, u, ends_life);
     uint64_t h;
     if (!sampled((uintptr_t)p, &h)) return;
     uint32_t owner = 0;
@@ -335,9 +344,10 @@ EXPORT void *realloc(void *p, size_t n) {
     uint64_t h;
     uint32_t owner;
     if (p && sampled((uintptr_t)p, &h) && sample_take((uintptr_t)p, h, &owner) >= 0) ADD(s, s_realloc, 1);
+    if (p) books_free_seen(p, old_u, n == 0);   /* realloc(p, 0) frees p through glibc's free */
     void *q = next_realloc(p, n);
-    if (q) { ADD(s, live, -(int64_t)old_u); account(s, q, n); }
-    else if (p && n == 0) ADD(s, live, -(int64_t)old_u);
+    if (q) { ADD(s, live, -(int64_t)old_u); if (p) ADD(s, nblocks, -1); account(s, q, n); }
+    else if (p && n == 0) { ADD(s, live, -(int64_t)old_u); ADD(s, nblocks, -1); }
     else ADD(s, calls[K_FAILED], 1);
     return q;
 }
@@ -394,6 +404,17 @@ EXPORT void *pvalloc(size_t n) {
     return p;
 }
 
+/* glibc's settings may come from the program itself: a mallopt of a threshold, a pad or the mmap
+ * count turns glibc's dynamic thresholds off, as the environment does. */
+EXPORT int mallopt(int param, int value) {
+    static int (*next)(int, int);
+    if (!next) { ENTER(); next = (int (*)(int, int))dlsym(RTLD_NEXT, "mallopt"); }
+    if (!next) return 0;
+    int rc = next(param, value);
+    if (rc == 1) books_mallopt(param, value);
+    return rc;
+}
+
 /* C++: an allocator that defines operator new (tcmalloc) never calls malloc for it; libstdc++'s
  * does. The call is counted here, and malloc called from inside it is not counted again. */
 static void leave_hook(int *unused) { (void)unused; in_hook--; }
@@ -448,85 +469,18 @@ static int64_t s_alloc_kb[SERIES_MAX], s_held_kb[SERIES_MAX];
  * window, such as a client's measured load, are the difference of two readings. */
 static uint64_t s_allocs[SERIES_MAX], s_req_bytes[SERIES_MAX];
 static uint64_t peak_live, peak_rss_kb, peak_anon_kb, live_at_peak_anon;
+/* The allocator's books (books.c), at most BOOKS_ROWS rows of [t_ms, figure...], thinned as the
+ * series is. Reading them costs more than the rest of a sample (smaps; glibc's malloc_info walks
+ * every free chunk while the arena is locked): after a reading that took d, the next waits at
+ * least d / BOOKS_SHARE, so that they take at most that share of the run. The last sample, just
+ * before the process exits, always reads them. */
+#define BOOKS_ROWS 512
+#define BOOKS_SHARE 0.02
+static int64_t b_rows[BOOKS_ROWS][BOOKS_MAX + 1];
+static uint32_t b_n;
+static uint64_t books_next_ns, books_spent_ns;
 
-/* --- the allocator's own figures --------------------------------------------------------------- */
-
-enum { AS_UNRESOLVED = -1, AS_NONE, AS_GLIBC, AS_JEMALLOC, AS_TCMALLOC, AS_MIMALLOC };
-static const char *const AS_NAME[] = {"none", "glibc mallinfo2", "jemalloc mallctl", "gperftools MallocExtension",
-                                      "mimalloc mi_process_info"};
-static int as_kind = AS_UNRESOLVED;
-struct mallinfo2_ { size_t arena, ordblks, smblks, hblks, hblkhd, usmblks, fsmblks, uordblks, fordblks, keepcost; };
-static struct mallinfo2_ (*as_mallinfo2)(void);
-static int (*as_mallctl)(const char *, void *, size_t *, void *, size_t);
-static int (*as_tc_prop)(const char *, size_t *);
-static void (*as_mi_info)(size_t *, size_t *, size_t *, size_t *, size_t *, size_t *, size_t *, size_t *);
-static int64_t as_allocated = -1, as_held = -1;
-
-/* `name` as defined by the object at `base` itself, not by one of its dependencies. */
-static void *own_sym(void *h, const void *base, const char *name) {
-    void *f = dlsym(h, name);
-    Dl_info i;
-    return f && dladdr(f, &i) && i.dli_fbase == base ? f : NULL;
-}
-
-/* Called at start, with in_hook set: what dlopen allocates is not counted. Not from the
- * helper thread: its first malloc under glibc would create an arena for it, a 128 MiB reservation
- * trimmed by two munmaps of 64 MiB in all, which the system-call count would read as the program's. */
-static void resolve_stats(void) {
-    as_kind = AS_NONE;
-    Dl_info mi;
-    if (!next_malloc || !dladdr((void *)next_malloc, &mi) || !mi.dli_fname || !mi.dli_fname[0]) return;
-    void *h = dlopen(mi.dli_fname, RTLD_LAZY | RTLD_NOLOAD);
-    if (!h) return;
-    if ((as_mallctl = own_sym(h, mi.dli_fbase, "mallctl"))) as_kind = AS_JEMALLOC;
-    else if ((as_tc_prop = own_sym(h, mi.dli_fbase, "MallocExtension_GetNumericProperty"))) as_kind = AS_TCMALLOC;
-    else if ((as_mi_info = own_sym(h, mi.dli_fbase, "mi_process_info"))) as_kind = AS_MIMALLOC;
-    else if ((as_mallinfo2 = own_sym(h, mi.dli_fbase, "mallinfo2"))) as_kind = AS_GLIBC;
-    else if (strstr(mi.dli_fname, "alloclab-glibc-forward")) {
-        /* alloclab's forwarding preload hands every call to glibc's own malloc (launcher/forward.c). */
-        void *libc = dlopen("libc.so.6", RTLD_LAZY | RTLD_NOLOAD);
-        if (libc && (as_mallinfo2 = dlsym(libc, "mallinfo2"))) as_kind = AS_GLIBC;
-    }
-    dlclose(h);
-}
-
-static void read_stats(void) {
-    size_t a = 0, b = 0, c = 0, sz = sizeof(size_t);
-    as_allocated = as_held = -1;
-    switch (as_kind) {
-    case AS_GLIBC: {
-        struct mallinfo2_ m = as_mallinfo2();
-        as_allocated = (int64_t)(m.uordblks + m.hblkhd);
-        as_held = (int64_t)(m.arena + m.hblkhd);
-        break;
-    }
-    case AS_JEMALLOC: {
-        uint64_t epoch = 1;   /* the statistics are a snapshot refreshed by writing the epoch */
-        as_mallctl("epoch", NULL, NULL, &epoch, sizeof epoch);
-        if (as_mallctl("stats.allocated", &a, &sz, NULL, 0) == 0) as_allocated = (int64_t)a;
-        sz = sizeof(size_t);
-        if (as_mallctl("stats.resident", &b, &sz, NULL, 0) == 0) as_held = (int64_t)b;
-        break;
-    }
-    case AS_TCMALLOC:
-        if (as_tc_prop("generic.current_allocated_bytes", &a)) as_allocated = (int64_t)a;
-        if (as_tc_prop("generic.heap_size", &b)) {
-            if (!as_tc_prop("tcmalloc.pageheap_unmapped_bytes", &c)) c = 0;
-            as_held = (int64_t)(b - c);
-        }
-        break;
-    case AS_MIMALLOC: {
-        size_t e, u, s, rss, prss, commit = 0, pcommit, pf;
-        as_mi_info(&e, &u, &s, &rss, &prss, &commit, &pcommit, &pf);
-        as_held = (int64_t)commit;
-        break;
-    }
-    default:
-        break;
-    }
-}
-
-static char buf[1 << 18];
+static char buf[1 << 20];
 static size_t blen;
 
 static void put(const char *s) { size_t n = strlen(s); if (blen + n < sizeof buf) { memcpy(buf + blen, s, n); blen += n; } }
@@ -582,15 +536,41 @@ static void calls_so_far(uint64_t *allocs, uint64_t *bytes) {
     }
 }
 
-static void take_sample(void) {
+static int64_t blocks_now(void) {
+    int64_t n = nblocks_inherited;
+    uint32_t k = __atomic_load_n(&nslots, __ATOMIC_RELAXED);
+    for (uint32_t i = 0; i <= k && i < MAX_SLOTS; i++) n += __atomic_load_n(&slots[i].nblocks, __ATOMIC_RELAXED);
+    return n;
+}
+
+static void take_books(uint64_t t, int final) {
+    if (!final && t < books_next_ns) return;
+    if (b_n == BOOKS_ROWS) {   /* full: keep every other row */
+        for (uint32_t i = 0; i < BOOKS_ROWS / 2; i++) memcpy(b_rows[i], b_rows[2 * i], sizeof b_rows[i]);
+        b_n = BOOKS_ROWS / 2;
+    }
+    int64_t *row = b_rows[b_n++];
+    row[0] = (int64_t)((t - start_ns) / 1000000);
+    in_hook++;
+    books_read(row + 1, live_now(), blocks_now());
+    in_hook--;
+    uint64_t d = now_ns() - t;
+    books_spent_ns += d;
+    books_next_ns = now_ns() + (uint64_t)((double)d / BOOKS_SHARE);
+}
+
+/* A sample of the series; the final one (just before the process exits) is always kept. */
+static void take_sample(int final) {
     int64_t live = live_now();
     uint64_t rss, anon, live_u = live > 0 ? (uint64_t)live : 0;
+    uint64_t t = now_ns();
     read_statm(&rss, &anon);
     if (as_kind > AS_NONE) { in_hook++; read_stats(); in_hook--; }
     if (live_u > peak_live) peak_live = live_u;
     if (rss > peak_rss_kb) peak_rss_kb = rss;
     if (anon > peak_anon_kb || !peak_anon_kb) { peak_anon_kb = anon; live_at_peak_anon = live_u; }
-    if (series_tick++ % series_stride) return;
+    if (series_tick++ % series_stride && !final) return;
+    take_books(t, final);
     if (series_n == SERIES_MAX) {   /* full: keep every other point, sample half as often */
         for (uint32_t i = 0; i < SERIES_MAX / 2; i++) {
             s_t_ms[i] = s_t_ms[2 * i]; s_live_kb[i] = s_live_kb[2 * i];
@@ -601,7 +581,7 @@ static void take_sample(void) {
         series_n = SERIES_MAX / 2;
         series_stride *= 2;
     }
-    s_t_ms[series_n] = (uint32_t)((now_ns() - start_ns) / 1000000);
+    s_t_ms[series_n] = (uint32_t)((t - start_ns) / 1000000);
     s_live_kb[series_n] = live_u / 1024;
     s_rss_kb[series_n] = rss;
     s_alloc_kb[series_n] = as_allocated < 0 ? -1 : as_allocated / 1024;
@@ -700,6 +680,18 @@ static void write_file(int final) {
         put("]");
     }
     put("},\"interval_ms\":"); put_u((uint64_t)interval_ms);
+    put(",\"books\":{\"interface\":\""); put(books_source());
+    put("\",\"spent_ns\":"); put_u(books_spent_ns);
+    put(",\"names\":[");
+    for (int i = 0; i < books_count(); i++) { if (i) put(","); put("\""); put(books_name(i)); put("\""); }
+    put("],\"rows\":[");
+    for (uint32_t i = 0; i < b_n; i++) {
+        if (i) put(",");
+        put("[");
+        for (int k = 0; k <= books_count(); k++) { if (k) put(","); put_i(b_rows[i][k]); }
+        put("]");
+    }
+    put("]}");
     put(",\"series_stride\":"); put_u(series_stride);
     put(",\"series\":[");
     for (uint32_t i = 0; i < series_n; i++) {
@@ -741,12 +733,13 @@ static void set_paths(void) {
 static void *sampler(void *arg) {
     (void)arg;
     in_hook = 1;
+    books_stack_seen(&arg, 1);
     struct timespec ts = {interval_ms / 1000, (interval_ms % 1000) * 1000000L};
     for (uint32_t tick = 1;; tick++) {
         nanosleep(&ts, NULL);
         pthread_mutex_lock(&write_lock);
         if (!finished) {
-            take_sample();
+            take_sample(0);
             if (tick % WRITE_EVERY == 0) write_file(0);
         }
         pthread_mutex_unlock(&write_lock);
@@ -763,7 +756,7 @@ static void start_sampler(void) {
     pthread_attr_t attr;
     pthread_attr_init(&attr);
     pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
-    pthread_attr_setstacksize(&attr, 64 * 1024);
+    pthread_attr_setstacksize(&attr, 256 * 1024);   /* malloc_info and its printf run on it */
     in_hook++;
     sampler_running = pthread_create(&t, &attr, sampler, NULL) == 0;
     in_hook--;
@@ -777,6 +770,7 @@ static void after_fork_parent(void) { pthread_mutex_unlock(&write_lock); }
 static void after_fork_child(void) {
     pthread_mutex_init(&write_lock, NULL);
     live_inherited = live_now();
+    nblocks_inherited = blocks_now();
     uint32_t n = __atomic_load_n(&nslots, __ATOMIC_RELAXED);
     for (uint32_t i = 0; i <= n && i < MAX_SLOTS; i++) {
         int shared = slots[i].shared;
@@ -786,6 +780,8 @@ static void after_fork_child(void) {
     overflow_threads = 0;
     gen++;
     series_n = 0; series_stride = 1; series_tick = 0;
+    b_n = 0; books_next_ns = books_spent_ns = 0;
+    books_after_fork_child();
     peak_live = peak_rss_kb = peak_anon_kb = live_at_peak_anon = peak_live_fine = 0;
     set_paths();
     /* Not here: the allocator's own fork handlers may not have run yet, and creating a thread
@@ -812,7 +808,8 @@ __attribute__((constructor)) static void fp_init(void) {
     set_paths();
     pthread_atfork(before_fork, after_fork_parent, after_fork_child);
     in_hook++;
-    resolve_stats();
+    books_resolve((void *)next_malloc);
+    books_init(start_ns);
     in_hook--;
     start_sampler();
 }
@@ -820,7 +817,7 @@ __attribute__((constructor)) static void fp_init(void) {
 __attribute__((destructor)) static void fp_fini(void) {
     if (!out_dir[0]) return;
     pthread_mutex_lock(&write_lock);
-    take_sample();
+    take_sample(1);
     write_file(1);
     finished = 1;   /* the helper thread writes no more: the final file stays */
     pthread_mutex_unlock(&write_lock);

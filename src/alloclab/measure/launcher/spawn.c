@@ -8,8 +8,15 @@
  *
  * usage: alloclab-spawn RESULT_FILE PROGRAM [ARGS...]
  * RESULT_FILE gets one line: "exit|signal CODE wall_ns utime_us stime_us maxrss_kb minflt
- * majflt nvcsw nivcsw". Exit status 0 unless the launcher itself failed (then 125, or 127
- * when the program could not be executed).
+ * majflt nvcsw nivcsw end_anon_kb". Exit status 0 unless the launcher itself failed (then 125, or
+ * 127 when the program could not be executed).
+ *
+ * end_anon_kb: the program's anonymous RSS just before it exits (-1 where unknown; always in this
+ * one-shot mode, which runs servers). With --serve the launcher seizes the program with ptrace, asking for its exit stop only (PTRACE_O_TRACEEXIT: the exit
+ * handlers have run, the memory is not yet released), reads /proc/PID/statm there and lets it go.
+ * A signal meanwhile stops the program until it is handed on, at once. Where ptrace is refused
+ * (a container's policy) the figure is -1 and nothing else changes. Only the program's main
+ * thread is seized: its end is the process's unless it leaves with pthread_exit.
  *
  * usage: alloclab-spawn --serve
  * The same for many runs, without starting a launcher for each (an exec of its own cost about
@@ -35,6 +42,7 @@
 #include <time.h>
 #include <poll.h>
 #include <stdint.h>
+#include <sys/ptrace.h>
 #include <sys/syscall.h>
 #include <stdlib.h>
 #include <unistd.h>
@@ -79,13 +87,50 @@ static void reply(const char *fmt_line) {
     }
 }
 
-static void format_result(char *line, size_t size, int status, long long wall, const struct rusage *ru) {
-    snprintf(line, size, "%s %d %lld %lld %lld %ld %ld %ld %ld %ld\n",
+static void format_result(char *line, size_t size, int status, long long wall, const struct rusage *ru,
+                          long long end_anon_kb) {
+    snprintf(line, size, "%s %d %lld %lld %lld %ld %ld %ld %ld %ld %lld\n",
              WIFSIGNALED(status) ? "signal" : "exit",
              WIFSIGNALED(status) ? WTERMSIG(status) : WEXITSTATUS(status), wall,
              (long long)ru->ru_utime.tv_sec * 1000000LL + ru->ru_utime.tv_usec,
              (long long)ru->ru_stime.tv_sec * 1000000LL + ru->ru_stime.tv_usec,
-             ru->ru_maxrss, ru->ru_minflt, ru->ru_majflt, ru->ru_nvcsw, ru->ru_nivcsw);
+             ru->ru_maxrss, ru->ru_minflt, ru->ru_majflt, ru->ru_nvcsw, ru->ru_nivcsw, end_anon_kb);
+}
+
+/* Resident less file-backed and shared pages, as the fingerprint's series reads it. */
+static long long anon_kb_of(pid_t pid) {
+    char path[64], t[128];
+    snprintf(path, sizeof path, "/proc/%d/statm", (int)pid);
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0) return -1;
+    ssize_t n = read(fd, t, sizeof t - 1);
+    close(fd);
+    if (n <= 0) return -1;
+    t[n] = 0;
+    long long size, rss, shared;
+    if (sscanf(t, "%lld %lld %lld", &size, &rss, &shared) != 3) return -1;
+    return (rss > shared ? rss - shared : 0) * (sysconf(_SC_PAGESIZE) / 1024);
+}
+
+static int seize(pid_t pid) {
+    return ptrace(PTRACE_SEIZE, pid, NULL, (void *)(long)PTRACE_O_TRACEEXIT) == 0;
+}
+
+/* One wait for the program: its ptrace stops are handled here and waited past. Returns wait4's. */
+static pid_t wait_program(pid_t pid, int *status, int options, struct rusage *ru, long long *end_anon_kb) {
+    for (;;) {
+        pid_t r = wait4(pid, status, options, ru);
+        if (r <= 0 || !WIFSTOPPED(*status)) return r;
+        int event = *status >> 16, sig = WSTOPSIG(*status);
+        if (event == PTRACE_EVENT_EXIT) {
+            *end_anon_kb = anon_kb_of(pid);
+            ptrace(PTRACE_DETACH, pid, NULL, NULL);
+        } else if (event == PTRACE_EVENT_STOP) {
+            ptrace(PTRACE_LISTEN, pid, NULL, NULL);      /* a group stop: it stays stopped, as untraced */
+        } else {
+            ptrace(PTRACE_CONT, pid, NULL, (void *)(long)sig);   /* a signal: handed on */
+        }
+    }
 }
 
 static int serve(void) {
@@ -106,6 +151,11 @@ static int serve(void) {
     posix_spawnattr_setsigmask(&attr, &none);
     posix_spawnattr_setsigdefault(&attr, &defaults);
     posix_spawnattr_setflags(&attr, POSIX_SPAWN_SETSID | POSIX_SPAWN_SETSIGMASK | POSIX_SPAWN_SETSIGDEF);
+    /* The program's stops and its end both come as SIGCHLD, waited for with a timeout. */
+    sigset_t chld;
+    sigemptyset(&chld);
+    sigaddset(&chld, SIGCHLD);
+    sigprocmask(SIG_BLOCK, &chld, NULL);
     char *buf = NULL;
     char **fields = NULL;
     for (;;) {
@@ -175,31 +225,29 @@ static int serve(void) {
             reply(line);
             continue;
         }
+        long long end_anon_kb = -1;
+        seize(pid);
         /* alloclab's first look comes 10 ms after the start: a program done within 5 ms gets its
          * pid and result in one reply, which wakes alloclab once instead of twice. */
         char pid_line[32];
         snprintf(pid_line, sizeof pid_line, "pid %d\n", (int)pid);
-        int sent = 0;
-        int pfd = (int)syscall(SYS_pidfd_open, pid, 0);
-        if (pfd >= 0) {
-            struct pollfd p = {pfd, POLLIN, 0};
-            int got;
-            do got = poll(&p, 1, 5); while (got < 0 && errno == EINTR);
-            close(pfd);
-            if (got == 0) { reply(pid_line); sent = 1; }
-        } else {
-            reply(pid_line);
-            sent = 1;
-        }
-        int status = 0;
+        int sent = 0, status = 0;
         struct rusage ru;
         memset(&ru, 0, sizeof ru);
-        while (wait4(pid, &status, 0, &ru) < 0) {
-            if (errno != EINTR) return 125;
+        for (;;) {
+            pid_t got = wait_program(pid, &status, WNOHANG, &ru, &end_anon_kb);
+            if (got == pid) break;
+            if (got < 0 && errno != EINTR) return 125;
+            if (got < 0) continue;
+            long long left = t0 + 5000000LL - now_ns();
+            if (!sent && left <= 0) { reply(pid_line); sent = 1; }
+            struct timespec ts = {left / 1000000000LL, left % 1000000000LL};
+            if (sent) sigwaitinfo(&chld, NULL);
+            else sigtimedwait(&chld, NULL, &ts);
         }
         long long wall = now_ns() - t0;
         if (!sent) reply(pid_line);
-        format_result(line, sizeof line, status, wall, &ru);
+        format_result(line, sizeof line, status, wall, &ru, end_anon_kb);
         reply(line);
     }
 }
@@ -233,7 +281,8 @@ int main(int argc, char **argv) {
     int status = 0;
     struct rusage ru;
     memset(&ru, 0, sizeof ru);
-    while (wait4(child, &status, 0, &ru) < 0) {
+    long long end_anon_kb = -1;   /* a server runs under this mode: it is not seized (its signals stay its own) */
+    while (wait_program(child, &status, 0, &ru, &end_anon_kb) < 0) {
         if (errno != EINTR) { perror("alloclab-spawn: wait4"); return 125; }
     }
     long long wall = now_ns() - t0;
@@ -244,7 +293,7 @@ int main(int argc, char **argv) {
     FILE *out = fopen(argv[1], "w");
     if (!out) { perror("alloclab-spawn: result file"); return 125; }
     char line[256];
-    format_result(line, sizeof line, status, wall, &ru);
+    format_result(line, sizeof line, status, wall, &ru, end_anon_kb);
     fputs(line, out);
     fclose(out);
     return 0;
