@@ -108,7 +108,7 @@ def _decided_best(a: Analysis, metric_of, candidates: list[int], exclude=lambda 
 def _mechanism(a: Analysis, vi: int, by_label: dict[str, Candidate], goal: str = "") -> str:
     cand = by_label.get(a.labels[vi])
     parts = [f"{cand.mechanism}; {cand.why}"] if cand else []
-    if cand and goal == "speed" and cand.expect != "faster":
+    if cand and goal == "speed" and cand.expect != "faster" and ":" not in cand.spec:
         # A plain allocator raced for memory that won on speed: the memory rule's reading is not why.
         parts = ["the allocator as installed, with its defaults"]
     if f := _faults(a, vi):
@@ -243,9 +243,9 @@ def _merged(picks: list[Pick]) -> list[Pick]:
         if first is None:
             out.append(p)
             continue
-        i = out.index(first)
-        out[i] = Pick(f"{first.goal} and {p.goal}", first.variant_idx, first.label, f"{first.effect}; {p.effect}",
-                      first.mechanism, first.cost, first.apply)
+        goals = first.goal.replace(" and ", ", ").split(", ") + [p.goal]
+        out[out.index(first)] = Pick(", ".join(goals[:-1]) + " and " + goals[-1], first.variant_idx, first.label,
+                                     f"{first.effect}; {p.effect}", first.mechanism, first.cost, first.apply)
     return out
 
 

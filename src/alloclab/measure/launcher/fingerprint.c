@@ -543,8 +543,10 @@ static int64_t blocks_now(void) {
     return n;
 }
 
+static int books_off;   /* ALLOCLAB_FP_NO_BOOKS set: bench/books_cost.py's reference */
+
 static void take_books(uint64_t t, int final) {
-    if (!final && t < books_next_ns) return;
+    if (books_off || (!final && t < books_next_ns)) return;
     if (b_n == BOOKS_ROWS) {   /* full: keep every other row */
         for (uint32_t i = 0; i < BOOKS_ROWS / 2; i++) memcpy(b_rows[i], b_rows[2 * i], sizeof b_rows[i]);
         b_n = BOOKS_ROWS / 2;
@@ -800,6 +802,7 @@ __attribute__((constructor)) static void fp_init(void) {
     }
     e = getenv("ALLOCLAB_FP_INTERVAL_MS");
     if (e && strtol(e, NULL, 10) > 0) interval_ms = strtol(e, NULL, 10);
+    books_off = getenv("ALLOCLAB_FP_NO_BOOKS") != NULL;
     e = getenv("ALLOCLAB_FP_DIR");
     if (!e || !*e || strlen(e) >= sizeof out_dir) return;
     strcpy(out_dir, e);
