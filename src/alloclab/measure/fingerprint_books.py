@@ -16,15 +16,19 @@ The parts, each resident bytes:
                central and transfer caches
   decaying     freed pages waiting to be returned: jemalloc's dirty and muzzy pages, tcmalloc's page
                heap
-  metadata     glibc: a header per block. jemalloc and gperftools count their metadata as
-               allocated, and most of it is never touched: the part shown is what of the allocator's
-               mappings the other parts do not hold, at most what their books count
+  metadata     glibc: a header per block; jemalloc's and gperftools' metadata
   held         mimalloc 2.0: what its mappings hold beyond the live bytes, not split (its interface
                gives only the committed bytes, an address-space figure)
   other        not the allocator's, from smaps: stacks, the libraries' written pages, the
                interposer's tables and helper stack, and under glibc the program's own anonymous
                maps (under the others every anonymous mapping that is not a stack is taken as theirs)
-What the parts leave of the anonymous RSS is `unexplained`; tests bound it.
+The books of jemalloc and gperftools, and glibc's blocks in use, are address space: a block
+malloc'd and never touched, a span never handed out, most of jemalloc's metadata, count in them
+but not in RSS. So the allocator's parts are taken in order (glibc: the top, the mapped chunks and
+free inside, measured; then the tcache, the headers and the live blocks; the others: live,
+caches, free inside, decaying, metadata), each at most what the allocator's resident mappings
+(smaps) have left; what the books count beyond them is `beyond_resident`, and what the mappings
+hold beyond every part, with the smaps/statm difference, is `unexplained`; tests bound it.
 """
 
 from __future__ import annotations
@@ -67,7 +71,18 @@ def _sum(v: dict[str, int], names: Iterable[str]) -> int | None:
     return out
 
 
-def _glibc(v: dict[str, int], roles) -> dict[str, int] | None:
+def _resident(booked: list[tuple[str, int]], maps: int) -> dict[str, int]:
+    """The booked parts, in order, each at most what the allocator's resident mappings have left:
+    a part its books count but the pages do not hold (a block never touched, a span never handed
+    out) is not resident. Whatever the mappings hold beyond every part stays unexplained."""
+    out, left = {}, max(0, maps)
+    for name, x in booked:
+        out[name] = min(max(0, x), left)
+        left -= out[name]
+    return out
+
+
+def _glibc(v: dict[str, int], roles) -> tuple[list[tuple[str, int]], int] | None:
     need = ("system", "fast", "bins", "top", "mmap_count", "mmap_bytes", "heap_resident", "top_resident")
     if any(v.get(k, -1) < 0 for k in need):
         return None
@@ -79,46 +94,40 @@ def _glibc(v: dict[str, int], roles) -> dict[str, int] | None:
     headers = 8 * heap_blocks
     mapped = v.get("mapped_resident")
     mapped = mapped_live if mapped is None or mapped < 0 else mapped
-    return {"live": live_heap + mapped, "free_top": v["top_resident"],
-            "free_inside": min(v["fast"] + v["bins"], max(0, v["heap_resident"] - v["top_resident"] - in_use)),
-            "caches": max(0, in_use - live_heap - headers), "metadata": headers}
+    inside = min(v["fast"] + v["bins"], max(0, v["heap_resident"] - v["top_resident"] - in_use))
+    # Measured first (the top and the mapped chunks by mincore, free inside from the heaps' resident
+    # pages), then what is in use: the tcache, a header per block, the live blocks.
+    booked = [("free_top", v["top_resident"]), ("live_mapped", mapped), ("free_inside", inside),
+              ("caches", max(0, in_use - live_heap - headers)), ("metadata", headers), ("live", live_heap)]
+    return booked, v["heap_resident"] + mapped
 
 
-def _resident_metadata(v: dict[str, int], parts: dict[str, int], booked: int | None) -> int:
-    """The metadata resident: what of the allocator's mappings the other parts leave, at most what
-    the books count (they count it all as allocated, touched or not)."""
-    rest = max(0, _pos(v.get("allocator_maps")) - sum(parts.values()))
-    return min(rest, booked) if booked is not None else rest
-
-
-def _jemalloc(v: dict[str, int], roles) -> dict[str, int] | None:
+def _jemalloc(v: dict[str, int], roles) -> tuple[list[tuple[str, int]], int] | None:
     page = _sum(v, roles.role("page")) or 4096
     allocated, active = _sum(v, roles.role("allocated")), _sum(v, roles.role("active"))
     dirty, muzzy = _sum(v, roles.role("dirty_pages")), _sum(v, roles.role("muzzy_pages"))
     if None in (allocated, active, dirty, muzzy):
         return None
-    parts = {"live": _pos(v.get("live")), "caches": _sum(v, roles.role("caches")) or 0,
-             "free_inside": max(0, active - allocated), "decaying": (dirty + muzzy) * page}
-    parts["metadata"] = _resident_metadata(v, parts, _sum(v, roles.role("metadata")))
-    return parts
+    return [("live", _pos(v.get("live"))), ("caches", _sum(v, roles.role("caches")) or 0),
+            ("free_inside", max(0, active - allocated)), ("decaying", (dirty + muzzy) * page),
+            ("metadata", _sum(v, roles.role("metadata")) or 0)], _pos(v.get("allocator_maps"))
 
 
-def _tcmalloc(v: dict[str, int], roles) -> dict[str, int] | None:
+def _tcmalloc(v: dict[str, int], roles) -> tuple[list[tuple[str, int]], int] | None:
     allocated, heap = _sum(v, roles.role("allocated")), _sum(v, roles.role("heap"))
     free, unmapped = _sum(v, roles.role("page_heap_free")), _sum(v, roles.role("unmapped"))
     physical, caches = _sum(v, roles.role("physical")), _sum(v, roles.role("caches"))
     if None in (allocated, heap, free, unmapped, caches):
         return None
-    parts = {"live": _pos(v.get("live")), "caches": caches, "decaying": free,
-             "free_inside": max(0, heap - unmapped - free - caches - allocated)}
-    booked = physical - heap + unmapped if physical is not None else None
-    parts["metadata"] = _resident_metadata(v, parts, booked)
-    return parts
+    metadata = physical - heap + unmapped if physical is not None else 0
+    return [("live", _pos(v.get("live"))), ("caches", caches),
+            ("free_inside", max(0, heap - unmapped - free - caches - allocated)), ("decaying", free),
+            ("metadata", metadata)], _pos(v.get("allocator_maps"))
 
 
-def _held_only(v: dict[str, int], roles) -> dict[str, int] | None:
-    live = _pos(v.get("live"))
-    return {"live": live, "held": max(0, _pos(v.get("allocator_maps")) - live)}
+def _held_only(v: dict[str, int], roles) -> tuple[list[tuple[str, int]], int]:
+    maps = _pos(v.get("allocator_maps"))
+    return [("live", _pos(v.get("live"))), ("held", maps)], maps
 
 
 SPLITS = {"malloc_info": _glibc, "mallctl": _jemalloc, "property": _tcmalloc, "mi_process_info": _held_only,
@@ -131,11 +140,15 @@ def split(interface: str, at: str, t_s: float | None, v: dict[str, int]) -> Memo
     if v.get("anon", -1) < 0 or v.get("allocator_maps", -1) < 0:
         return None
     roles = load_catalog().books(interface)
-    parts = SPLITS.get(interface, _held_only)(v, roles) or _held_only(v, roles)
+    booked, maps = SPLITS.get(interface, _held_only)(v, roles) or _held_only(v, roles)
+    parts = _resident(booked, maps)
+    parts["live"] = parts.get("live", 0) + parts.pop("live_mapped", 0)
     other = {k: _pos(v.get(k)) for k in OTHER}
     parts["other"] = sum(other.values())
+    # What the books count beyond the resident pages (address space: never touched, or purged).
+    beyond = sum(max(0, x) for _, x in booked) - sum(p for k, p in parts.items() if k != "other")
     return MemorySplit(at, t_s, v["anon"], parts, other, v["anon"] - sum(parts.values()),
-                       {k: x for k, x in v.items() if x is not None and x >= 0})
+                       {k: x for k, x in v.items() if x is not None and x >= 0}, beyond)
 
 
 def _tracks(procs) -> list[tuple[list[str], list[tuple[int, list[int]]]]]:

@@ -142,6 +142,7 @@ class MemorySplit(Plain):
     other_parts: dict[str, int] = field(default_factory=dict)   # stacks, libraries, interposer, own_maps
     unexplained: int = 0             # anon less every part
     books: dict[str, int] = field(default_factory=dict)         # the figures read there, by name
+    beyond_resident: int = 0         # what the books count beyond the resident pages (address space)
 
     def part(self, name: str) -> int | None:
         return self.parts.get(name)

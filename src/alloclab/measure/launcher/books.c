@@ -372,7 +372,7 @@ static uint64_t resident(uintptr_t lo, uintptr_t hi) {
 
 enum { V_ANON, V_FILE, V_HEAP, V_STACK, V_SPECIAL };
 enum { C_NONE, C_STACK, C_LIBRARY, C_INTERPOSER, C_OWN, C_ALLOCATOR };
-struct vma { uintptr_t lo, hi; uint64_t anon; unsigned char kind, class_; };
+struct vma { uintptr_t lo, hi; uint64_t anon, bss; unsigned char kind, class_; };
 #define VMAS_MAX 8192
 static struct vma vmas[VMAS_MAX];
 static int nvmas, vmas_truncated;
@@ -407,7 +407,7 @@ static void smaps_line(char *line) {
         else if (!strncmp(s, "[heap]", 6)) kind = V_HEAP;
         else if (!strncmp(s, "[stack]", 7)) kind = V_STACK;
         else if (*s == '[' && strncmp(s, "[anon:", 6)) kind = V_SPECIAL;
-        vmas[nvmas++] = (struct vma){lo, hi, 0, kind, C_NONE};
+        vmas[nvmas++] = (struct vma){lo, hi, 0, 0, kind, C_NONE};
     } else if (!strncmp(line, "Anonymous:", 10) && nvmas) {
         char *s = line + 10;
         while (*s == ' ') s++;
@@ -451,6 +451,29 @@ static struct vma *vma_at(uintptr_t a) {
         else return &vmas[mid];
     }
     return NULL;
+}
+
+/* A loaded object's .bss past its file: an anonymous mapping right after its file's, which the
+ * kernel may merge with an allocator's mapping placed next to it. Its resident bytes (mincore)
+ * are the library's; the rest of that mapping stays the allocator's. */
+static int bss_of(struct dl_phdr_info *info, size_t size, void *data) {
+    (void)size; (void)data;
+    uintptr_t mask = (uintptr_t)page_size - 1;
+    for (int i = 0; i < info->dlpi_phnum; i++) {
+        const ElfW(Phdr) *ph = &info->dlpi_phdr[i];
+        if (ph->p_type != PT_LOAD || !(ph->p_flags & PF_W) || ph->p_memsz <= ph->p_filesz) continue;
+        uintptr_t lo = (info->dlpi_addr + ph->p_vaddr + ph->p_filesz + mask) & ~mask;
+        uintptr_t hi = (info->dlpi_addr + ph->p_vaddr + ph->p_memsz + mask) & ~mask;
+        if (lo >= hi || (lo < self_hi && hi > self_lo)) continue;
+        for (uintptr_t at = lo; at < hi;) {
+            struct vma *v = vma_at(at);
+            if (!v) break;
+            uintptr_t end = v->hi < hi ? v->hi : hi;
+            if (v->kind == V_ANON) v->bss += resident(at, end);
+            at = end;
+        }
+    }
+    return 0;
 }
 
 /* --- glibc's books ----------------------------------------------------------------------------------- */
@@ -637,6 +660,7 @@ HIDDEN void books_read(int64_t *out, int64_t live, int64_t live_blocks) {
         struct vma *v = vma_at(__atomic_load_n(&stacks[i], __ATOMIC_ACQUIRE));
         if (v && v->kind == V_ANON && v->class_ == C_NONE) v->class_ = C_STACK;
     }
+    dl_iterate_phdr(bss_of, NULL);
     struct vma *mine = own_stack ? vma_at(own_stack) : NULL;
     if (mine) mine->class_ = C_INTERPOSER;
     uint64_t sums[C_ALLOCATOR + 1] = {0}, anon = 0;
@@ -646,12 +670,11 @@ HIDDEN void books_read(int64_t *out, int64_t live, int64_t live_blocks) {
         if (v->lo < self_hi && v->hi > self_lo) v->class_ = C_INTERPOSER;
         else if (v->kind == V_STACK) v->class_ = C_STACK;
         else if (v->kind == V_FILE) v->class_ = C_LIBRARY;
-        /* a library's .bss past its file: the anonymous mapping right after its last file mapping */
-        else if (v->kind == V_ANON && v->class_ == C_NONE && i && vmas[i - 1].kind == V_FILE && vmas[i - 1].hi == v->lo)
-            v->class_ = C_LIBRARY;
         else if (v->class_ == C_NONE && v->kind != V_SPECIAL)
             v->class_ = as_kind == AS_GLIBC && v->kind == V_ANON ? C_OWN : C_ALLOCATOR;
-        sums[v->class_] += v->anon;
+        uint64_t bss = v->class_ == C_INTERPOSER ? 0 : v->bss < v->anon ? v->bss : v->anon;
+        sums[C_LIBRARY] += bss;
+        sums[v->class_] += v->anon - bss;
     }
     out[B_ANON] = (int64_t)anon;
     out[B_STACKS] = (int64_t)sums[C_STACK];
