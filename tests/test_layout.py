@@ -5,8 +5,11 @@ them. Read from the source files, so a violation names the file and line to fix.
 from __future__ import annotations
 
 import ast
+import re
 import functools
 from pathlib import Path
+
+import pytest
 
 SRC = Path(__file__).resolve().parent.parent / "src" / "alloclab"
 # The stages in the order data flows through them; a stage may import itself and earlier ones.
@@ -253,3 +256,22 @@ def show(a: Analysis, e) -> None:
                                    (10, "alloclab.stats.estimates.format_p"),
                                    (11, "alloclab.stats.sweep.sweep_results")]
     assert kind_of("alloclab.stats.results.Results") == "class" and kind_of("alloclab.stats.results") is None
+
+
+# One of each (tune's flow reads them, and so do the reports): a second definition is where the two
+# start to disagree.
+ONE_OF_EACH = [
+    # the memory metrics' names and the pattern of a phase's RSS
+    (r'^\w+\s*=\s*"(peak_rss_mb|end_anon_mb)"|re\.compile\(r?"\^?rss_after_', "workloads/metrics.py"),
+    # a variant's comparison against the baseline, read out of a row's cells
+    (r"\.cells\[[^]]+\]\.comparison", "stats/analysis.py"),
+    # the allocator's share of a profile's samples, which bounds what an allocator could change
+    (r'shares\.get\("allocator"[^)]*\)\s*\+\s*\w*\.?shares\.get\("kernel_mm"', "tune/bound.py"),
+]
+
+
+@pytest.mark.parametrize("pattern, home", ONE_OF_EACH)
+def test_one_definition_of_each(pattern, home):
+    found = [f"{p.relative_to(SRC)}:{i}" for p in modules() for i, line in enumerate(p.read_text().splitlines(), 1)
+             if re.search(pattern, line)]
+    assert found and all(f.startswith(home + ":") for f in found), found

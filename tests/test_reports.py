@@ -405,9 +405,9 @@ def test_a_verified_baseline_adds_no_first_line(three):
     assert json.loads(export(three, "json"))["baseline_warning"] is None
 
 
-def test_an_undecided_answer_is_bounded_by_the_allocators_share_of_a_profile(tmp_path):
+def test_an_undecided_answer_states_no_bound_where_a_variant_cuts_the_faults(tmp_path):
     # The stored PostgreSQL experiment leaves comparisons undecided; a profile of its cells (here
-    # written as `--profile` stores it) bounds what any allocator could change.
+    # written as `--profile` stores it) would bound what any allocator could change, but not here.
     import shutil
     from pathlib import Path
 
@@ -427,7 +427,10 @@ def test_an_undecided_answer_is_bounded_by_the_allocators_share_of_a_profile(tmp
     r = build_results(store.load(None))
     lines = bound_answers(r.analysis)
     assert len(lines) == 1 and lines[0].startswith("postgres-partitions: 1 client: tps")
-    assert "at most 1.4% of the CPU" in lines[0] and "glibc 1.4%, tcmalloc 0.9%" in lines[0]
+    # The pad cuts the faults by 92%: a fault costs more than the kernel functions a profile files it
+    # under, so a 1.4% share bounds nothing here (hand runs had the pad and tcmalloc at 1.06-1.16x).
+    assert "no bound from the profile is stated: minor faults changed -9" in lines[0]
+    assert "at most 1." not in lines[0] and "could raise" not in lines[0]
     assert lines[0] in export(r, "md", Options()) and lines[0] in export(r, "json", Options())
 
 

@@ -106,7 +106,7 @@ def test_tune_end_to_end_on_a_churn_program(cli, build, store_of):
     race = store.load(2)
     # The mechanism's rule alone; allocator-bound (>= 20,000 calls a second) also fires where the CPU
     # runs heapswing fast enough, which is the machine's speed, not the program's mechanism.
-    assert set(race.config.tune["fired"]) & GLIBC_RULES == {"glibc-trim-churn"}
+    assert set(race.config.tune.fired) & GLIBC_RULES == {"glibc-trim-churn"}
     # A command's race looks early, at 6 runs, then at compare's first look, 10.
     assert race.config.design["looks"][:2] == [6, 10] and race.config.design["early"] == 1
     # Stored and reported like any experiment: every format of the race gives tune's answer first,
@@ -180,7 +180,7 @@ def test_tune_refuses_in_a_what_is_not_a_catalog_allocator_in_one_paragraph(cli,
 
 
 def test_a_setting_the_installed_allocator_does_not_know_is_refused():
-    from alloclab.cli.tune import _Resolved
+    from alloclab.tune.session import _Resolved
     resolved = _Resolved()
     assert resolved.refusal("glibc:MALLOC_TOP_PAD_=8M") is None
     assert "does not read it" in resolved.refusal("glibc:MALLOC_TOP_PADD_=8M")
@@ -216,8 +216,8 @@ def test_tune_screens_then_races_the_finalists_on_runs_of_their_own(cli, build, 
     diag, scr, race = (store.load(i) for i in (1, 2, 3))
     assert [e.row.kind for e in (diag, scr, race)] == ["tune-diagnosis", "tune-screen", "tune"]
     assert len(scr.variants) > len(race.variants) >= 2      # the screen ran every candidate, the race fewer
-    assert race.config.tune["screen_experiment"] == 2
-    screened = race.config.tune["screened_out"]
+    assert race.config.tune.screen_experiment == 2
+    screened = race.config.tune.screened_out
     assert screened and "Screened out before the race" in out and "not a verdict" in out
     # The race's verdicts stand on runs of its own, every one measured after the screen had chosen.
     assert race.runs and min(r.started for r in race.runs) >= scr.row.finished

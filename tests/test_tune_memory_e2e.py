@@ -22,7 +22,7 @@ def _tune(cli, store_of, program: str, *args: str, allocators=("glibc",)):
 
 
 def _memory_candidates(race) -> dict[str, dict]:
-    return {c["spec"]: c for c in race.config.tune["candidates"] if c["expect"] == "less memory"}
+    return {c.spec: c for c in race.config.tune.candidates if c.expect == "less memory"}
 
 
 @pytest.mark.parametrize("program, args, rule, setting", [
@@ -34,7 +34,7 @@ def test_tune_decides_the_glibc_setting_its_mechanism_names(cli, build, store_of
     out, race = _tune(cli, store_of, str(build(program, "-lpthread")), *args)
     mem = _memory_candidates(race)
     spec = next(s for s in mem if setting in s)
-    assert mem[spec]["metric"] == "end_anon_mb", mem[spec]
+    assert mem[spec].metric == "end_anon_mb", mem[spec]
     assert rule in out.split("rules fired:")[1].split(";")[0], out
     # The answer names the setting, decided better at the program's end, with the books' reading.
     words = setting.rstrip("_=").replace("MALLOC_", "")
@@ -47,7 +47,7 @@ def test_pinned_free_memory_is_beyond_glibcs_settings_and_the_allocators_race(cl
     out, race = _tune(cli, store_of, str(build("pinned")), "12", allocators=("glibc", "jemalloc"))
     assert "no setting of glibc's gives it back (malloc_trim(0), called by the program, does)" in " ".join(out.split())
     mem = _memory_candidates(race)
-    assert "jemalloc" in mem and mem["jemalloc"]["rule"] == "glibc-free-pinned"
+    assert "jemalloc" in mem and mem["jemalloc"].rule == "glibc-free-pinned"
     assert any("dirty_decay_ms=0" in s for s in mem), mem
     # jemalloc returns the pages once its decay is 0: decided better at the end
     assert any("dirty_decay_ms=0" in ln and "anonymous RSS at its end -" in ln for ln in out.splitlines()), out

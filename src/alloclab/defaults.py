@@ -7,6 +7,7 @@ Nothing here imports anything: `alloclab --help` reads it at start.
 from __future__ import annotations
 
 import dataclasses
+import re
 from dataclasses import dataclass
 
 MARGIN = 0.02          # equivalence margin (--min-effect): within ±2%, two variants count as equivalent
@@ -60,3 +61,17 @@ def refusal(*, runs: int | None = None, warmup: int | None = None, max_runs: int
 def percent_text(fraction: float) -> str:
     """0.02 -> '2%': a default as the help text and the option parser write it."""
     return f"{fraction * 100:g}%"
+
+
+def seconds(text: str) -> float:
+    """'90s', '20m', '1h30m' or a plain number of seconds (--budget, a file's budget)."""
+    from alloclab.errors import AlloclabError
+    t = text.strip().lower()
+    parts = re.fullmatch(r"(?:(\d+(?:\.\d+)?)h)?(?:(\d+(?:\.\d+)?)m)?(?:(\d+(?:\.\d+)?)s?)?", t)
+    if not t or not parts or not any(parts.groups()):
+        raise AlloclabError(f"Cannot read '{text}' as a duration; write e.g. 90s, 20m or 1h.")
+    h, m, sec = (float(g) if g else 0.0 for g in parts.groups())
+    total = h * 3600 + m * 60 + sec
+    if total <= 0:
+        raise AlloclabError(f"The budget must be longer than 0 (got '{text}'); write e.g. 90s, 20m or 1h.")
+    return total

@@ -14,6 +14,7 @@ import typer
 from rich.console import Console
 
 from alloclab import defaults
+from alloclab.defaults import seconds  # noqa: F401 (the CLI reads durations with it)
 from alloclab.errors import AlloclabError
 from alloclab.store.db import DEFAULT_DB, Store
 
@@ -153,15 +154,3 @@ def show(r: Results, db: Path, *, details: bool = False, export_json: Path | Non
         f"Results stored in {db} (experiment {r.experiment.id}).")
 
 
-def seconds(text: str) -> float:
-    """'90s', '20m', '1h30m' or a plain number of seconds."""
-    import re
-    t = text.strip().lower()
-    parts = re.fullmatch(r"(?:(\d+(?:\.\d+)?)h)?(?:(\d+(?:\.\d+)?)m)?(?:(\d+(?:\.\d+)?)s?)?", t)
-    if not t or not parts or not any(parts.groups()):
-        raise AlloclabError(f"Cannot read '{text}' as a duration; write e.g. 90s, 20m or 1h.")
-    h, m, sec = (float(g) if g else 0.0 for g in parts.groups())
-    total = h * 3600 + m * 60 + sec
-    if total <= 0:
-        raise AlloclabError(f"The budget must be longer than 0 (got '{text}'); write e.g. 90s, 20m or 1h.")
-    return total

@@ -132,24 +132,28 @@ _OPTIONS = dict(
 _TYPES = typing.get_type_hints(ExperimentOptions)
 
 
-def experiment_options(**own_defaults):
+def experiment_options(only: tuple[str, ...] | None = None, **own_defaults):
     """Adds the shared options to a command taking `opts: ExperimentOptions`; `own_defaults`
-    replaces a shared option by the command's own version of it (budget_option("10m"), ...)."""
-    unknown = set(own_defaults) - set(_OPTIONS)
+    replaces a shared option by the command's own version of it (budget_option("10m"), ...).
+    `only`: the shared options the command takes (its --help lists no other); the rest keep their
+    defaults in its ExperimentOptions."""
+    unknown = set(own_defaults) - set(_OPTIONS) | set(only or ()) - set(_OPTIONS)
     if unknown:
         raise TypeError(f"not shared options: {sorted(unknown)}")
+    taken = [name for name in _OPTIONS if only is None or name in only]
     shared = [inspect.Parameter(name, inspect.Parameter.KEYWORD_ONLY,
-                                default=_panel(own_defaults[name], option.rich_help_panel) if name in own_defaults
-                                else option,
+                                default=_panel(own_defaults[name], _OPTIONS[name].rich_help_panel)
+                                if name in own_defaults else _OPTIONS[name],
                                 annotation=_TYPES[name])
-              for name, option in _OPTIONS.items()]
+              for name in taken]
+    fixed = {name: option.default for name, option in _OPTIONS.items() if name not in taken}
 
     def decorate(command):
         own = [p for p in inspect.signature(command, eval_str=True).parameters.values() if p.name != "opts"]
 
         @functools.wraps(command)
         def with_options(**values):
-            opts = ExperimentOptions(**{name: values.pop(name) for name in _OPTIONS})
+            opts = ExperimentOptions(**fixed, **{name: values.pop(name) for name in taken})
             return command(**values, opts=opts)
 
         with_options.__signature__ = inspect.Signature(own + shared)

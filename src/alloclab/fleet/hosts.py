@@ -91,7 +91,7 @@ def agreement(analyses: dict[str, object]) -> list[str]:
             verdicts: dict[str, list[str]] = {}
             for host, a in analyses.items():
                 row = next((r for r in a.workloads[wi].rows if r.name == primary.name), None)
-                c = row.cells[vi].comparison if row else None
+                c = row.comparison(vi) if row else None
                 verdicts.setdefault(c.verdict if c else "no data", []).append(host)
             where = f"{w.name}, {label} ({primary.name})"
             if len(verdicts) == 1:

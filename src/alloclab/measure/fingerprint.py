@@ -344,7 +344,8 @@ def _run(executor, env: dict[str, str], variant_env: dict[str, str], workdir: Pa
     if not procs:
         return {"error": f"the fingerprint run wrote nothing ({result.status}"
                          f"{': ' + result.error if result.error else ''}); the program may be static, setuid, "
-                         f"or clear its environment"}
+                         f"or clear its environment (or died before its first write)",
+                **_failure(result)}
     return _Ran(result, procs, tool, how, (fp_dir / SYSCALL_FILE, sys_file), getattr(executor, "load", None))
 
 
@@ -374,7 +375,17 @@ def _summary(ran: _Ran, parsed) -> dict:
     if ran.load is not None:
         out.per_work = work_of(ran.procs, result.values, ran.load.metrics)
     out.status, out.run_error, out.run_peak_rss_kb = result.status, result.error or None, result.peak_rss_kb
+    out.run_stderr = _failure(result).get("run_stderr")
     return out.to_dict()
+
+
+def _failure(result) -> dict:
+    """A failed run's status, its error and the tail of its stderr (glibc says there what it found:
+    "free(): double free detected in tcache 2"); nothing for a run that went well."""
+    if result.status == "ok":
+        return {}
+    tail = "\n".join((result.stderr or "").strip().splitlines()[-5:])
+    return {"status": result.status, "run_error": result.error or None, "run_stderr": tail or None}
 
 
 def run_cell(executor, env: dict[str, str], variant_env: dict[str, str], workdir: Path, *,

@@ -126,8 +126,8 @@ def _tcmalloc(v: dict[str, int], roles) -> tuple[list[tuple[str, int]], int] | N
 
 
 def _held_only(v: dict[str, int], roles) -> tuple[list[tuple[str, int]], int]:
-    maps = _pos(v.get("allocator_maps"))
-    return [("live", _pos(v.get("live"))), ("held", maps)], maps
+    maps, live = _pos(v.get("allocator_maps")), _pos(v.get("live"))
+    return [("live", live), ("held", max(0, maps - live))], maps
 
 
 SPLITS = {"malloc_info": _glibc, "mallctl": _jemalloc, "property": _tcmalloc, "mi_process_info": _held_only,

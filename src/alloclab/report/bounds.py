@@ -4,26 +4,19 @@ same cells (`--profile`, or the one-run profile a sequential run makes of what i
 from __future__ import annotations
 
 import math
-import statistics
 
 from alloclab.report.common import metric_title, primary_rows, variant_order
 from alloclab.stats import estimates as stats
 from alloclab.stats.analysis import Analysis
+from alloclab.tune.bound import pooled_share
 
 
 def _allocator_share(profile: dict) -> float | None:
-    """The median share of the profiled runs' CPU samples that fell in the allocator's functions or
-    in the kernel's memory management (page faults, brk, mmap, munmap, madvise), which the allocator
-    drives: what any allocator could change is bounded by both. `profile` is the stored summary
-    (ProfileSummary.to_dict()), read as stored."""
-    shares = [_where_allocator_acts(r) for r in profile.get("runs", []) if r.get("status") == "ok" and r.get("samples")]
-    return statistics.median(shares) if shares else None
-
-
-def _where_allocator_acts(run: dict) -> float:
-    """One profiled run's share in the allocator and in the kernel's memory management."""
-    shares = run["shares"]
-    return shares.get("allocator", 0.0) + shares.get("kernel_mm", 0.0)
+    """The most the profiled runs' CPU could have been in the allocator's functions or the kernel's
+    memory management (tune/bound.py's pooled share, its upper limit): what any allocator could
+    change is bounded by both. `profile` is the stored summary (ProfileSummary.to_dict())."""
+    pooled = pooled_share(profile)
+    return pooled[1] if pooled else None
 
 
 def gain_bound(share: float, higher_is_better: bool) -> float:
@@ -41,16 +34,18 @@ def _pct(x: float) -> str:
 
 
 def _beyond(a: Analysis, row, top: float) -> list[str]:
-    """The decided comparisons of `row` larger than the profile allows: with every profiled variant
+    """The comparisons of `row`, decided or estimated, larger than the profile allows: with every profiled variant
     spending at most `top` of its CPU where an allocator acts, any two of them differ by at most a
     factor 1/(1 - top) either way (the bound's gain, or the mirror loss). An effect beyond it was
     carried by something the profiled runs did not capture (or those runs were not typical)."""
     lo, hi = 1 - top, (math.inf if top >= 1 else 1 / (1 - top))
     over = []
     for vi in variant_order(a)[1:]:
-        c = row.cells[vi].comparison
-        if c is not None and c.verdict in ("better", "worse") and 0 < c.ratio < math.inf and not lo <= c.ratio <= hi:
-            over.append((abs(math.log(c.ratio)), f"{a.labels[vi]} is decided {stats.format_comparison(c)}"))
+        c = row.comparison(vi)
+        # decided beyond it, or estimated beyond it: a bound below the run's own estimate is wrong
+        if c is not None and 0 < c.ratio < math.inf and not lo <= c.ratio <= hi:
+            said = "decided" if c.verdict in ("better", "worse") else "estimated at"
+            over.append((abs(math.log(c.ratio)), f"{a.labels[vi]} is {said} {stats.format_comparison(c)}"))
     return [text for _, text in sorted(over, key=lambda x: -x[0])]
 
 
@@ -80,7 +75,7 @@ def bound_answers(a: Analysis) -> list[str]:
     out = []
     for w in a.workloads:
         rows = [row for row in primary_rows(w)
-                if any((c := row.cells[vi].comparison) is not None and c.verdict == "undecided"
+                if any((c := row.comparison(vi)) is not None and c.verdict == "undecided"
                        for vi in variant_order(a)[1:])]
         shares = {vi: _allocator_share(p) for (wi, vi), p in a.experiment.profiles.items() if wi == w.idx}
         shares = {vi: x for vi, x in shares.items() if x is not None}
@@ -91,6 +86,14 @@ def bound_answers(a: Analysis) -> list[str]:
         metrics = ", ".join(sorted({metric_title(row)[0] for row in rows}))
         where = f"{w.name}: " if len(a.workloads) > 1 else ""
         kernel = all(p.get("kernel_visible", True) for (wi, _), p in a.experiment.profiles.items() if wi == w.idx)
+        # A fault costs more than the kernel functions a profile files it under (the page cleared,
+        # the cache and TLB misses after it): where a variant cuts the faults by half or more, its
+        # speed moves by more than the share says, and no bound is stated.
+        if kernel and (cut := _fault_changes(w, variant_order(a)[1:], a.labels, at_most=FAULTS_UNBOUNDED)):
+            out.append(f"{where}{metrics} undecided; no bound from the profile is stated: minor faults changed "
+                       f"{cut}, and a fault costs more than the kernel functions a profile files it under (the "
+                       f"page it clears, the cache and TLB misses after it)")
+            continue
         if kernel:
             bounds, missed = [], []
             for row in rows:
@@ -118,7 +121,7 @@ def bound_answers(a: Analysis) -> list[str]:
         # Without the kernel's share the profile bounds only the allocator's own code: an allocator
         # that changes the page faults (glibc's trimming against a pad) moves what perf did not see.
         faults = _fault_changes(w, [vi for row in rows for vi in variant_order(a)[1:]
-                                    if (c := row.cells[vi].comparison) is not None and c.verdict == "undecided"],
+                                    if (c := row.comparison(vi)) is not None and c.verdict == "undecided"],
                                 a.labels)
         out.append(f"{where}{metrics} undecided; the allocator's functions took at most {top * 100:.1f}% of the "
                    f"CPU in the profiled runs ({per}), but the kernel's share (page faults, brk, mmap) was not "
@@ -128,16 +131,19 @@ def bound_answers(a: Analysis) -> list[str]:
 
 
 FAULTS_WORTH_SAYING = 0.25   # a decided change of minor faults this large can carry a throughput effect
+FAULTS_UNBOUNDED = 0.5       # faults cut to half or less: the profile's share bounds nothing
 
 
-def _fault_changes(w, variants: list[int], labels: list[str]) -> str:
-    """'-91.3% (tcmalloc)': the decided changes of minor faults of the open variants."""
+def _fault_changes(w, variants: list[int], labels: list[str], at_most: float | None = None) -> str:
+    """'-91.3% (tcmalloc)': the decided changes of minor faults of the open variants (with `at_most`,
+    only the cuts to that ratio or below)."""
     row = w.row("minflt")
     if row is None:
         return ""
     said = []
     for vi in dict.fromkeys(variants):
-        c = row.cells[vi].comparison
-        if c is not None and c.verdict in ("better", "worse") and abs(c.ratio - 1) >= FAULTS_WORTH_SAYING:
+        c = row.comparison(vi)
+        big = c is not None and c.verdict in ("better", "worse") and abs(c.ratio - 1) >= FAULTS_WORTH_SAYING
+        if big and (at_most is None or c.ratio <= at_most):
             said.append(f"{(c.ratio - 1) * 100:+.1f}% ({labels[vi]})")
     return ", ".join(said)

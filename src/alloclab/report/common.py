@@ -29,7 +29,7 @@ def metric_title(row: MetricRow) -> str:
 
 
 def delta_text(row: MetricRow, vi: int) -> str:
-    c = row.cells[vi].comparison
+    c = row.comparison(vi)
     return stats.format_comparison(c) if c else ""
 
 
@@ -61,7 +61,7 @@ def primary_comparisons(a: Analysis):
     for w in a.workloads:
         for row in primary_rows(w):
             for vi in variant_order(a)[1:]:
-                c = row.cells[vi].comparison
+                c = row.comparison(vi)
                 if c is not None:
                     yield w, row, vi, c
 
@@ -78,7 +78,7 @@ def mechanism(w, vi: int, limit: int = 3) -> list[str]:
     for row in w.rows:
         if row.primary or row.name not in MECHANISM_METRICS:
             continue
-        c = row.cells[vi].comparison
+        c = row.comparison(vi)
         if c is None or c.verdict not in ("better", "worse") or not math.isfinite(c.ratio):
             continue
         out.append(f"{MECHANISM_METRICS[row.name]} {(c.ratio - 1) * 100:+.0f}%")

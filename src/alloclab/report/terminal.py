@@ -299,4 +299,4 @@ def summary(r: Results, console: Console) -> None:
             continue
         vi = a.labels.index(label)
         console.print(f"{name}: [bold]{label}[/] wins on {row.name} ({row.unit}): "
-                      f"{format_comparison(row.cells[vi].comparison)}")
+                      f"{format_comparison(row.comparison(vi))}")

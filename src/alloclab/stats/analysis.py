@@ -1,11 +1,8 @@
-"""From stored runs to decisions: per cell summaries, comparisons against the baseline with
-their verdicts (decide.py: paired within blocks, sequential looks, four verdicts) and findings,
-as plain data the reports render.
-
-The multiplicity family is, by default, one workload and one metric: the many-to-one
-comparisons of every variant against the baseline on that metric (`family="experiment"` pools
-every headline comparison of the experiment instead, which is stricter and needs more runs).
-"""
+"""From stored runs to decisions: per cell summaries, comparisons against the baseline with their
+verdicts (decide.py: paired within blocks, sequential looks, four verdicts) and findings, as plain
+data the reports render. The multiplicity family is, by default, one workload and one metric: every
+variant against the baseline on that metric (`family="experiment"` pools every headline comparison
+of the experiment instead, which is stricter and needs more runs)."""
 
 from __future__ import annotations
 
@@ -17,8 +14,7 @@ from dataclasses import dataclass, field
 
 from alloclab import defaults
 from alloclab.errors import AlloclabError
-from alloclab.stats import decide, processes
-from alloclab.stats import estimates as stats
+from alloclab.stats import decide, estimates as stats, processes
 from alloclab.stats.findings import PER_VARIANT_FINDINGS, cell_findings
 from alloclab.store.db import Experiment
 from alloclab.stats.processes import Wrapped
@@ -75,6 +71,9 @@ class MetricRow:
     def headline(self) -> bool:
         return self.source != "run" or self.name in HEADLINE_STANDARD
 
+    def comparison(self, vi: int) -> stats.Comparison | None:   # the one accessor of a variant's comparison
+        return self.cells[vi].comparison if 0 <= vi < len(self.cells) else None
+
 
 @dataclass
 class WorkloadResult:
@@ -92,6 +91,9 @@ class WorkloadResult:
     def row(self, name: str) -> MetricRow | None:
         return next((r for r in self.rows if r.name == name), None)
 
+    def comparison(self, metric: str | None, vi: int) -> stats.Comparison | None:   # None where none
+        return row.comparison(vi) if (row := self.row(metric or "")) else None
+
     def primary(self) -> MetricRow | None:
         return primary_metric(self.rows)
 
@@ -108,8 +110,7 @@ class Analysis:
 
 
 def bootstrap_size(*ns: int) -> int:
-    """2000 resamples for the run counts experiments have; fewer for thousands of runs per cell,
-    where the interval is narrow anyway and the resampling would dominate a report's time."""
+    """2000 resamples for the usual run counts; fewer for thousands a cell (narrow intervals anyway)."""
     return int(min(2000, max(400, BOOTSTRAP_BUDGET // max(1, max(ns)))))
 
 

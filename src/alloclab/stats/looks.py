@@ -42,7 +42,7 @@ class Judge:
             for vi in range(len(a.labels)):
                 if vi == a.baseline_idx:
                     continue
-                comps = [r.cells[vi].comparison for r in primary_metrics(w.rows) if r.cells[vi].comparison]
+                comps = [c for r in primary_metrics(w.rows) if (c := r.comparison(vi))]
                 if not all(c.verdict in decide.DECIDED or c.futile for c in comps):
                     out[w.idx].add(vi)
                 elif any(c.futile and c.verdict not in decide.DECIDED for c in comps):

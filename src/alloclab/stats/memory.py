@@ -59,7 +59,7 @@ def held(ws: list[WorkloadResult], vi: int) -> list[Held]:
     for w in ws:
         for row in w.rows:
             kp = held_phase(row)
-            c = row.cells[vi].comparison
+            c = row.comparison(vi)
             if kp and c is not None and c.verdict in ("better", "worse") and math.isfinite(c.ratio):
                 out.append(Held(w.name, row.name, kp[0], kp[1], c.ratio, c.verdict))
     return out
@@ -68,8 +68,7 @@ def held(ws: list[WorkloadResult], vi: int) -> list[Held]:
 def worst_ratio(a: Analysis, ws: list[WorkloadResult], vi: int) -> float:
     """The largest held-memory ratio of `vi` against the baseline, decided or not (nan if none):
     what a memory budget is checked against beside the peak."""
-    ratios = [row.cells[vi].comparison.ratio for w in ws for row in w.rows
-              if held_phase(row) and row.cells[vi].comparison is not None]
+    ratios = [c.ratio for w in ws for row in w.rows if held_phase(row) and (c := row.comparison(vi)) is not None]
     ratios = [r for r in ratios if math.isfinite(r)]
     return max(ratios) if ratios and vi != a.baseline_idx else math.nan
 

@@ -18,9 +18,9 @@ from dataclasses import dataclass, field
 from alloclab.stats import estimates as stats
 from alloclab.stats import memory
 from alloclab.stats.apply import HowToApply, how_to_apply
+from alloclab.stats.failing import failing_default
 from alloclab.stats.analysis import Analysis, WorkloadResult
-
-RSS_METRIC = "peak_rss_mb"
+from alloclab.workloads.metrics import PEAK_RSS as RSS_METRIC
 
 
 @dataclass(frozen=True)
@@ -53,7 +53,7 @@ class Choice:
     points: list[Point]
     front: list[int]        # variant indices on the Pareto front
     pick: int | None
-    reason: str | None      # speed | memory | None
+    reason: str | None      # speed | memory | fails (the default fails, another allocator hides it) | None
     sentence: str
     apply: HowToApply | None = None
     caveats: list[str] = field(default_factory=list)
@@ -296,6 +296,10 @@ def recommend_workload(a: Analysis, w: WorkloadResult, budget: float | None = No
         return _lean_text(a, p, w.name, f"peak RSS {p.rss_text} against {a.labels[a.baseline_idx]}") + \
             _speed_plainly(p, metric)
 
+    if (fails := failing_default(a).get(w.idx)) is not None:
+        # No pick: an allocator that runs a program glibc aborts hides its bug.
+        return Choice(w.name, metric, hib, points, front, None, "fails",
+                      f"No allocator is recommended for {w.name}: {fails}.")
     if not any(math.isfinite(p.speed) for p in points):
         return Choice(w.name, metric, hib, points, front, None, None,
                       f"Nothing to recommend for {w.name}: no run succeeded and measured it (see the failed runs "

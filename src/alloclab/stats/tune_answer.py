@@ -50,8 +50,7 @@ class TuneAnswer:
 
 
 def _comp(w: WorkloadResult, metric: str, vi: int) -> Comparison | None:
-    row = w.row(metric)
-    return row.cells[vi].comparison if row is not None and vi < len(row.cells) else None
+    return w.comparison(metric, vi)
 
 
 def _primary(w: WorkloadResult) -> str | None:

@@ -68,6 +68,34 @@ class Candidate(Plain):
 
 
 @dataclass
+class TuneRecord(_Stored):
+    """A tune race's own record (tune/session.py writes it): where its diagnosis and screen are,
+    what the rules read and proposed, what the screen left out, and the run cap the race took."""
+
+    diagnosis_experiment: int | None = None
+    screen_experiment: int | None = None
+    screened_out: list = field(default_factory=list)   # lines: "label (rule, expected ...): screened at ..."
+    fired: list = field(default_factory=list)
+    silent: list = field(default_factory=list)
+    candidates: list = field(default_factory=list)     # Candidate, raced
+    refused: list = field(default_factory=list)        # Candidate, refused by the installed allocators
+    readings: dict = field(default_factory=dict)       # allocator -> reading name -> value
+    run_cap: list | None = None                        # [the options' cap, the race's] where tune raised it
+    extra: dict = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        self.candidates = [Candidate.of(c) for c in self.candidates]
+        self.refused = [Candidate.of(c) for c in self.refused]
+
+    def to_dict(self) -> dict:
+        out = super().to_dict()
+        for key in ("candidates", "refused"):
+            if key in out:
+                out[key] = [c.to_dict() if isinstance(c, Candidate) else c for c in out[key]]
+        return out
+
+
+@dataclass
 class ExperimentConfig(_Stored):
     """How the runs were scheduled and when the experiment stopped; tune's, a sweep's and a fleet's
     own records as the JSON they stored."""
@@ -95,8 +123,17 @@ class ExperimentConfig(_Stored):
     fleet: dict | None = None            # fleet/client.py's FleetRecord
     sweeps: list | None = None           # plan/sweep.py's sweep_config
     sweep: dict | None = None
-    tune: dict | None = None             # cli/tune.py's diagnosis, candidates and readings
+    tune: TuneRecord | None = None       # a tune race's record (tune/session.py)
     extra: dict = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        self.tune = TuneRecord.of(self.tune) if self.tune else None
+
+    def to_dict(self) -> dict:
+        out = super().to_dict()
+        if isinstance(out.get("tune"), TuneRecord):
+            out["tune"] = out["tune"].to_dict()
+        return out
 
     def with_(self, **changes) -> "ExperimentConfig":
         """A copy with these keys changed (stored order kept): a host's share of a fleet experiment."""
@@ -104,8 +141,7 @@ class ExperimentConfig(_Stored):
 
     def tune_candidates(self) -> list[Candidate]:
         """A tune race's candidates, then those the installed allocators refused (never raced)."""
-        t = self.tune or {}
-        return [Candidate.from_dict(d) for key in ("candidates", "refused") for d in t.get(key) or []]
+        return [*self.tune.candidates, *self.tune.refused] if self.tune else []
 
     def stored_sweeps(self) -> list[dict]:
         return list(self.sweeps or ([self.sweep] if self.sweep else []))

@@ -270,6 +270,7 @@ class Fingerprint(Plain):
     status: str | None = None                    # the run's: set with run_peak_rss_kb by run_cell
     run_error: str | None = None
     run_peak_rss_kb: int | None = None
+    run_stderr: str | None = None                # the tail of a failed run's stderr
 
     def __post_init__(self) -> None:
         # Parts read from JSON (lists and objects) become their types here, once; typed ones pass.
@@ -292,7 +293,8 @@ class Fingerprint(Plain):
         """The stored JSON: measure's keys in measure's order; the sections a run may lack (memory,
         allocator, per_work, phases, the run's own status) are left out where it lacks them."""
         if self.failed:
-            return {"error": self.error}
+            return {"error": self.error, **{k: v for k, v in (("status", self.status), ("run_error", self.run_error),
+                                                             ("run_stderr", self.run_stderr)) if v}}
         return {
             "processes": self.processes, "process_list": self.process_list, "calls": self.calls,
             "allocs": self.allocs, "frees": self.frees, "wall_s": self.wall_s, "calls_per_s": self.calls_per_s,
@@ -315,4 +317,5 @@ class Fingerprint(Plain):
             **({"status": self.status} if self.status is not None else {}),
             **({"run_error": self.run_error} if self.run_error else {}),
             **({"run_peak_rss_kb": self.run_peak_rss_kb} if self.status is not None else {}),
+            **({"run_stderr": self.run_stderr} if self.run_stderr else {}),
         }

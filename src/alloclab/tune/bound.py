@@ -33,14 +33,91 @@ class ShareBound:
         return math.inf if self.upper >= 1 else 1 / (1 - self.upper) - 1
 
 
+def pooled_share(summary) -> tuple[float, float, int] | None:
+    """The share of a profile's samples (its runs pooled) in the allocator's functions and in the
+    kernel's memory management (faults, page clearing, brk, mmap, munmap, madvise), its one-sided
+    upper limit at CONFIDENCE, and the samples: the one estimate tune's stop and the reports' bounds
+    read. `summary`: a ProfileSummary or its stored dict. None without samples."""
+    if isinstance(summary, dict):   # as stored: its runs' samples and shares are all it needs
+        runs = [(r.get("samples") or 0, r.get("shares") or {}) for r in summary.get("runs", []) if r.get("status") == "ok"]
+    else:
+        runs = [(r.samples, r.shares) for r in summary.ok_runs]
+    samples = sum(n for n, _ in runs)
+    if not samples:
+        return None
+    hits = sum((shares.get("allocator", 0.0) + shares.get("kernel_mm", 0.0)) * n for n, shares in runs)
+    return hits / samples, proportion_upper(round(hits), samples, CONFIDENCE), samples
+
+
 def share_bound(workload: str, summary, metric) -> ShareBound | None:
     """None where the profile cannot bound a change: no kernel view (a fault-driven change would go
     unseen), no allocator found, or no run with samples."""
-    runs = summary.ok_runs
-    if not (summary.kernel_visible and summary.allocator and runs):
+    pooled = pooled_share(summary)
+    if not (summary.kernel_visible and summary.allocator and pooled):
         return None
-    samples = sum(r.samples for r in runs)
-    hits = sum((r.shares.get("allocator", 0.0) + r.shares.get("kernel_mm", 0.0)) * r.samples for r in runs)
-    return ShareBound(workload, hits / samples, proportion_upper(round(hits), samples, CONFIDENCE), samples,
-                      metric.name if metric is not None else None,
+    share, upper, samples = pooled
+    return ShareBound(workload, share, upper, samples, metric.name if metric is not None else None,
                       bool(metric is not None and metric.higher_is_better))
+
+
+# Where no rule fires, or only rules of the allocation rate, one profiled run per plain allocator
+# bounds what any of them could change.
+QUIET_FREQUENCY = 4999   # samples a second: a program of a tenth of a second still gives hundreds
+
+
+def quiet_bound(store, diag_id: int, chosen: list, plain: list, readings: dict, rx, timeout_s: float | None,
+                seed: int, margin: float, note) -> tuple[str | None, str | None]:
+    """Where nothing the allocator does was seen beyond how often it is called: one profiled run per
+    plain allocator and diagnosed workload (with an unprofiled run beside each: the one look).
+    (The sentence that stops tune when the upper limit of their allocator and kernel
+    memory-management share bounds every change below the margin in every workload, None to race;
+    the share in words where it was measured.)"""
+    from alloclab.catalog.allocators import BASELINE
+    from alloclab.errors import AlloclabError
+    from alloclab.measure import auto_profile
+    from alloclab.measure.profile.perf import read_int
+    from alloclab.measure.profile.record import profile_workload
+    from alloclab.measure.profile.summary import store_profiles
+    from alloclab.workloads.metrics import is_memory
+    from alloclab.workloads.primary import primary_metric
+
+    base = readings.get(BASELINE)
+    if base is None:
+        return None, None
+    if why := auto_profile.unavailable():
+        note(f"[yellow]No profile to bound the allocator's share ({why}); racing.[/]")
+        return None, None
+    limit = read_int("/proc/sys/kernel/perf_event_max_sample_rate") or QUIET_FREQUENCY
+    bounds = []
+    for wi, workload in enumerate(chosen):
+        try:
+            summaries = profile_workload(workload, plain, runs=1, baseline=None, timeout_s=timeout_s,
+                                         keep_session=True, seed=seed, frequency=min(QUIET_FREQUENCY, limit),
+                                         workload_idx=wi)
+        except AlloclabError as exc:   # a workload profiling cannot run (run_as, ...): no bound, race
+            note(f"[yellow]No profile of {workload.name} to bound the allocator's share ({exc}); racing.[/]")
+            return None, None
+        store_profiles(store, diag_id, summaries)
+        metric = primary_metric(workload.metrics)
+        if metric is not None and is_memory(metric):
+            return None, None   # a memory metric of the user's: what the CPU's share bounds is time
+        # The default's profile: what any change could take away from it.
+        b = share_bound(workload.name, summaries[0], metric)
+        if b is None:
+            return None, None
+        bounds.append(b)
+    b = max(bounds, key=lambda x: x.bound)
+    what = (f"{b.metric} (a rate: at most 1/(1 - share) - 1)" if b.rate
+            else f"{b.metric or 'wall time'} (a time: at most the share)")
+    where = f" of {b.workload}" if len(chosen) > 1 else ""
+    most = f", the most of its {len(chosen)} workloads" if where else ""
+    share_text = (f"the allocator's functions and the kernel's memory management took {b.share * 100:.2f}% of "
+                  f"{plain[0].label}'s CPU in the profiled runs{where} ({b.samples:,} samples{most}; at most "
+                  f"{b.upper * 100:.2f}% at {CONFIDENCE:.0%} confidence): no allocator or setting can improve "
+                  f"{what} by more than about {b.bound * 100:.2f}%")
+    if b.bound >= margin:
+        return None, share_text
+    calls = f"the program makes {base.get('allocs_per_s') or 0:,.0f} allocation calls a second"
+    seen = (f"{calls}, no rule of the catalog fired" if not rx.fired else
+            f"{calls}, the rules that fired ({', '.join(rx.fired)}) read only that rate, no workload has a memory phase")
+    return f"{seen}, and {share_text}, below the {margin * 100:g}% margin.", share_text

@@ -29,10 +29,10 @@ from alloclab.workloads.metrics import PEAK_RSS as RSS, is_memory
 def below_leader(w: WorkloadResult, metric: str, vi: int, base: int) -> int | None:
     """The candidate decided better on `metric` whose least gain is above the most `vi` can gain;
     None where no such leader is there."""
-    row = w.row(metric)
-    if row is None or vi >= len(row.cells) or row.cells[vi].comparison is None:
+    row, mine = w.row(metric), w.comparison(metric, vi)
+    if mine is None:
         return None
-    most = row.cells[vi].comparison.gain_bounds[1]
+    most = mine.gain_bounds[1]
     best, best_least = None, most
     for cell in row.cells:
         c = cell.comparison
@@ -58,8 +58,7 @@ def speed_leader(w: WorkloadResult, base: int) -> int | None:
 
 def cost_open(w: WorkloadResult, vi: int) -> bool:
     """Whether `vi`'s peak RSS against the default is undecided, and more runs may decide it."""
-    row = w.row(RSS)
-    c = row.cells[vi].comparison if row is not None and vi < len(row.cells) else None
+    c = w.comparison(RSS, vi)
     return c is not None and c.verdict == "undecided" and not c.futile
 
 
@@ -70,8 +69,7 @@ def memory_metrics(w: WorkloadResult) -> list[str]:
 def could_hold_least(w: WorkloadResult, vi: int, base: int) -> bool:
     """Whether `vi` may still be the memory pick on any memory metric of this workload."""
     for name in memory_metrics(w):
-        row = w.row(name)
-        c = row.cells[vi].comparison if vi < len(row.cells) else None
+        c = w.comparison(name, vi)
         if c is None or c.verdict in ("worse", "equivalent"):
             continue
         if below_leader(w, name, vi, base) is None:

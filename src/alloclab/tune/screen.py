@@ -18,8 +18,12 @@ from dataclasses import dataclass
 
 from alloclab.plan.design import Design
 from alloclab.stats.analysis import Analysis
+from alloclab.stats.estimates import format_comparison
 from alloclab.store.config_model import Candidate
 from alloclab.workloads.metrics import PEAK_RSS as RSS, PHASE_RSS
+
+FAULTS = "minflt"
+PLAIN_RULES = ("allocator-bound", "cpu-share")   # rules that race the allocators as installed
 FIT = 0.5          # race everything when its warm-up and first look take at most this share of the budget
 SCREEN_SHARE = 0.25   # the screen takes at most this share of the budget left (at least one run a cell)
 MAX_SCREEN_RUNS = 3
@@ -69,16 +73,12 @@ def race_slots(n_workloads: int, run_s: float, left_s: float, design: Design) ->
     return 2 if two <= left_s else 1
 
 
+def _comparisons(a: Analysis, vi: int, metrics_of):
+    return [c for w in a.workloads for name in metrics_of(w) if (c := w.comparison(name, vi)) is not None]
+
+
 def _mean_gain(a: Analysis, vi: int, metrics_of) -> float | None:
-    gains = []
-    for w in a.workloads:
-        for name in metrics_of(w):
-            row = w.row(name)
-            if row is None or vi >= len(row.cells):
-                continue
-            c = row.cells[vi].comparison
-            if c is not None and math.isfinite(c.ratio) and c.ratio > 0:
-                gains.append(c.gain)
+    gains = [c.gain for c in _comparisons(a, vi, metrics_of) if math.isfinite(c.ratio) and c.ratio > 0]
     return statistics.geometric_mean(gains) if gains else None
 
 
@@ -101,11 +101,34 @@ def _memory_of(cand: Candidate):
     return lambda w: [cand.metric] if w.row(cand.metric) is not None else _memory(w)
 
 
-def finalists(a: Analysis, candidates: list[Candidate], slots: int) -> Finalists:
-    """`slots` finalists, taken in turn from two rankings: the candidates expected faster by their
-    screened gain on the primary metric, and those expected to hold less memory by their screened
-    gain in memory (only where it screened below the default's); the ranking whose leader gained
-    more goes first. At least one."""
+def _expected(cand: Candidate):
+    return _memory_of(cand) if cand.expect == "less memory" else _primary
+
+
+def _speed_rank(a: Analysis, vi: int) -> tuple[float, float]:
+    """What one run says reliably, first: how much the page faults were cut (a count, whatever the
+    host's speed), in tenths; then the most the speed's interval allows (a noisy run ranks by what
+    it may be, not by its point)."""
+    faults = [c.ratio for c in _comparisons(a, vi, lambda w: [FAULTS]) if c.ratio > 0]
+    cut = 1 - statistics.geometric_mean(faults) if faults else 0.0
+    most = [min(c.gain_bounds[1], 100.0) for c in _comparisons(a, vi, _primary)]
+    return round(max(cut, 0.0), 1), statistics.geometric_mean(most) if most else 0.0
+
+
+def _worse_throughout(a: Analysis, vi: int, cand: Candidate) -> bool:
+    """Its interval wholly on the worse side in every workload, on the metric it was expected to move."""
+    cs = _comparisons(a, vi, _expected(cand))
+    return bool(cs) and all(c.gain_bounds[1] < 1 for c in cs)
+
+
+def finalists(a: Analysis, candidates: list[Candidate], slots: int, fired: list[str] | None = None,
+              screen_runs: int = 1) -> Finalists:
+    """The finalists: every fired rule's own setting (the fix of the mechanism the diagnosis named),
+    unless two or more screen runs put its interval wholly on the worse side; then, up to `slots`
+    in all and at least one more, the best of the rest, taken in turn from two rankings: those
+    expected faster (_speed_rank) and those expected to hold less memory (their memory where it
+    shows, only where it screened below the default's); the ranking whose leader gained more goes
+    first."""
     by_spec = {c.spec: c for c in candidates}
     spec_of = {i: v.spec for i, v in enumerate(a.experiment.variants)}
     scored = []
@@ -113,28 +136,34 @@ def finalists(a: Analysis, candidates: list[Candidate], slots: int) -> Finalists
         if vi == a.baseline_idx or spec not in by_spec:
             continue
         cand = by_spec[spec]
-        metrics = _memory_of(cand) if cand.expect == "less memory" else _primary
-        scored.append((cand, a.labels[vi], _mean_gain(a, vi, metrics), _mean_gain(a, vi, _primary)))
-    speed = sorted((s for s in scored if s[0].expect != "less memory"), key=lambda s: -(s[2] or 0))
-    memory = [s for s in sorted((s for s in scored if s[0].expect == "less memory"), key=lambda s: -(s[2] or 0))
+        scored.append((cand, vi, _mean_gain(a, vi, _expected(cand)), _mean_gain(a, vi, _primary)))
+    own = [s for s in scored if s[0].rule in (fired or ()) and ":" in s[0].spec and s[0].rule not in PLAIN_RULES]
+    lost = [s for s in own if screen_runs >= 2 and _worse_throughout(a, s[1], s[0])]
+    kept = [s[0] for s in own if s not in lost]
+    rest = [s for s in scored if s[0] not in kept and s not in lost]
+    speed = sorted((s for s in rest if s[0].expect != "less memory"), key=lambda s: _speed_rank(a, s[1]), reverse=True)
+    memory = [s for s in sorted((s for s in rest if s[0].expect == "less memory"), key=lambda s: -(s[2] or 0))
               if (s[2] or 0) > 1]
-    # The goal whose leader screened the larger gain goes first (redis after FLUSHALL: memory x4;
-    # PostgreSQL: speed x1.15 and no memory candidate below the default's).
-    first, second = (memory, speed) if memory and (not speed or (memory[0][2] or 0) > (speed[0][2] or 0)) \
+    first, second = (memory, speed) if memory and (not speed or (memory[0][2] or 0) > (speed[0][3] or 0)) \
         else (speed, memory)
     order = [s[0] for pair in itertools.zip_longest(first, second) for s in pair if s is not None]
-    kept = order[:slots] or [s[0] for s in scored[:1]]
+    kept += order[:max(1, slots - len(kept))]
+    kept = kept or [s[0] for s in scored[:1]]
     out = []
-    for cand, label, gain, speed_gain in scored:
+    for cand, vi, gain, speed_gain in scored:
         if cand in kept:
             continue
-        words = [_factor("speed", speed_gain)]
+        words = [_estimate("speed", _comparisons(a, vi, _primary))]
         if cand.expect == "less memory":
-            words.insert(0, _factor("memory", 1 / gain if gain else None))
-        out.append(f"{label} ({cand.rule}, expected {cand.expect}): screened at {', '.join(words)}")
+            words.insert(0, _estimate("memory", _comparisons(a, vi, _memory_of(cand))))
+        why = (f"; its interval lies wholly on the worse side after {screen_runs} screen runs"
+               if (cand, vi, gain, speed_gain) in lost else "")
+        out.append(f"{a.labels[vi]} ({cand.rule}, expected {cand.expect}): screened at {', '.join(words)}{why}")
     return Finalists(kept, out)
 
 
-def _factor(axis: str, x: float | None) -> str:
-    """'speed x0.71 the default's' (a gain: above 1 is faster), 'memory x1.30 the default's'."""
-    return f"{axis}: no estimate" if x is None else f"{axis} x{x:.2f} the default's"
+def _estimate(axis: str, cs: list) -> str:
+    """'speed: +3.1% [-8.0, +15.2]' (the screen's estimate and interval, per workload), or no estimate."""
+    if not cs:
+        return f"{axis}: no estimate"
+    return f"{axis}: " + "; ".join(format_comparison(c) for c in cs)
