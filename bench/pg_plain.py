@@ -68,7 +68,8 @@ RECIPE = {"fsync": "off", "synchronous_commit": "off", "full_page_writes": "off"
           "jit": "off", "autovacuum": "off", "checkpoint_timeout": "1d", "max_wal_size": "4GB",
           "max_files_per_process": "10000", "huge_pages": "off"}
 RUNS = {"plain": set(), "recipe": {"prewarm", "tcp"}}
-VARIANTS = {"glibc": {}, "pad": {"MALLOC_TOP_PAD_": str(64 << 20)}}
+VARIANTS = {"glibc": {}, "pad": {"MALLOC_TOP_PAD_": str(64 << 20)},
+            "tcmalloc": {"LD_PRELOAD": "/usr/lib/x86_64-linux-gnu/libtcmalloc.so.4"}}
 JOIN_SQL = {
     # the recipe's query (the issue: the query is not what differs)
     "recipe": "\\set aid random(1, 100000 * :scale)\n"
@@ -405,18 +406,22 @@ def timeline(args) -> None:
 
 
 def summarize(rows: list[dict], configs: list[str], clients: list[int]) -> None:
-    print("config | glibc faults/tx " + " | ".join(f"{c}c" for c in clients) + " | pad/glibc tps " +
-          " | ".join(f"{c}c" for c in clients) + " | reps")
+    others = [v for v in dict.fromkeys(r["variant"] for r in rows) if v != "glibc"]
+    print("config | glibc faults/tx " + " | ".join(f"{c}c" for c in clients) + "".join(
+        f" | {v}/glibc tps " + " | ".join(f"{c}c" for c in clients) for v in others) + " | reps")
     for name in configs:
         fpt, ratio, reps = [], [], set()
         for c in clients:
             g = {r["rep"]: r for r in rows if r["config"] == name and r["clients"] == c and r["variant"] == "glibc"}
-            p = {r["rep"]: r for r in rows if r["config"] == name and r["clients"] == c and r["variant"] == "pad"}
             f = sorted(r["fpt"] for r in g.values())
             fpt.append(f"{statistics.median(f):,.0f} ({f[0]:,.0f}-{f[-1]:,.0f})" if f else "-")
-            q = sorted(p[k]["tps"] / g[k]["tps"] for k in g if k in p)
-            ratio.append(f"x{statistics.median(q):.3f} ({q[0]:.2f}-{q[-1]:.2f})" if q else "-")
             reps |= set(g)
+        for v in others:
+            for c in clients:
+                g = {r["rep"]: r for r in rows if r["config"] == name and r["clients"] == c and r["variant"] == "glibc"}
+                p = {r["rep"]: r for r in rows if r["config"] == name and r["clients"] == c and r["variant"] == v}
+                q = sorted(p[k]["tps"] / g[k]["tps"] for k in g if k in p)
+                ratio.append(f"x{statistics.median(q):.3f} ({q[0]:.2f}-{q[-1]:.2f})" if q else "-")
         print(f"{name} | " + " | ".join(fpt) + " | " + " | ".join(ratio) + f" | {len(reps)}")
 
 

@@ -22,6 +22,7 @@ from typing import Protocol
 
 from alloclab import defaults
 from alloclab.catalog import allocators as cat
+from alloclab.catalog.tune_rules import load_rules
 from alloclab.errors import AlloclabError
 from alloclab.store.config_model import TuneRecord
 from alloclab.store.db import Store
@@ -122,6 +123,7 @@ class TuneRun:
         self.opts, self.workloads, self.defaults, self.title, self.ui = opts, workloads, plan_defaults, title, ui
         self.started = time.monotonic()
         self.budget_s = opts.budget_s or defaults.seconds(plan_defaults.budget)
+        self.pace_s: float | None = None   # a timed run's cost, measured by the screen
 
     def left(self) -> float:
         return self.budget_s - (time.monotonic() - self.started)
@@ -177,6 +179,7 @@ class TuneRun:
                                 f"the {len(candidates)} candidates. Give a longer --budget.")
         run_s = _run_cost(diag.experiment, len(plain), self.workloads[0])
         finals, screened, screen_id = self._screen(store, plain[0], candidates, resolved, rx.fired, run_s)
+        run_s = self.pace_s or run_s
         record = TuneRecord(diagnosis_experiment=diag.exp_id, screen_experiment=screen_id, screened_out=screened,
                             fired=rx.fired, silent=rx.silent, candidates=finals,
                             refused=[c for c in rx.candidates if c.refused],
@@ -208,9 +211,14 @@ class TuneRun:
                             title=self.title, timeout_s=opts.timeout_s, seed=opts.seed)
         screen_id = self.ui.run(store, self.workloads, [baseline] + [resolved[c.spec] for c in candidates], settings)
         spent = time.monotonic() - t
+        # What a run costs, measured: the race's cap is sized from it, not from the fingerprint runs.
+        self.pace_s = spent / max(1, sp.runs * (len(candidates) + 1) * len(self.workloads))
         slots = screening.race_slots(len(self.workloads), run_s, left - spent, self._cap(3 * run_s, left - spent)[1])
+        # The fixes kept through the screen are those of the default's own mechanisms: the glibc
+        # setting, for a glibc mechanism (another allocator's setting races if it ranks).
+        own = [r.name for r in load_rules() if r.name in fired and r.reads == cat.BASELINE]
         chosen = screening.finalists(build_results(store.load(screen_id), min_effect=opts.min_effect).analysis,
-                                     candidates, slots, fired, sp.runs)
+                                     candidates, slots, own, sp.runs)
         self.ui.note(f"Screened in {spent:.0f} s (experiment {screen_id}); racing " + ", ".join(c.spec for c in chosen.kept))
         return chosen.kept, chosen.screened_out, screen_id
 
