@@ -66,7 +66,7 @@ $(VENV)/.installed: pyproject.toml
 	@touch $@
 
 demo: setup
-	$(BIN)/alloclab suite --db $(DB) --report html --report-file demo-report.html
+	$(BIN)/alloclab suite --db $(DB) -o demo-report.html
 
 # Two workers, whole test files each (module fixtures stay shared); then, alone, the tests that
 # measure the machine itself, which another test beside them would disturb.

@@ -403,7 +403,7 @@ def test_profile_command_stores_profiles_and_counts_instructions(build, cli, sto
         missing_prerequisite("valgrind is not installed (apt-get install -y valgrind)")
     prog = build("churn")
     # 3000 rounds (~60 ms): long enough for the 20 ms RSS sampler to draw the RSS-over-time chart.
-    p = cli("profile", "-a", "glibc", "-a", "tcmalloc-minimal", "--runs", "2", "--timed-runs", "2",
+    p = cli("profile", "-a", "glibc", "-a", "tcmalloc-minimal", "--profile-runs", "2", "--runs", "2",
             "--instructions", "-F", "1999", "-m", "ops=ops/s: (\\d+)", "--", str(prog), "3000", "8")
     assert p.returncode == 0, p.stderr
     out = " ".join(p.stdout.split())
@@ -454,7 +454,7 @@ def test_profile_as_an_unprivileged_user_follows_perf_event_paranoid(build):
         shutil.copy(build("churn"), prog)
         prog.chmod(0o755)
         p = subprocess.run([*nobody, *ALLOCLAB, "profile",
-                            "--db", str(work / "n.db"), "-a", "glibc", "--runs", "1", "--timed-runs", "1",
+                            "--db", str(work / "n.db"), "-a", "glibc", "--profile-runs", "1", "--timed-runs", "1",
                             "--no-verify", "--", str(prog), "2000", "8"],
                            capture_output=True, text=True, cwd=work, timeout=120,
                            env={**os.environ, "ALLOCLAB_CACHE": str(work / "cache"), "HOME": str(work)})

@@ -4,6 +4,7 @@ Commands live in cli*.py modules that register on `app`; none holds measurement 
 
 from __future__ import annotations
 
+import inspect
 import math
 import sys
 import time
@@ -11,6 +12,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 import typer
+from typer.core import TyperGroup
 from rich.console import Console
 
 from alloclab import defaults
@@ -26,7 +28,31 @@ if TYPE_CHECKING:
     from alloclab.measure.runner import Settings
     from alloclab.stats.results import Results
 
-app = typer.Typer(add_completion=False, no_args_is_help=True,
+# The commands in the order a user needs them: tune answers the question, compare races what you
+# already know to try, run takes a server's recipe, report shows what was stored.
+COMMAND_ORDER = ("tune", "compare", "run", "report", "suite", "profile", "diff", "experiments", "sweep", "recipes",
+                 "allocators")
+
+
+def reflow(text: str) -> str:
+    """A docstring as one paragraph a blank line: the help renderer wraps it, not the source's lines."""
+    paragraphs = [" ".join(p.split()) for p in inspect.cleandoc(text).split("\n\n")]
+    return "\n\n".join(p for p in paragraphs if p)
+
+
+class _Commands(TyperGroup):
+    def list_commands(self, ctx) -> list[str]:
+        rank = {name: i for i, name in enumerate(COMMAND_ORDER)}
+        return sorted(super().list_commands(ctx), key=lambda n: rank.get(n, len(rank)))
+
+    def get_command(self, ctx, name: str):
+        cmd = super().get_command(ctx, name)
+        if cmd is not None and cmd.help:
+            cmd.help = reflow(cmd.help)
+        return cmd
+
+
+app = typer.Typer(add_completion=False, no_args_is_help=True, cls=_Commands,
                   help="Which memory allocator, and which tuning, is best for your program? Measured.")
 # Tables are meant to be pasted into mails: do not squeeze them to 80 columns when piped.
 console = Console(width=None if sys.stdout.isatty() else 160)
@@ -131,7 +157,7 @@ def draw_early(report_format: str | None, report_file: Path | None) -> None:
         pen.start_early()
 
 
-def show(r: Results, db: Path, *, details: bool = False, export_json: Path | None = None,
+def show(r: Results, db: Path, *, details: bool = False, exports: dict[str, Path] | None = None,
          report_format: str | None = None, report_file: Path | None = None) -> None:
     """The results of an experiment just measured (stored in `db`): the terminal table, or the report
     in `report_format` on stdout; with `report_file`, the terminal table here and the report in that
@@ -146,9 +172,12 @@ def show(r: Results, db: Path, *, details: bool = False, export_json: Path | Non
         written = write_report(r, fmt, report_file, options, console=console)
         if written:
             console.print(f"Report ({fmt}) written to {written}")
-    if export_json:
-        export_json.write_text(jsonout.render(r))
-        console.print(f"Raw samples and metadata written to {export_json}")
+    for fmt_, path in (exports or {}).items():
+        if fmt_ == "json":
+            path.write_text(jsonout.render(r))
+            console.print(f"Results, with every run's raw samples and metadata, written to {path}")
+        else:
+            console.print(f"Report ({fmt_}) written to {write_report(r, fmt_, path, options)}")
     # On stdout only under the table: a report piped to a file must stay clean.
     (console if fmt == "terminal" or report_file is not None else err).print(
         f"Results stored in {db} (experiment {r.experiment.id}).")

@@ -40,7 +40,8 @@ class Plan:
 
 def check_first(opts: ExperimentOptions, **fleet_unsupported) -> None:
     """What can be refused without knowing the workloads: before they are built or compiled."""
-    check_outputs(db=opts.db, report=opts.report, report_file=opts.report_file, export_json=opts.export_json)
+    check_outputs(db=opts.db, report=opts.report, report_file=opts.report_file, export_json=opts.export_json,
+                  export_markdown=opts.export_markdown, export_csv=opts.export_csv)
     fleet_cli.check(opts.fleet, opts.fleet_mode, profile=opts.profile, **fleet_unsupported)
 
 
@@ -104,7 +105,7 @@ def _show_all(store: Store, exp_id: int, opts: ExperimentOptions, plan: Plan, va
     # Kept in the cache: `alloclab report` of this experiment renders these Results at once.
     r = results(e, min_effect=opts.min_effect, max_rss_increase=opts.max_rss_increase,
                 sweeps=bool(plan.sweeps), summary=plan.summary, hosts=per_host(e) if opts.fleet else None)
-    show(r, store.path, details=opts.details, export_json=opts.export_json, report_format=opts.report,
+    show(r, store.path, details=opts.details, exports=opts.exports(), report_format=opts.report,
          report_file=opts.report_file)
     if opts.fleet:
         render_hosts(r, console)

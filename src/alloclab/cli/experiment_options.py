@@ -85,6 +85,8 @@ class ExperimentOptions:
     report: Optional[str]
     report_file: Optional[Path]
     export_json: Optional[Path]
+    export_markdown: Optional[Path]
+    export_csv: Optional[Path]
     details: bool
     max_rss_increase: Optional[float]
     fleet: Optional[str]
@@ -96,6 +98,11 @@ class ExperimentOptions:
             raise AlloclabError(why)
         if self.profile and self.profile_runs < 1:
             raise AlloclabError(f"--profile-runs must be at least 1 (got {self.profile_runs}).")
+
+    def exports(self) -> dict[str, Path]:
+        """The files to write beside what is shown, by format (hyperfine's --export-* options)."""
+        return {fmt: path for fmt, path in (("json", self.export_json), ("md", self.export_markdown),
+                                            ("csv", self.export_csv)) if path is not None}
 
     @property
     def fail_if_worse_fraction(self) -> float | None:
@@ -120,9 +127,11 @@ _OPTIONS = dict(
     profile_runs=typer.Option(defaults.PROFILE_RUNS, "--profile-runs", rich_help_panel=PROFILE_PANEL, help="Profiled runs per variant with --profile."),
     call_graph=typer.Option(False, "--call-graph", "-g", rich_help_panel=PROFILE_PANEL, help="With --profile: record call graphs."),
     db=_panel(DbOption, RESULTS_PANEL),
-    report=typer.Option(None, "--report", callback=_check_report_format, rich_help_panel=RESULTS_PANEL, help="Render the results as terminal, md, html, json or csv."),
-    report_file=typer.Option(None, "--report-file", rich_help_panel=RESULTS_PANEL, help="Write the --report there (the format follows the suffix if --report is not given)."),
-    export_json=typer.Option(None, "--export-json", rich_help_panel=RESULTS_PANEL, help="Write raw samples and metadata as JSON."),
+    report=typer.Option(None, "--format", "-f", callback=_check_report_format, rich_help_panel=RESULTS_PANEL, help="Render the results as terminal, md, html, json or csv."),
+    report_file=typer.Option(None, "--output", "-o", rich_help_panel=RESULTS_PANEL, help="Write the report to FILE, the terminal table here (the format follows the suffix if -f is not given)."),
+    export_json=typer.Option(None, "--export-json", rich_help_panel=RESULTS_PANEL, help="Also write the results with every run's raw samples and metadata as JSON (alloclab diff reads two such files)."),
+    export_markdown=typer.Option(None, "--export-markdown", rich_help_panel=RESULTS_PANEL, help="Also write the report as Markdown."),
+    export_csv=typer.Option(None, "--export-csv", rich_help_panel=RESULTS_PANEL, help="Also write the report as CSV."),
     details=typer.Option(False, "--details", rich_help_panel=RESULTS_PANEL, help="Show every standard measure."),
     max_rss_increase=typer.Option(None, "--max-rss-increase", parser=percent, metavar="PERCENT", rich_help_panel=RESULTS_PANEL, help="Memory budget of the recommendation, e.g. 10%."),
     fleet=_panel(fleet_cli.FleetOption, FLEET_PANEL),
@@ -130,6 +139,9 @@ _OPTIONS = dict(
     fleet_require_all=_panel(fleet_cli.FleetRequireAllOption, FLEET_PANEL),
 )
 _TYPES = typing.get_type_hints(ExperimentOptions)
+# Older spellings, kept so that no script breaks; --help lists only the current ones.
+_ALIASES = {"report": ("report_alias", typer.Option(None, "--report", hidden=True, callback=_check_report_format)),
+            "report_file": ("report_file_alias", typer.Option(None, "--report-file", hidden=True))}
 
 
 def experiment_options(only: tuple[str, ...] | None = None, **own_defaults):
@@ -146,6 +158,8 @@ def experiment_options(only: tuple[str, ...] | None = None, **own_defaults):
                                 if name in own_defaults else _OPTIONS[name],
                                 annotation=_TYPES[name])
               for name in taken]
+    shared += [inspect.Parameter(alias, inspect.Parameter.KEYWORD_ONLY, default=option, annotation=_TYPES[name])
+               for name, (alias, option) in _ALIASES.items() if name in taken]
     fixed = {name: option.default for name, option in _OPTIONS.items() if name not in taken}
 
     def decorate(command):
@@ -153,6 +167,10 @@ def experiment_options(only: tuple[str, ...] | None = None, **own_defaults):
 
         @functools.wraps(command)
         def with_options(**values):
+            for name, (alias, _) in _ALIASES.items():
+                old = values.pop(alias, None)
+                if old is not None and values.get(name) is None:
+                    values[name] = old
             opts = ExperimentOptions(**fixed, **{name: values.pop(name) for name in taken})
             return command(**values, opts=opts)
 

@@ -19,7 +19,7 @@ def check_outputs(*, db: Path | None = None, report: str | None = None, report_f
     if db is not None:
         _check_file("--db", db, must_write=False)   # an existing database may be opened read-only
     if report_file is not None:
-        _check_file("--report-file", report_file)
+        _check_file("--output", report_file)
         if report is None:
             from alloclab.report import format_for   # the exporters load matplotlib: only when asked
             format_for(report_file)
@@ -48,5 +48,5 @@ def _check_file(option: str, path: Path, must_write: bool = True) -> None:
 
 
 def _example(option: str) -> str:
-    return {"--db": "alloclab.db", "--export-json": "results.json", "--report-file": "report.html"}.get(
+    return {"--db": "alloclab.db", "--export-json": "results.json", "--export-markdown": "report.md", "--export-csv": "report.csv", "--output": "report.html"}.get(
         option, "report.txt")

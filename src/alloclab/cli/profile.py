@@ -48,8 +48,10 @@ def _bar(total: int):
 def profile_command(
     command: list[str] = typer.Argument(..., metavar="-- CMD [ARGS]...", help="The program to run, after --."),
     allocator: list[str] = typer.Option([], "-a", "--allocator", help="Variant NAME[:VAR=VALUE,...]\\[@LABEL]; repeat. Default: every installed allocator."),
-    runs: int = typer.Option(3, "--runs", "-n", help="Profiled runs per variant (the spread of the shares)."),
-    timed_runs: int = typer.Option(3, "--timed-runs", help="Unprofiled, timed runs per variant first: the comparison table and the baseline of the sampling overhead."),
+    timed_runs: int = typer.Option(3, "--runs", "-n", help="Measured (unprofiled, timed) runs per variant first: the comparison table and the baseline of the sampling overhead."),
+    runs: int = typer.Option(3, "--profile-runs", help="Profiled runs per variant (the spread of the shares)."),
+    # Before --runs meant measured runs in every command: the measured runs' old name, kept working.
+    timed_runs_alias: Optional[int] = typer.Option(None, "--timed-runs", hidden=True),
     frequency: int = typer.Option(DEFAULT_FREQUENCY, "--frequency", "-F", help="Samples per second."),
     call_graph: bool = typer.Option(False, "--call-graph", "-g", help="Record call graphs (DWARF unwinding): tells page faults, brk, mmap, munmap and madvise apart by their kernel entry, and which were entered from allocator code."),
     instructions: bool = typer.Option(False, "--instructions", help="Also run each variant once under valgrind's callgrind: exact instruction counts, total and inside the allocator (threads serialized)."),
@@ -72,9 +74,10 @@ def profile_command(
     # Everything that can be refused is checked before the first run.
     access = perf.perf_access()
     perf.check_frequency(frequency)
+    timed_runs = timed_runs_alias if timed_runs_alias is not None else timed_runs
     if runs < 1 or timed_runs < 1:
-        raise AlloclabError(f"--runs and --timed-runs must be at least 1 (got {runs} and {timed_runs}): the "
-                            f"timed runs are the baseline the sampling overhead is measured against.")
+        raise AlloclabError(f"--runs and --profile-runs must be at least 1 (got {timed_runs} and {runs}): the "
+                            f"measured runs are the baseline the sampling overhead is measured against.")
     if instructions:
         callgrind.valgrind()
     metrics = [parse_metric_option(m) for m in metric]

@@ -35,6 +35,24 @@ def _load_ref(store: Store, ref: str):
     return fleet_hosts.for_host(e, host) if host else e
 
 
+def _exported(path: str):
+    """An experiment exported as JSON (--export-json, `report -f json`), read into a store of its own."""
+    import json
+    import tempfile
+
+    from alloclab.store.imports import import_experiment
+    try:
+        data = json.loads(Path(path).read_text())
+    except OSError as exc:
+        raise AlloclabError(f"Cannot read {path}: {exc.strerror}. Give an experiment exported with --export-json, "
+                            f"or an experiment id.") from None
+    except ValueError as exc:
+        raise AlloclabError(f"{path} is not JSON ({exc}). Give an experiment exported with --export-json, or an "
+                            f"experiment id.") from None
+    store = Store(Path(tempfile.mkdtemp(prefix="alloclab-diff-")) / "imported.db")
+    return store.load(import_experiment(store, data, path))
+
+
 @app.command()
 def report(
     experiment: Optional[int] = typer.Argument(None, help="Experiment id (default: the latest)."),
@@ -114,8 +132,8 @@ def experiments(
 
 @app.command()
 def diff(
-    a: str = typer.Argument(..., metavar="A", help="Experiment id of the reference; ID@HOST for one host of a fleet experiment."),
-    b: str = typer.Argument(..., metavar="B", help="Experiment id to compare against A; ID@HOST for one host of a fleet experiment."),
+    a: str = typer.Argument(..., metavar="A", help="The reference: an experiment id, ID@HOST for one host of a fleet experiment, or a JSON file exported with --export-json."),
+    b: str = typer.Argument(..., metavar="B", help="What to compare against A: the same kinds."),
     db: Path = DbOption,
     db_b: Optional[Path] = typer.Option(None, "--db-b", help="Database of B, when it was measured elsewhere."),
     fmt: str = typer.Option("terminal", "--format", "-f", help="One of: terminal, md, json."),
@@ -123,7 +141,8 @@ def diff(
     details: bool = typer.Option(False, "--details", help="Compare every standard measure."),
     min_effect: float = typer.Option(defaults.percent_text(defaults.MARGIN), "--min-effect", parser=min_effect_value, metavar="PERCENT", help="Equivalence margin of the comparisons."),
 ) -> None:
-    """Compare two experiments of the same workload (another day, machine or allocator version)."""
+    """Compare two experiments of the same workload (another day, machine or allocator version): two
+    ids, or two files exported with --export-json, as pyperf compare_to compares two result files."""
     if fmt not in ("terminal", "md", "json"):
         raise AlloclabError(f"Unknown diff format '{fmt}'; choose terminal, md or json.")
     from alloclab.report.diff import render_json, render_markdown, render_terminal
@@ -131,7 +150,8 @@ def diff(
 
     check_outputs(output=output)
 
-    ea, eb = (_load_ref(open_store(path), ref) for path, ref in ((db, a), (db_b or db, b)))
+    ea, eb = (_exported(ref) if ref.endswith(".json") else _load_ref(open_store(path), ref)
+              for path, ref in ((db, a), (db_b or db, b)))
     d = diff_experiments(ea, eb, min_effect=min_effect, details=details)
     if fmt == "terminal" and output is None:
         render_terminal(d, console)

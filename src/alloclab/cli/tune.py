@@ -13,7 +13,7 @@ from alloclab.cli.tune_args import TuneCommand, workloads_of
 
 # The shared options tune takes: it races its own candidates until decided, on this machine.
 TAKES = ("allocator", "max_runs", "budget", "min_effect", "warmup", "timeout", "seed", "no_verify", "db", "report",
-         "report_file", "export_json", "details", "max_rss_increase")
+         "report_file", "export_json", "export_markdown", "export_csv", "details", "max_rss_increase")
 ALLOCATOR = typer.Option([], "-a", "--allocator", rich_help_panel="Variants and runs",
                          help="An allocator of the catalog to consider (tune proposes its settings itself); repeat. "
                               "Default: every installed allocator.")
@@ -32,8 +32,13 @@ class _UI:
         console.print(f"[{style}]{text}[/]" if style else text, highlight=False)
 
 
+MAX_RUNS = typer.Option(None, "--max-runs", rich_help_panel="Variants and runs",
+                        help="At most this many runs per variant in the race, never raised (default: the file's, else "
+                             "300, raised to what the budget left fits).")
+
+
 @app.command(cls=TuneCommand, context_settings={"allow_interspersed_args": False})
-@experiment_options(only=TAKES, allocator=ALLOCATOR,
+@experiment_options(only=TAKES, allocator=ALLOCATOR, max_runs=MAX_RUNS,
                     budget=budget_option(None, f"default: a command's {defaults.TUNE.budget}, a file's own"))
 def tune(
     target: list[str] = typer.Argument(..., metavar="recipe:NAME | FILE.toml | -- CMD [ARGS]...",
@@ -71,6 +76,6 @@ def tune(
             raise typer.Exit(1)
         return
     draw_early(opts.report, opts.report_file)
-    show(outcome.results, outcome.store_path, details=opts.details, export_json=opts.export_json,
+    show(outcome.results, outcome.store_path, details=opts.details, exports=opts.exports(),
          report_format=opts.report, report_file=opts.report_file)
     outcome.keep()

@@ -36,7 +36,7 @@ def format_for(path: str | Path) -> str:
     suffix = Path(path).suffix.lower()
     if suffix not in SUFFIXES:
         raise AlloclabError(f"Cannot tell the report format from the file name {path}; name it .md, .html, .json, "
-                            f".csv or .txt, or give the format with --report / --format.")
+                            f".csv or .txt, or give the format with -f / --format.")
     return SUFFIXES[suffix]
 
 
@@ -69,12 +69,12 @@ def write_report(r: Results, fmt: str, path: str | Path | None, options: Options
         path.write_text(text)
     except OSError as exc:
         raise AlloclabError(f"Cannot write the report to {path}: {exc.strerror}. Give a writable path "
-                            f"with -o / --report-file.") from None
+                            f"with -o / --output.") from None
     return path
 
 
 def check_format_option(value: str | None) -> str | None:
-    """Typer callback for --report: a bad format is refused before any run starts."""
+    """Typer callback for -f/--format: a bad format is refused before any run starts."""
     if value is not None:
         exporter(value)
     return value
