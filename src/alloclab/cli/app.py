@@ -167,7 +167,11 @@ def show(r: Results, db: Path, *, details: bool = False, exports: dict[str, Path
     options = Options(details=details)
     fmt = report_format or (format_for(report_file) if report_file else "terminal")
     if report_file is not None or fmt == "terminal":
-        terminal.render(r, console, details=details)
+        if details:
+            terminal.render(r, console, details=True)
+        else:   # a screen: one line a comparison; the full tables are in the reports and with --details
+            from alloclab.report import terminal_brief
+            terminal_brief.render(r, console)
     if report_file is not None or fmt != "terminal":
         written = write_report(r, fmt, report_file, options, console=console)
         if written:

@@ -110,7 +110,7 @@ def _show_all(store: Store, exp_id: int, opts: ExperimentOptions, plan: Plan, va
     if opts.fleet:
         render_hosts(r, console)
     if plan.summary:
-        terminal.summary(r, console)
+        terminal.summary(r, console, brief=not opts.details)
     if plan.sweeps:
         from alloclab.cli.sweep import render_stored_sweeps
         render_stored_sweeps(r)

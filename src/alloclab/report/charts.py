@@ -336,3 +336,43 @@ def sweep_chart(title: str, xlabel: str, curves: list[tuple[str, str, list[tuple
     if len(curves) > 1 or reference:
         ax.legend(fontsize=8, frameon=False)
     return to_svg(fig, title)
+
+
+# The page's first picture: who wins where. Verdict colours, deeper for a larger effect.
+_MAP_COLOURS = {"better": (0.10, 0.55, 0.25), "worse": (0.80, 0.15, 0.15), "equivalent": (0.30, 0.65, 0.75),
+                "undecided": (0.75, 0.75, 0.75)}
+
+
+def verdict_map(workloads: list[str], variants: list[str], cells: dict, rss: dict) -> str:
+    """Workloads by variants, two panels: the primary metric and, beside it, peak RSS. `cells` and
+    `rss`: (workload, variant) -> (verdict, gain, text), gain > 1 better whatever the metric's
+    direction. A cell's colour is its verdict, deeper for a larger effect (log scale, full at 4x);
+    its text, the effect."""
+    rows, cols = len(workloads), len(variants)
+    fig = Figure(figsize=(min(16.0, 2.0 + 2.2 * cols), 1.2 + 0.42 * rows))
+    fig.subplots_adjust(left=0.5 / fig.get_size_inches()[0] + 0.012 * max(len(w) for w in workloads),
+                        right=0.99, top=1 - 0.85 / fig.get_size_inches()[1], bottom=0.3 / fig.get_size_inches()[1],
+                        wspace=0.06)
+    for k, (title, data) in enumerate((("primary metric against the baseline", cells),
+                                       ("peak RSS against the baseline", rss))):
+        ax = fig.add_subplot(1, 2, k + 1)
+        img = np.ones((rows, cols, 3))
+        for i, w in enumerate(workloads):
+            for j, v in enumerate(variants):
+                verdict, gain, text = data.get((w, v), ("undecided", None, ""))
+                base = np.array(_MAP_COLOURS.get(verdict, _MAP_COLOURS["undecided"]))
+                depth = 1.0
+                if verdict in ("better", "worse") and gain and gain > 0:
+                    depth = 0.35 + 0.65 * min(1.0, abs(math.log(gain)) / math.log(4))
+                img[i, j] = 1 - depth * (1 - base)
+                ax.text(j, i, text, ha="center", va="center", fontsize=7,
+                        color="white" if depth > 0.7 and verdict in ("better", "worse") else "#111111")
+        ax.imshow(img, aspect="auto")
+        ax.set_xticks(range(cols), variants, rotation=30, ha="left", fontsize=7)
+        ax.xaxis.tick_top()
+        ax.set_yticks(range(rows), workloads if k == 0 else [""] * rows, fontsize=8)
+        ax.set_xlabel(title, fontsize=9)
+        ax.tick_params(length=0)
+        for side in ax.spines.values():
+            side.set_visible(False)
+    return to_svg(fig, "who wins where")

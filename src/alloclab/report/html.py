@@ -19,6 +19,7 @@ from alloclab.store.model import Run
 from alloclab.report import fingerprint, tune
 from alloclab.report.chart_style import RSS_LINES_PER_VARIANT, colour, pareto, pick_runs, strip
 from alloclab.report.pen import Pen
+from alloclab.workloads.metrics import PEAK_RSS
 from alloclab.report.common import (allocator_lines, baseline_warning, failed_run_lines, fmt_value, full_delta, metadata,
     shown_rows, variant_order, verdict_word, answers, statistics_line, verification_rows,
     verification_summary, warning_groups, process_lines, wrapper_answers)
@@ -272,6 +273,29 @@ def sweep_figures(a: Analysis, pen: Pen) -> tuple[list[dict], str | None]:
 
 # --- the page ---------------------------------------------------------------------------------
 
+def _verdict_grid(a, order: list[int]) -> tuple[list[str], list[str], dict, dict]:
+    """The first picture's data: per workload and variant, the primary comparison's and peak RSS's
+    verdict, gain and short effect, as the analysis has them."""
+    names, labels = [w.name for w in a.workloads], [a.labels[vi] for vi in order[1:]]
+    cells, rss = {}, {}
+    for w in a.workloads:
+        primary = w.primary()
+        for vi in order[1:]:
+            for grid, c in ((cells, w.comparison(primary.name, vi) if primary else None),
+                            (rss, w.comparison(PEAK_RSS, vi))):
+                if c is not None:
+                    grid[(w.name, a.labels[vi])] = (c.verdict, c.gain, _cell_text(c))
+    return names, labels, cells, rss
+
+
+def _cell_text(c) -> str:
+    if c.verdict == "equivalent":
+        return "≈"
+    change = c.ratio - 1
+    text = f"x{c.ratio:.3g}" if c.ratio >= 3 else f"{change * 100:+.0f}%"
+    return ("? " if c.verdict == "undecided" else "") + text
+
+
 def context(r: Results, options) -> dict:
     a, rec = r.analysis, r.recommendation
     order = variant_order(a)
@@ -282,8 +306,10 @@ def context(r: Results, options) -> dict:
         overall_figure = pen.add("charts", "pareto_chart", pareto(rec.overall), order,
                                  "geomean of the primary-metric ratios (x, higher is better)",
                                  "geomean peak RSS ratio (x, lower is better)")
+    picture = pen.add("charts", "verdict_map", *_verdict_grid(a, order))
     sweep, sweep_note = sweep_figures(a, pen)
     drawn = pen.draw(f"{r.key} details={options.details}" if r.key else None)
+    picture = drawn[picture]
     for w in workloads:
         for f in w["figures"] + ([w["wide"]] if w["wide"] else []) + (w["fingerprint"] or {}).get("figures", []):
             f["svg"] = drawn[f["svg"]]
@@ -301,6 +327,7 @@ def context(r: Results, options) -> dict:
         "metadata": metadata(a), "allocators": allocator_lines(a), "rec": rec,
         "choices": rec.workloads + ([rec.overall] if len(rec.workloads) > 1 else []),
         "overall_figure": overall_figure, "workloads": workloads, "sweep": sweep, "sweep_note": sweep_note,
+        "picture": picture,
         "baseline": a.labels[a.baseline_idx], "colours": {a.labels[vi]: colour(vi) for vi in order},
         "answers": answers(a), "statistics": statistics_line(a), "baseline_warning": baseline_warning(a),
         "wrappers": wrapper_answers(a) + bound_answers(a),

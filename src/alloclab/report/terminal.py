@@ -7,6 +7,7 @@ import math
 import re
 from typing import TYPE_CHECKING
 
+from rich import box
 from rich.cells import cell_len
 from rich.console import Console, Group
 from rich.padding import Padding
@@ -278,11 +279,12 @@ def _ratio_text(g) -> str:
     return f"{g.ratio:.3f}x [{g.ci_low:.3f}, {g.ci_high:.3f}]"
 
 
-def summary(r: Results, console: Console) -> None:
-    """Per variant across the workloads (r.summary), then each workload's winner (r.winners)."""
+def summary(r: Results, console: Console, brief: bool = False) -> None:
+    """Per variant across the workloads (r.summary), where one workload carries a geomean, then (not
+    `brief`: the recommendation names them) each workload's winner (r.winners)."""
     a = r.analysis
     t = Table(title="[bold]Summary across workloads[/] (baseline: " + a.labels[a.baseline_idx] + ")",
-              title_justify="left")
+              title_justify="left", box=None if brief else box.HEAVY_HEAD)
     for col in ("variant", "speed vs baseline (geomean, >1 faster)", "peak RSS vs baseline (geomean)",
                 "significantly better on", "significantly worse on", "allocator"):
         t.add_column(col)
@@ -291,7 +293,9 @@ def summary(r: Results, console: Console) -> None:
         t.add_row(s.label, _ratio_text(s.speed), _ratio_text(s.memory), ", ".join(s.better) or "-",
                   ", ".join(s.worse) or "-", status)
     console.print(t)
-    for name, label, row in r.winners:
+    for line in (r.carried or {}).values():
+        console.print(Text(f"  {line}: no pick rests on it", style="yellow"))
+    for name, label, row in [] if brief else r.winners:
         if row is None:
             continue
         if label is None:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from alloclab.stats.dominance import carried_geomeans
 from alloclab.stats.analysis import Analysis, MetricRow, VariantSummary, analyze, summarize_variants, winners
 from alloclab.stats.recommend import Recommendation, recommend
 from alloclab.stats.sweep import AblationResult, SweepCurve, ablations, sweep_results
@@ -27,6 +28,7 @@ class Results:
     ablations: list[tuple[dict, AblationResult]] | None = None   # (its stored structure, its result)
     summary: list[VariantSummary] | None = None  # per variant across workloads (geomean speed, memory)
     winners: list[tuple[str, str | None, MetricRow | None]] | None = None   # per workload
+    carried: dict[str, str] | None = None   # label -> where one workload carries its geomean (stats/dominance.py)
     hosts: dict[str, Analysis] | None = None    # a fleet experiment's hosts with runs, each alone
     tune: TuneAnswer | None = None               # a tune race's answer, with the question's memory budget
     # Where stats/results_cache.py keeps these Results (None: not kept); an exporter may keep
@@ -57,7 +59,7 @@ def build_results(exp: Experiment, *, baseline: str | int | None = None, min_eff
         out.sweeps = sweep_results(a, stored)
         out.ablations = [(s, r) for s in stored if "ablation" in s for r in ablations(a, [s])]
     if summary:
-        out.summary, out.winners = summarize_variants(a), winners(a)
+        out.summary, out.winners, out.carried = summarize_variants(a), winners(a), carried_geomeans(a)
     if hosts is not None:
         # Each host against the first variant, at the experiment's margin: the per-host tables
         # do not take the question's baseline.
