@@ -211,6 +211,44 @@ def test_overall_needs_better_somewhere_and_worse_nowhere(tmp_path):
 
 
 
+def test_no_overall_pick_rests_on_a_mean_one_workload_carries(tmp_path):
+    # x10 in one workload and no change in two: the geomean (x2.15) is that workload's alone; leaving
+    # it out, the pick's mean is no gain. No single pick: the best per workload and the Pareto set.
+    three = (("prog 1", ["prog", "1"]), ("prog 2", ["prog", "2"]), ("prog 3", ["prog", "3"]))
+    vs = [variant("glibc", "glibc"),
+          variant("jemalloc", "jemalloc", {"LD_PRELOAD": JEMALLOC}, speed={0: 10.0, 1: 1.0, 2: 1.0}, rss=1.0),
+          variant("mimalloc", "mimalloc", {"LD_PRELOAD": MIMALLOC}, speed={0: 1.0, 1: 1.3, 2: 1.0}, rss=1.0)]
+    rec = recommend(analysis_of(tmp_path, vs, workloads=three))
+    o = rec.overall
+    # Both are decided no worse anywhere (each is better in one workload): no single one is the pick.
+    assert o.pick is None and o.sentence.startswith("jemalloc, mimalloc are decided no worse than glibc anywhere")
+    assert "rests on prog 1" in o.sentence and "Best per workload: prog 1: jemalloc; prog 2: mimalloc" in o.sentence
+    assert "Pareto set across the workloads" in o.sentence and "jemalloc, mimalloc" in o.sentence
+
+
+def test_the_stored_demos_cross_workload_lines_rest_on_no_single_workload():
+    # Whatever the demo's pick and geomeans are, each holds without any one workload: the same sign
+    # and the same pick among the variants it was chosen from, or the line says it does not.
+    from pathlib import Path
+
+    from alloclab.stats.dominance import geomean
+    from alloclab.stats.results import build_results
+    from alloclab.store.db import Store
+    r = build_results(Store(Path(__file__).parent / "fixtures" / "demo-suite-trimmed.db").load(None), summary=True)
+    o, choices = r.recommendation.overall, r.recommendation.workloads
+    if o.pick is not None:
+        def gains(vi, skip):
+            return [c.points[vi].speed_ratio if c.higher_is_better else 1 / c.points[vi].speed_ratio
+                    for k, c in enumerate(choices) if k != skip]
+        eligible = [p.variant_idx for p in o.points if p.speed_verdict == "better" and p.usable]
+        for k in range(len(choices)):
+            assert geomean(gains(o.pick, k)) > 1
+            assert max(eligible, key=lambda vi: geomean(gains(vi, k))) == o.pick
+    else:
+        assert "rests on" in o.sentence
+    assert set(r.carried) <= {s.label for s in r.summary}
+
+
 def test_a_lone_variant_is_not_called_equivalent_to_itself(tmp_path):
     rec = recommend(analysis_of(tmp_path, THREE[:1]))
     c = rec.workloads[0]

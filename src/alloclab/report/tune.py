@@ -23,7 +23,7 @@ def sections(ans: TuneAnswer) -> list[tuple[str, bool, list[str]]]:
         ("Also decided better (its difference from the pick is not tested)", False, ans.also_better),
         ("Ruled out (decided worse or equivalent, or below the leader)", False, ans.ruled_out),
         ("Not decided within the budget", False, ans.open),
-        ("Screened out before the race (a short screen's estimate, not a verdict)", False, ans.screened_out),
+        ("Screened out or not raced (a short screen's estimate at most, not a verdict)", False, ans.screened_out),
         ("Not in effect", True, ans.not_in_effect),
         ("Refused by the installed allocators", True, ans.refused)) if lines]
 

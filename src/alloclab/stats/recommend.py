@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 from alloclab.stats import estimates as stats
 from alloclab.stats import memory
 from alloclab.stats.apply import HowToApply, how_to_apply
+from alloclab.stats.dominance import carried_pick, geomean as _geomean, no_single_pick
 from alloclab.stats.failing import failing_default
 from alloclab.stats.analysis import Analysis, WorkloadResult
 from alloclab.workloads.metrics import PEAK_RSS as RSS_METRIC
@@ -321,11 +322,6 @@ def _worst_status(statuses: list[str]) -> str:
     return "verified"
 
 
-def _geomean(ratios: list[float]) -> float:
-    logs = [math.log(r) for r in ratios if math.isfinite(r) and r > 0]
-    return math.exp(sum(logs) / len(logs)) if logs else math.nan
-
-
 def _overall_verdict(verdicts: list[str]) -> str:
     """Across workloads: worse anywhere is worse; else better anywhere is better; else undecided
     anywhere stays undecided; else equivalent."""
@@ -376,62 +372,13 @@ def _overall(a: Analysis, choices: list[Choice], budget: float | None) -> Choice
     pick, reason, sentence = _decide(a, scope, points, "the primary metrics", True, budget,
                                      lambda p: p.speed_text, lambda p: _lean_text(a, p, scope, p.rss_text),
                                      a.workloads)
-    if pick is not None and reason == "speed" and (carried := _carried(a, choices, points, pick)):
-        pick, reason, sentence = None, None, _no_single_pick(a, choices, carried)
+    if pick is not None and reason == "speed" and (carried := carried_pick(a, choices, points, pick, _overall_verdict)):
+        pick, reason, sentence = None, None, no_single_pick(a, choices, carried)
     choice = Choice("overall", "geomean of the primary-metric ratios", True, points, front, pick, reason, sentence)
     if pick is not None:
         choice.apply = how_to_apply(a, pick, None)
         choice.caveats = _caveats(a, a.workloads, pick)
     return choice
-
-
-def _speedups(choices: list[Choice], vi: int) -> list[float]:
-    """A variant's primary-metric ratio in each workload, oriented so that > 1 is better."""
-    out = []
-    for c in choices:
-        r = c.points[vi].speed_ratio
-        out.append(r if c.higher_is_better else (1 / r if r else math.nan))
-    return out
-
-
-def _carried(a: Analysis, choices: list[Choice], points: list[Point], pick: int) -> str | None:
-    """Where one workload carries the overall pick: without it, the pick's geomean is a loss, or
-    the pick changes (the variant decided better somewhere and worse nowhere in the other workloads
-    with the largest geomean there is another). Says which workload and how, or None."""
-    for k, c in enumerate(choices):
-        rest = [x for j, x in enumerate(choices) if j != k]
-
-        def geomean(vi: int) -> float:
-            return _geomean(_speedups(rest, vi))
-
-        eligible = [vi for vi in range(len(a.labels)) if vi != a.baseline_idx and points[vi].usable
-                    and _overall_verdict([x.points[vi].speed_verdict for x in rest]) == "better"]
-        other = max(eligible, key=geomean, default=None)
-        if geomean(pick) <= 1 or other != pick:
-            then = (f"{a.labels[other]} would be the pick (x{geomean(other):.3f})" if other is not None and other != pick
-                    else "nothing would be")
-            return (f"the largest geomean (x{points[pick].speed:.3f}, {a.labels[pick]}) rests on {c.scope}: without it "
-                    f"{a.labels[pick]}'s is x{geomean(pick):.3f} and {then}")
-    return None
-
-
-def _no_single_pick(a: Analysis, choices: list[Choice], carried: str) -> str:
-    """Which variant wins where, whether one is decided no worse anywhere, and the Pareto set."""
-    base, n = a.labels[a.baseline_idx], len(choices)
-    others = [vi for vi in range(len(a.labels)) if vi != a.baseline_idx]
-    best = [f"{c.scope}: {a.labels[c.pick]}" if c.pick is not None else f"{c.scope}: {base} (nothing decided better)"
-            for c in choices]
-    safe = [a.labels[vi] for vi in others if all(c.points[vi].speed_verdict in ("better", "equivalent")
-                                                  for c in choices)
-            and any(c.points[vi].speed_verdict == "better" for c in choices)]
-    gains = {vi: _speedups(choices, vi) for vi in range(len(a.labels))}
-    pareto = [a.labels[vi] for vi in range(len(a.labels))
-              if not any(u != vi and all(x >= y for x, y in zip(gains[u], gains[vi]))
-                         and any(x > y for x, y in zip(gains[u], gains[vi])) for u in gains)]
-    lead = (f"{', '.join(safe)} {'is' if len(safe) == 1 else 'are'} decided no worse than {base} anywhere and "
-            f"better somewhere" if safe else f"No single variant is best for all {n} workloads")
-    return (f"{lead}: {carried}. Best per workload: {'; '.join(best)}. Pareto set across the workloads (no other "
-            f"variant does better on every one): {', '.join(pareto)}.")
 
 
 def recommend(a: Analysis, max_rss_increase: float | None = None) -> Recommendation:

@@ -205,6 +205,18 @@ class TuneRun:
             opts.warmup if opts.warmup is not None else d.warmup, force=opts.screen == "always")
         if sp is None:
             return candidates, [], None
+        # The fixes of the default's own mechanisms race whatever a screen says; where the race fits
+        # no more than them to its last look, a screen could only choose what is not raced.
+        own_rules = {r.name for r in load_rules() if r.name in fired and r.reads == cat.BASELINE}
+        own = [c for c in candidates if c.rule in own_rules and ":" in c.spec]
+        design = self._cap(3 * run_s, left)[1]
+        if own and opts.screen != "always" and len(own) >= screening.race_slots(len(self.workloads), run_s, left,
+                                                                                  design):
+            self.ui.note(f"No screen: the budget left ({left:.0f} s) takes one candidate to its last look, and the "
+                         f"mechanism's own fix goes first: racing {', '.join(c.spec for c in own)}.")
+            return own, [f"{c.spec} ({c.rule}, expected {c.expect}): not raced: the budget fits the mechanism's own "
+                         f"fix alone; race it with a longer --budget, or with `alloclab compare`" for c in candidates
+                         if c not in own], None
         self.ui.note(f"Screening: {sp.why}; {sp.runs} run(s) of each first, then only the finalists race.")
         t = time.monotonic()
         settings = Settings(runs=sp.runs, warmup=0, verify=False, keep_prepared=True, kind="tune-screen",
@@ -216,9 +228,8 @@ class TuneRun:
         slots = screening.race_slots(len(self.workloads), run_s, left - spent, self._cap(3 * run_s, left - spent)[1])
         # The fixes kept through the screen are those of the default's own mechanisms: the glibc
         # setting, for a glibc mechanism (another allocator's setting races if it ranks).
-        own = [r.name for r in load_rules() if r.name in fired and r.reads == cat.BASELINE]
         chosen = screening.finalists(build_results(store.load(screen_id), min_effect=opts.min_effect).analysis,
-                                     candidates, slots, own, sp.runs)
+                                     candidates, slots, sorted(own_rules), sp.runs)
         self.ui.note(f"Screened in {spent:.0f} s (experiment {screen_id}); racing " + ", ".join(c.spec for c in chosen.kept))
         return chosen.kept, chosen.screened_out, screen_id
 
