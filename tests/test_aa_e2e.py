@@ -83,7 +83,7 @@ def _only_comparison(store_of, db, metric: str, runs: int) -> stats.Comparison:
 
 @pytest.mark.e2e
 def test_same_allocator_under_two_labels_is_no_significant_difference(cli, store_of, simple):
-    p = cli("compare", "-a", "glibc@a", "-a", "glibc@b", "--runs", "7", "-m", NS, "--", *simple)
+    p = cli("compare", "--details", "-a", "glibc@a", "-a", "glibc@b", "--runs", "7", "-m", NS, "--", *simple)
     assert p.returncode == 0, p.stderr
     c = _only_comparison(store_of, cli.db, "ns", 7)
     # Why not simply `verdict == "same"`: a correct test says "different" in 5% of A/A experiments
@@ -106,7 +106,7 @@ def test_injected_slowdown_is_worse_with_the_right_sign(cli, store_of, simple):
     # 8 runs: the trimmed t has h - 2 degrees of freedom (docs/statistics.md), 2 at 6 runs, and one
     # slow block on a shared CI machine then leaves the interval across 1.
     units = calibrated_extra_work(simple)
-    p = cli("compare", "-a", "glibc@base", "-a", f"glibc:{EXTRA_VAR}={units}@slow", "--runs", "8",
+    p = cli("compare", "--details", "-a", "glibc@base", "-a", f"glibc:{EXTRA_VAR}={units}@slow", "--runs", "8",
             "-m", NS, "-m", RATE, "--", *WRAPPER, *simple)
     assert p.returncode == 0, p.stderr
     ns = _only_comparison(store_of, cli.db, "ns", 8)

@@ -22,7 +22,7 @@ OPS = "ops=ops/s: (\\d+)"
 def test_compare_measures_every_installed_allocator(build, cli, store_of, tmp_path):
     prog = build("churn")
     out = tmp_path / "raw.json"
-    p = cli("compare", "--runs", "3", "-m", OPS, "--export-json", str(out), "--", str(prog), "300", "48")
+    p = cli("compare", "--details", "--runs", "3", "-m", OPS, "--export-json", str(out), "--", str(prog), "300", "48")
     assert p.returncode == 0, p.stderr
     e = store_of(cli.db).load()
     assert e.row.status == "complete"
@@ -77,7 +77,7 @@ def test_command_not_found(cli):
 def test_failing_under_one_allocator_is_recorded_and_others_go_on(build, cli, store_of):
     require_allocator("jemalloc")
     prog = build("churn")
-    p = cli("compare", "--runs", "2", "-a", "glibc", "-a", "jemalloc", "-m", OPS, "--",
+    p = cli("compare", "--details", "--runs", "2", "-a", "glibc", "-a", "jemalloc", "-m", OPS, "--",
             str(prog), "100", "1", "libjemalloc")
     assert p.returncode == 0, p.stderr
     e = store_of(cli.db).load()

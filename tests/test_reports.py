@@ -78,7 +78,7 @@ def test_compare_report_file_is_markdown_for_the_mail(real):
     assert "| allocator " in md and "verified" in md
     assert "- jemalloc: verified. malloc and free bound to libjemalloc" in md
     # Terminal table on stdout, report in the file.
-    assert "(baseline)" in real["first"].stdout and "Report (md) written to" in real["first"].stdout
+    assert "Answer (each comparison against" in real["first"].stdout and "Report (md) written to" in real["first"].stdout
 
 
 @pytest.mark.e2e
@@ -126,7 +126,7 @@ def test_every_format_of_a_real_experiment(real):
     text = export(r, "terminal")
     assert "\x1b[" not in text and "(baseline)" in text and "Use jemalloc" in text
     html = export(r, "html")
-    assert html.count("<svg ") == 4 and "Use jemalloc" in html
+    assert html.count("<svg ") == 5 and "Use jemalloc" in html
     # The RSS chart draws every measured run that lasted long enough for a sample.
     sampled = sum(1 for r in e.runs if not r.warmup and r.status == "ok" and json.loads(r.rss_series))
     assert sampled > 0 and f"RSS over time, {sampled} of {sampled} measured runs drawn" in html
@@ -238,11 +238,11 @@ def test_json_is_versioned_and_complete(three):
 
 def test_html_is_self_contained_with_charts(three):
     html = export(three, "html")
-    assert html.count("<svg ") == 4  # the primary metric (ops), peak RSS, speed/memory, RSS over time
+    assert html.count("<svg ") == 5  # who wins where; the primary metric (ops), peak RSS, speed/memory, RSS over time
     assert 'aria-label="ops per variant' in html and 'aria-label="wall_s per variant' not in html
     # --details: a chart for every measure shown (ops, wall_s, cpu_s, minflt) beside the other three.
     detailed = export(three, "html", Options(details=True))
-    assert detailed.count("<svg ") >= 7 and 'aria-label="wall_s per variant' in detailed
+    assert detailed.count("<svg ") >= 8 and 'aria-label="wall_s per variant' in detailed
     assert "<script" not in html and "<link" not in html and "<img" not in html
     # Nothing is fetched: every reference is inside the file (an anchor or a data: URI).
     refs = re.findall(r'\b(?:href|src)="([^"]*)"', html)
@@ -275,7 +275,7 @@ def test_sweep_curves_are_drawn_from_the_config(tmp_path):
 def test_malformed_sweep_is_skipped_with_a_note(tmp_path):
     store, exp = synthetic(tmp_path / "m.db", THREE, config={"sweep": {"tunable": "x", "points": "nope"}})
     html = export(build_results(store.load(exp)), "html")
-    assert "1 recorded sweep(s) had no points" in html and html.count("<svg ") == 4
+    assert "1 recorded sweep(s) had no points" in html and html.count("<svg ") == 5
 
 
 def test_write_report_and_format_errors(three, tmp_path):

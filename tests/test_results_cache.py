@@ -92,14 +92,14 @@ def test_report_after_compare_renders_what_compare_kept(tmp_path, cache_dir):
     answer from them (its analysis is not run: the entry's file is the one read)."""
     db = tmp_path / "c.db"
     program = str(builtin.binary(builtin.get("simple")))
-    compare = subprocess.run([sys.executable, "-m", "alloclab.cli", "compare", "--db", str(db), "-a", "glibc",
+    compare = subprocess.run([sys.executable, "-m", "alloclab.cli", "compare", "--details", "--db", str(db), "-a", "glibc",
                               "-a", "jemalloc", "--runs", "6", "--", program, "--iters=2000"],
                              capture_output=True, text=True, timeout=240)
     assert compare.returncode == 0, compare.stdout + compare.stderr
     entries = list((cache_dir / "results").glob("*.pickle"))
     assert len(entries) == 1
     # -X importtime lists every module imported: the analysis would import scipy.special.
-    report = subprocess.run([sys.executable, "-X", "importtime", "-m", "alloclab.cli", "report", "--db", str(db)],
+    report = subprocess.run([sys.executable, "-X", "importtime", "-m", "alloclab.cli", "report", "--details", "--db", str(db)],
                             capture_output=True, text=True, timeout=120)
     assert report.returncode == 0, report.stderr
     assert "scipy" not in report.stderr

@@ -79,7 +79,7 @@ def test_compare_prints_each_setting_read_back_and_ineffective_ones(build, cli, 
     require_allocator("tcmalloc")
     prog = build("churn")
     out = tmp_path / "x.json"
-    p = cli("compare", "--runs", "1", "-a", "glibc:MALLOC_TOP_PAD_=64M,APP_MODE=fast",
+    p = cli("compare", "--details", "--runs", "1", "-a", "glibc:MALLOC_TOP_PAD_=64M,APP_MODE=fast",
             "-a", "tcmalloc:TCMALLOC_MAX_TOTAL_THREAD_CACHE_BYTES=4G", "--export-json", str(out),
             "--", str(prog), "100", "1")
     assert p.returncode == 0, p.stderr

@@ -33,7 +33,7 @@ def _verdicts(store_of, db) -> dict[tuple[str, str], str]:
 def test_until_decided_stops_once_a_large_effect_is_decided(cli, store_of, simple):
     require_allocator("tcmalloc")
     # glibc's malloc+free pair costs about twice tcmalloc's here: decided at the first look or soon after.
-    p = cli("compare", "-a", "glibc", "-a", "tcmalloc", "-m", NS, "--budget", "90s", "--max-runs", "60",
+    p = cli("compare", "--details", "-a", "glibc", "-a", "tcmalloc", "-m", NS, "--budget", "90s", "--max-runs", "60",
             "--", *simple)
     assert p.returncode == 0, p.stderr
     e = store_of(cli.db).load()

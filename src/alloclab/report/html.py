@@ -306,10 +306,11 @@ def context(r: Results, options) -> dict:
         overall_figure = pen.add("charts", "pareto_chart", pareto(rec.overall), order,
                                  "geomean of the primary-metric ratios (x, higher is better)",
                                  "geomean peak RSS ratio (x, lower is better)")
-    picture = pen.add("charts", "verdict_map", *_verdict_grid(a, order))
+    grid = _verdict_grid(a, order)
+    picture = pen.add("charts", "verdict_map", *grid) if grid[1] else None   # a baseline alone: no picture
     sweep, sweep_note = sweep_figures(a, pen)
     drawn = pen.draw(f"{r.key} details={options.details}" if r.key else None)
-    picture = drawn[picture]
+    picture = drawn[picture] if picture is not None else None
     for w in workloads:
         for f in w["figures"] + ([w["wide"]] if w["wide"] else []) + (w["fingerprint"] or {}).get("figures", []):
             f["svg"] = drawn[f["svg"]]

@@ -28,7 +28,7 @@ def _short(text: str) -> str:
 def answer_lines(a, console: Console) -> None:
     t = Table.grid(padding=(0, 2, 0, 0))
     # The verdict and the effect are the answer: their columns are never cut; the names are.
-    for name, kw in (("workload", {"max_width": 16}), ("metric", {"max_width": 16}), ("variant", {"max_width": 30}),
+    for name, kw in (("workload", {"max_width": 32}), ("metric", {"max_width": 16}), ("variant", {"max_width": 30}),
                      ("verdict", {"min_width": 10}), ("effect [interval]", {"min_width": 26}),
                      ("peak RSS", {"min_width": 22, "max_width": 26}), ("mechanism (decided)", {})):
         t.add_column(name, overflow="ellipsis", no_wrap=True, **kw)
