@@ -64,3 +64,24 @@ def test_the_comparison_can_fail(analysis):
     name, a = analysis
     text = _stable("md", export(a, "md", Options()))
     assert text.replace("%", "‰", 1) != (GOLDEN / f"{name}.md").read_text()
+
+
+@pytest.mark.parametrize("columns", [100, 160])
+def test_the_demo_fits_a_screen_or_two(tmp_path, columns):
+    # What `make demo` prints once measured: the brief answer and the suite's summary (the stored
+    # demo: 7 workloads, 8 variants); the full tables are in demo-report.html.
+    import io
+
+    from rich.console import Console
+
+    from alloclab.report import terminal, terminal_brief
+    db = tmp_path / "demo.db"
+    shutil.copyfile(FIXTURES / STORES["demo"], db)
+    r = build_results(Store(db).load(None), summary=True)
+    out = io.StringIO()
+    console = Console(file=out, width=columns, color_system=None)
+    terminal_brief.render(r, console)
+    terminal.summary(r, console, brief=True)
+    lines = out.getvalue().splitlines()
+    assert len(lines) <= 120, f"{len(lines)} lines at {columns} columns"
+    assert any(line.startswith("Answer") for line in lines) and any("Recommendation" in line for line in lines)

@@ -106,3 +106,20 @@ def test_screenshot_shows_the_report_painted(rendered):
     blue = sum(n for rgb, n in counts.items() if abs(rgb[0] - 0x4c) < 24 and abs(rgb[1] - 0x72) < 24
                and abs(rgb[2] - 0xb0) < 24)
     assert blue > 200
+
+
+def test_the_page_opens_with_the_picture(rendered):
+    # Before the first table, after the banners: the verdict map, drawn as a chart with a cell per
+    # workload and variant, and painted inside the first screen (the top 900 pixels).
+    dom = rendered["dom"]
+    assert 0 < dom.index('id="picture"') < dom.index('class="results"'), "the picture does not come first"
+    section = dom[dom.index('id="picture"'):dom.index("</section>", dom.index('id="picture"'))]
+    assert "<svg" in section and "<image" in section   # the cells, an image inside the chart
+    from PIL import Image
+
+    # Cells are filled with a verdict's colour (an undecided one with a flat grey); the text and
+    # banners above them are dark or pale.
+    top = Image.open(rendered["shot"]).convert("RGB").crop((0, 0, WIDTH, 900))
+    strong = sum(n for n, rgb in top.getcolors(maxcolors=WIDTH * 900)
+                 if max(rgb) - min(rgb) > 60 or rgb == (191, 191, 191))
+    assert strong > 5000, f"the first screen shows no verdict cells ({strong} coloured pixels)"

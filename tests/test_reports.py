@@ -166,6 +166,21 @@ def test_diff_of_two_real_experiments(real):
 
 
 @pytest.mark.e2e
+def test_diff_of_two_exported_files_reads_as_the_diff_of_their_ids(real, tmp_path):
+    # Exported with --export-json, read back by another store (another machine): the same cells.
+    db = real["db"]
+    for i in (1, 2):
+        alloclab(db, "report", str(i), "-f", "json", "-o", str(tmp_path / f"e{i}.json"))
+    by_id = json.loads(alloclab(db, "diff", "1", "2", "-f", "json").stdout)
+    by_file = json.loads(subprocess.run([*ALLOCLAB, "diff", str(tmp_path / "e1.json"), str(tmp_path / "e2.json"),
+                                         "-f", "json"], capture_output=True, text=True, check=True,
+                                        cwd=tmp_path).stdout)
+    assert by_file["labels"] == by_id["labels"]
+    assert by_file["workloads"] == by_id["workloads"]
+    assert not (tmp_path / "alloclab.db").exists()   # reading two files writes no store here
+
+
+@pytest.mark.e2e
 def test_bad_input_is_a_clear_error(real, tmp_path):
     from alloclab.cli.reports import open_store
 
