@@ -10,6 +10,7 @@ Prints a Markdown table (docs/results/ keeps the dated figures).
 from __future__ import annotations
 
 import argparse
+import json
 import re
 import subprocess
 import sys
@@ -36,20 +37,33 @@ def build(tmp: Path, name: str) -> Path:
     return exe
 
 
-def tune(exe: Path, args: list[str], budget: str, db: Path) -> tuple[float, str]:
+def tune(exe: Path, args: list[str], budget: str, db: Path) -> tuple[float, dict]:
+    """tune's wall time, and its race as `alloclab report -f json` gives it (an empty dict where
+    tune stopped after the diagnosis)."""
     t = time.monotonic()
     p = subprocess.run([sys.executable, "-m", "alloclab.cli", "tune", "--db", str(db), "--budget", budget, "--",
                         str(exe), *args], capture_output=True, text=True)
-    return time.monotonic() - t, p.stdout + p.stderr
+    took = time.monotonic() - t
+    if p.returncode != 0:
+        raise SystemExit(f"tune failed on {exe.name} {' '.join(args)}:\n{p.stdout}{p.stderr}")
+    r = subprocess.run([sys.executable, "-m", "alloclab.cli", "report", "--db", str(db), "-f", "json"],
+                       capture_output=True, text=True)
+    return took, json.loads(r.stdout) if r.returncode == 0 else {}
 
 
-def summary(out: str) -> tuple[list[str], list[str]]:
-    text = " ".join(out.split())
-    fired = (text.split("rules fired:")[1].split(";")[0] if "rules fired:" in text else "").strip()
+def summary(race: dict) -> tuple[list[str], list[str]]:
+    """The memory rules that fired, and each decided memory effect at the program's end: the
+    picks, then the others decided better."""
+    t = race.get("tune") or {}
+    fired = ((race.get("config") or {}).get("tune") or {}).get("fired", [])
     memory = [r for r in MEMORY_RULES if r in fired]
-    effects = re.findall(r"((?:glibc|jemalloc|tcmalloc|mimalloc)[^:;()]*?)(?: \([^)]*\))?: [^;]*?"
-                         r"anonymous RSS at its end ([-+][\d.]+% \[[^\]]+\])", text)
-    return memory, [f"{who.strip()} {eff}" for who, eff in effects]
+    effects = [f"**{p['label']}** {p['effect'].replace('anonymous RSS at its end ', '')} (pick)"
+               for p in t.get("picks", []) if "at its end" in p["goal"]]
+    for line in t.get("also_better", []):
+        if m := re.search(r"anonymous RSS at its end ([-+][\d.]+% \[[^\]]+\])", line):
+            effects.append(f"{line.split(' (')[0]} {m.group(1)}")
+    speed = [f"{p['label']} {p['effect']}" for p in t.get("picks", []) if p["goal"] == "speed"]
+    return memory, effects + [f"speed pick: {s}" for s in speed]
 
 
 def main() -> None:

@@ -17,7 +17,7 @@ def test_live_bytes_and_overhead_after_each_phase(tmp_path, scratch, cli, store_
     require_allocator("jemalloc")
     path, _ = experiment(tmp_path, PHASED, params="rest = 0.5")
     p = cli("run", str(path), "-a", "glibc", "-a", "jemalloc", "--runs", "1", "--warmup", "0", "--no-verify",
-            "--fingerprint")
+            "--fingerprint", "--details")
     assert p.returncode == 0, p.stdout + p.stderr
     e = store_of(cli.db).load()
     for (_, vi), fp in e.fingerprints.items():

@@ -21,7 +21,7 @@ def test_recipe_postgres_fingerprint_of_a_forked_server_run_as_postgres(cli, sto
     require_programs(ef)
     p = cli("run", "recipe:postgres-partitions", "-a", "glibc", "-a", "glibc:MALLOC_TOP_PAD_=64M", "--runs", "1",
             "--warmup", "0", "--no-verify", "--idle", "0", "--fingerprint", "-p", "scale=1", "-p", "partitions=100",
-            "-p", "duration=7", "-p", "warmup_s=1", timeout=300)
+            "-p", "duration=7", "-p", "warmup_s=1", "--details", timeout=300)
     assert p.returncode == 0, p.stdout + p.stderr
     e = store_of(cli.db).load()
     fps = {(wi, e.variants[vi].label): f for (wi, vi), f in e.fingerprints.items()}

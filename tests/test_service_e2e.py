@@ -365,7 +365,7 @@ def test_recipe_redis_reports_the_packaged_jemalloc(cli, store_of, scratch):
     require_programs(ef)
     require_allocator("jemalloc")
     p = cli("run", "recipe:redis", "-a", "glibc-linked", "-a", "jemalloc", "--runs", "1", "--idle", "0",
-            "-p", "requests=1000", "-p", "clients=10", "-p", "keys=20000", "-p", "rest=0.5")
+            "-p", "requests=1000", "-p", "clients=10", "-p", "keys=20000", "-p", "rest=0.5", "--details")
     assert p.returncode == 0, p.stdout + p.stderr
     e = store_of(cli.db).load()
     ver = {e.variants[vi].label: v for (wi, vi), v in e.verifications.items()}
