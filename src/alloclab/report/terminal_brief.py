@@ -10,8 +10,8 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
-from alloclab.report.common import (baseline_warning, mechanism, metric_title, primary_comparisons, runs_line,
-                                    wrapper_answers)
+from alloclab.report.common import (baseline_warning, findings_for, mechanism, metric_title, primary_comparisons,
+                                    runs_line, wrapper_answers)
 from alloclab.report.bounds import bound_answers
 from alloclab.report import fingerprint
 from alloclab.stats.estimates import format_comparison
@@ -47,8 +47,15 @@ def answer_lines(a, console: Console) -> None:
 
 
 def problems(a, w) -> list[Text]:
-    """What the reader must not miss: an allocator not in effect, runs that failed."""
+    """What the reader must not miss: an allocator not in effect, runs that failed, other work that
+    took CPU during the runs (it widens every interval, and can bias one variant)."""
     out = []
+    # One line a workload, not a variant: a busy host is busy for all of them.
+    loaded = [(vi, f) for vi, _, f in findings_for(w, set()) if f.code == "high-load"]
+    if loaded:
+        vi, f = loaded[0]
+        more = f" (and in {len(loaded) - 1} other variants' runs)" if len(loaded) > 1 else ""
+        out.append(Text(f"{w.name}: {a.labels[vi]}: {f.message}{more}", style="yellow"))
     for vi, v in w.verification.items():
         for reason in v.reasons:
             out.append(Text(f"{w.name}: {a.labels[vi]}: allocator INEFFECTIVE: {reason}", style="bold red"))
