@@ -57,8 +57,8 @@ def summary(race: dict) -> tuple[list[str], list[str]]:
     t = race.get("tune") or {}
     fired = ((race.get("config") or {}).get("tune") or {}).get("fired", [])
     memory = [r for r in MEMORY_RULES if r in fired]
-    effects = [f"**{p['label']}** {p['effect'].replace('anonymous RSS at its end ', '')} (pick)"
-               for p in t.get("picks", []) if "at its end" in p["goal"]]
+    effects = [f"**{p['label']}** {m.group(1)} (pick: {p['goal']})" for p in t.get("picks", [])
+               if (m := re.search(r"anonymous RSS at its end ([-+][\d.]+% \[[^\]]+\])", p["effect"]))]
     for line in t.get("also_better", []):
         if m := re.search(r"anonymous RSS at its end ([-+][\d.]+% \[[^\]]+\])", line):
             effects.append(f"{line.split(' (')[0]} {m.group(1)}")

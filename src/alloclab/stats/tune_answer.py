@@ -209,7 +209,7 @@ def answer(a: Analysis, candidates: list[Candidate], max_rss_increase: float | N
             leads.append(vi)
         else:
             out.ruled_out.append(line)
-    out.picks = _merged(out.picks)
+    out.picks = _merged([_with_own_metric(a, p, by_label) for p in out.picks])
     if not out.picks and leads:
         top = max(leads, key=lambda vi: _mean_gain(a, vi))
         out.undecided = (f"nothing decided better within the budget, and {len(leads)} candidate(s) still open; the "
@@ -220,6 +220,20 @@ def answer(a: Analysis, candidates: list[Candidate], max_rss_increase: float | N
         out.nothing = (f"{who} was decided worse or equivalent on speed, and none decided to hold less "
                        "memory: keep the default")
     return out
+
+
+def _with_own_metric(a: Analysis, p: Pick, by_label: dict[str, Candidate]) -> Pick:
+    """A memory rule's candidate picked for another goal (glibc's own trim fix, best for peak RSS by
+    a few percent) also shows the effect on the metric its rule expected it on (RSS at its end)."""
+    cand = by_label.get(p.label)
+    own = _own_metric(cand)
+    if own is None:
+        return p
+    words = _metric_words(cand.metric)
+    if words in p.effect:
+        return p
+    return Pick(p.goal, p.variant_idx, p.label, f"{p.effect}; {_texts(a, own, p.variant_idx, words)}", p.mechanism,
+                p.cost, p.apply)
 
 
 def _own_metric(cand: Candidate | None):
