@@ -21,8 +21,8 @@ def test_run_profile_samples_the_server_tree_not_the_client(cli, store_of, scrat
     require_allocator("jemalloc")
     if not shutil.which("perf"):
         missing_prerequisite(f"perf is not installed ({perf.PERF_INSTALL})")
-    p = cli("run", "recipe:redis", "-a", "glibc", "-a", "jemalloc", "--runs", "1", "--idle", "0", "--no-verify",
-            "-p", "requests=20000", "-p", "clients=5", "-p", "keys=2000", "-p", "rest=0.1",
+    p = cli("run", "recipe:redis", "-a", "glibc", "-a", "jemalloc", "--runs", "1", "--warmup", "0", "--idle", "0",
+            "--no-verify", "-p", "requests=20000", "-p", "clients=5", "-p", "keys=2000", "-p", "rest=0.1",
             "--profile", "--profile-runs", "1")
     assert p.returncode == 0, p.stdout + p.stderr
     assert "Where the CPU goes: redis" in p.stdout
