@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import pytest
 
+from alloclab.store.fingerprint_model import Fingerprint
 from alloclab.workloads import experiment_file as xf
 from test_service_e2e import require_programs, scratch  # noqa: F401 (fixture)
 
@@ -44,3 +45,10 @@ def test_recipe_postgres_fingerprint_of_a_forked_server_run_as_postgres(cli, sto
         a, b = per[(wi, "glibc")]["calls"], per[(wi, "glibc TOP_PAD=64M")]["calls"]
         assert abs(a - b) / a < 0.2, per
     assert "Allocation fingerprint" in p.stdout and "alloc calls per transaction" in p.stdout
+    # Where the memory goes, by glibc's own books summed over the server's processes: the parts add up
+    # to the anonymous RSS at every reading (after the load, after the clients left, the peak, the end).
+    for key, f in fps.items():
+        splits = Fingerprint.of(f).books.splits
+        assert {"after load", "end"} <= {sp.at for sp in splits}, (key, [sp.at for sp in splits])
+        for sp in splits:
+            assert abs(sp.unexplained) <= max(0.05 * sp.anon, 2 << 20), (key, sp.at, sp.anon, sp.parts)
