@@ -59,7 +59,7 @@ def test_four_verdicts_on_real_runs(cli, store_of, simple):
     # on its (deterministic) page faults and, at one run (no interval), undecided on time.
     # One look at 12 runs: a sequential experiment that stops at an early look judges the secondary
     # metrics at that look's small share of alpha (docs/statistics.md), where ±2% may not be shown.
-    p = cli("compare", "-a", "tcmalloc", "-a", "glibc", "-a", "tcmalloc@tc-again", "--runs", "12",
+    p = cli("compare", "--details", "-a", "tcmalloc", "-a", "glibc", "-a", "tcmalloc@tc-again", "--runs", "12",
             "-m", NS, "--", *simple)
     assert p.returncode == 0, p.stderr
     v = _verdicts(store_of, cli.db)
@@ -67,7 +67,7 @@ def test_four_verdicts_on_real_runs(cli, store_of, simple):
     # page faults are the deterministic count here (peak RSS, sampled every 20 ms, was undecided in
     # 1 of 3 runs on a busy machine)
     assert v[("minflt", "tc-again")] == "equivalent"
-    assert "≈ within ±2% [" in p.stdout
+    assert "≈ within ±2% [" in p.stdout   # the page faults' row: the full tables (--details)
     p = cli("compare", "-a", "glibc@a", "-a", "glibc@b", "--runs", "1", "--min-effect", "0%",
             "-m", NS, "--", *simple)
     assert p.returncode == 0, p.stderr

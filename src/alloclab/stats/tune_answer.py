@@ -224,13 +224,14 @@ def answer(a: Analysis, candidates: list[Candidate], max_rss_increase: float | N
 
 def _with_own_metric(a: Analysis, p: Pick, by_label: dict[str, Candidate]) -> Pick:
     """A memory rule's candidate picked for another goal (glibc's own trim fix, best for peak RSS by
-    a few percent) also shows the effect on the metric its rule expected it on (RSS at its end)."""
+    a few percent) also shows the effect where its rule expected it (RSS at its end), where that
+    effect is decided better: a gain of the pick, not its cost."""
     cand = by_label.get(p.label)
     own = _own_metric(cand)
     if own is None:
         return p
     words = _metric_words(cand.metric)
-    if words in p.effect:
+    if words in p.effect or "better" not in _verdicts(a, own, p.variant_idx):
         return p
     return Pick(p.goal, p.variant_idx, p.label, f"{p.effect}; {_texts(a, own, p.variant_idx, words)}", p.mechanism,
                 p.cost, p.apply)

@@ -82,10 +82,13 @@ def _rest_values(sp: MemorySplit | None, hist: list[SizeClass]) -> dict[str, flo
     if "trim_threshold" in b and sp.parts.get("free_top"):
         v["trim_over_top"] = b["trim_threshold"] / sp.parts["free_top"]
     # Blocks at or above 128 KiB asked below the mmap threshold as it stood: glibc served them from
-    # its heap, as it does no block under its default threshold.
+    # its heap, as it does no block under its default threshold. A size class (2^(c-1), 2^c] counts
+    # where it starts below the threshold: a threshold raised by a freed block sits between powers of
+    # two (31 MiB), and the heap's 16-17 MiB buffers share a class with blocks up to 32 MiB.
     threshold = b.get("mmap_threshold")
     if threshold and threshold > BIG:
-        below = [h for h in hist if h.calls and (1 << max(h.size_class - 1, 0)) >= BIG and (1 << h.size_class) <= threshold]
+        below = [h for h in hist if h.calls and (1 << max(h.size_class - 1, 0)) >= BIG
+                 and (1 << (h.size_class - 1)) < threshold]
         if below:
             v["heap_big_bytes"] = float(sum(h.bytes for h in below))
             v["heap_big_min"] = float(min(1 << (h.size_class - 1) for h in below))
