@@ -233,7 +233,9 @@ def fingerprint_table(a: Analysis, w, console: Console) -> None:
     console.print()
 
 
-def render(r: Results, console: Console, details: bool = False) -> None:
+def heading(r: Results, console: Console, brief: bool = False) -> None:
+    """What comes before the answer, in the full report and the brief one alike: tune's answer of a
+    race, the baseline's warning, the experiment and its host (brief: without THP and governor)."""
     a = r.analysis
     e = a.experiment
     m = e.machine
@@ -245,10 +247,14 @@ def render(r: Results, console: Console, details: bool = False) -> None:
     if warning:
         console.print(Text(warning, style="bold red"))
     console.print(Text(f"experiment {e.id} ({e.row.status}): {e.row.title}", style="bold"))
-    console.print(Text(f"host {m.host}: {m.cpu_model}, {m.usable_cores} cores, "
-                       f"kernel {m.kernel}, glibc {m.glibc}, THP {m.thp}, "
-                       f"governor {m.governor or 'n/a'}; {len(a.labels)} variants; {runs_line(a)}",
-                       style="dim"))
+    memory = "" if brief else f", THP {m.thp}, governor {m.governor or 'n/a'}"
+    console.print(Text(f"host {m.host}: {m.cpu_model}, {m.usable_cores} cores, kernel {m.kernel}, glibc {m.glibc}"
+                       f"{memory}; {len(a.labels)} variants; {runs_line(a)}", style="dim"))
+
+
+def render(r: Results, console: Console, details: bool = False) -> None:
+    a = r.analysis
+    heading(r, console)
     answer_table(a, console)
     for w in a.workloads:
         console.print(Group(workload_table(a, w, details), *notes(a, w, details)))

@@ -10,8 +10,7 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
-from alloclab.report.common import (baseline_warning, findings_for, mechanism, metric_title, primary_comparisons,
-                                    runs_line, wrapper_answers)
+from alloclab.report.common import findings_for, mechanism, metric_title, primary_comparisons, wrapper_answers
 from alloclab.report.bounds import bound_answers
 from alloclab.report import fingerprint
 from alloclab.stats.estimates import format_comparison
@@ -67,18 +66,10 @@ def problems(a, w) -> list[Text]:
 
 
 def render(r, console: Console) -> None:
+    from alloclab.report.terminal import heading
     a = r.analysis
     e = a.experiment
-    m = e.machine
-    if r.tune is not None:
-        from alloclab.report import tune
-        tune.render(r.tune, console, title=tune.title(e))
-        console.print()
-    if warning := baseline_warning(a):
-        console.print(Text(warning, style="bold red"))
-    console.print(Text(f"experiment {e.id} ({e.row.status}): {e.row.title}", style="bold"))
-    console.print(Text(f"host {m.host}: {m.cpu_model}, {m.usable_cores} cores, kernel {m.kernel}, glibc {m.glibc}; "
-                       f"{len(a.labels)} variants; {runs_line(a)}", style="dim"))
+    heading(r, console, brief=True)
     console.print(Text.assemble(("Answer", "bold"), f" (each comparison against {a.labels[a.baseline_idx]}; "
                                                     f"full tables: --details, or alloclab report {e.id})"))
     answer_lines(a, console)
