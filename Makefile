@@ -68,11 +68,12 @@ $(VENV)/.installed: pyproject.toml
 demo: setup
 	$(BIN)/alloclab suite --db $(DB) -o demo-report.html
 
-# Two workers, whole test files each (module fixtures stay shared); then, alone, the tests that
-# measure the machine itself, which another test beside them would disturb.
+# Two workers, handed test by test so that neither waits on the other's long file at the end (a
+# file whose tests share a module fixture names an xdist_group and stays on one worker); then,
+# alone, the tests that measure the machine itself, which another test beside them would disturb.
 TEST_WORKERS := $(shell n=$$(nproc); echo $$(( n < 2 ? 1 : 2 )))
 test: setup-test
-	$(BIN)/python -m pytest -q -ra -n $(TEST_WORKERS) --dist loadfile -m "not serial"
+	$(BIN)/python -m pytest -q -ra -n $(TEST_WORKERS) --dist loadgroup -m "not serial"
 	$(BIN)/python -m pytest -q -ra -m serial
 
 bench: setup-bench

@@ -22,6 +22,8 @@ pytestmark = [pytest.mark.e2e]
 MIB = 1 << 20
 ALLOCATORS = ("glibc", "jemalloc", "tcmalloc", "mimalloc")
 PROGRAMS = {"trimhold": ["12"], "mmapheap": ["4"], "arenahold": ["12"], "pinned": ["12"]}
+# The largest block each writes in one go (mmapheap 4: 4 x 4 MiB + 24 x 64 KiB), where it is above 8 MiB.
+WRITTEN_AT_ONCE = {"mmapheap": 16 * MIB + 24 * 64 * 1024}
 
 
 def fingerprint(tmp_path, argv, allocator="glibc", env=None) -> Fingerprint:
@@ -46,8 +48,11 @@ def test_the_split_adds_up_at_every_reading(tmp_path, build, program, allocator)
         assert abs(sp.unexplained) <= max(0.05 * sp.anon, 2 * MIB), (sp.at, sp.anon, sp.parts, sp.unexplained)
         assert sp.parts["other"] == sum(sp.other_parts.values()) and sp.other_parts["interposer"] > 0
         # These programs write every block they allocate: the books count little that is not resident
-        # (jemalloc's and gperftools' untouched metadata, a few MiB; more beside a busy neighbour).
-        assert sp.beyond_resident <= max(0.25 * sp.anon, 8 * MIB), (sp.at, sp.beyond_resident, sp.books)
+        # (jemalloc's and gperftools' untouched metadata, a few MiB; more beside a busy neighbour), and
+        # a block the sample caught half written (mmapheap's first buffer, 17.5 MiB: at its peak
+        # reading under mimalloc beside a busy neighbour, 18.9 MB booked live against 10.5 MB resident).
+        writing = WRITTEN_AT_ONCE.get(program, 0)
+        assert sp.beyond_resident <= max(0.25 * sp.anon, 8 * MIB) + writing, (sp.at, sp.beyond_resident, sp.books)
     # The books' anonymous RSS (smaps, at the process's last sample) is the series' (statm) at its end.
     end = f.books.at("end")
     assert abs(end.anon - f.memory.end_anon_kb * 1024) <= max(0.05 * end.anon, 2 * MIB), (end.anon, f.memory)

@@ -141,6 +141,24 @@ def test_params_override_with_types(tmp_path):
         ef.with_params({"m": "1"})
 
 
+def test_clients_are_selected_by_name_and_keep_their_file_wide_names(tmp_path):
+    from alloclab.measure.service import executors
+
+    ef = xf.load(write(tmp_path, GOOD))
+    assert ef.selected_loads([]) == [0, 1]
+    assert ef.selected_loads(["b"]) == [1]
+    assert ef.selected_loads(["b", "a"]) == [0, 1]   # the file's order
+    with pytest.raises(AlloclabError, match=r"--client 'c': 'toy' has no client of that name\. Its clients are: 'a', 'b'"):
+        ef.selected_loads(["c"])
+    workloads, session = executors.workloads(ef, ef.with_params({}), clients=["b"])
+    try:
+        # The name a run of every client gives it, so that the two compare (alloclab diff).
+        assert [w.name for w in workloads] == ["toy: b"]
+        assert workloads[0].info["client"] == ["client", "{port}"]
+    finally:
+        session.cleanup()
+
+
 def test_substitution_is_per_argv_element_and_never_a_shell(tmp_path):
     values = {"port": 5, "workdir": "/w d", "n": 3}
     argv = xf.substitute_argv(["x", "{workdir}/f", "-p{port}", "{{n}}", "a;{n}"], values)

@@ -24,6 +24,9 @@ from alloclab.report import FORMATS, Options, export
 from alloclab.stats.results import build_results
 from alloclab.store.db import Store
 
+# Its tests share a module fixture: one worker runs them all (make test: --dist loadgroup).
+pytestmark = pytest.mark.xdist_group("golden")
+
 FIXTURES = Path(__file__).parent / "fixtures"
 GOLDEN = Path(__file__).parent / "golden"
 STORES = {"demo": "demo-suite-trimmed.db", "postgres": "postgres-recipe-trimmed.db", "redis": "redis-recipe-trimmed.db"}

@@ -21,14 +21,15 @@ def test_run_profile_samples_the_server_tree_not_the_client(cli, store_of, scrat
     require_allocator("jemalloc")
     if not shutil.which("perf"):
         missing_prerequisite(f"perf is not installed ({perf.PERF_INSTALL})")
-    p = cli("run", "recipe:redis", "-a", "glibc", "-a", "jemalloc", "--runs", "1", "--warmup", "0", "--idle", "0",
-            "--no-verify", "-p", "requests=20000", "-p", "clients=5", "-p", "keys=2000", "-p", "rest=0.1",
+    p = cli("run", "recipe:redis", "--client", "benchmark", "-a", "glibc", "-a", "jemalloc", "--runs", "1",
+            "--warmup", "0", "--idle", "0", "--no-verify", "-p", "requests=20000", "-p", "clients=5", "-p", "keys=2000", "-p", "rest=0.1",
             "--profile", "--profile-runs", "1")
     assert p.returncode == 0, p.stdout + p.stderr
     assert "Where the CPU goes: redis" in p.stdout
     store = store_of(cli.db)
-    # The benchmark client; the recipe's memory client (fill and memory phases) is profiled too.
-    summaries = [s for s in summary.load_profiles(store, store.load().id) if s.workload == "redis: benchmark"]
+    # The benchmark client alone (--client): the recipe's memory client is left out.
+    summaries = summary.load_profiles(store, store.load().id)
+    assert {s.workload for s in summaries} == {"redis: benchmark"}
     assert [s.variant for s in summaries] == ["glibc", "jemalloc"]
     for s in summaries:
         assert len(s.runs) == 1
@@ -76,13 +77,14 @@ def test_a_server_run_as_another_user_is_profiled_with_the_kernel(cli, store_of,
         missing_prerequisite(f"perf is not installed ({perf.PERF_INSTALL})")
     if os.geteuid() != 0:
         pytest.skip("run_as applies only when alloclab runs as root")
-    p = cli("run", "recipe:postgres-partitions", "-a", "glibc", "--runs", "1", "--warmup", "0", "--idle", "0",
-            "--no-verify", "-p", "scale=1", "-p", "partitions=20", "-p", "duration=4", "-p", "warmup_s=1",
+    p = cli("run", "recipe:postgres-partitions", "--client", "1 client", "-a", "glibc", "--runs", "1", "--warmup",
+            "0", "--idle", "0", "--no-verify", "-p", "scale=1", "-p", "partitions=20", "-p", "duration=4",
+            "-p", "warmup_s=1", "-p", "settle=0.3",
             "--profile", "--profile-runs", "1", timeout=300)
     assert p.returncode == 0, p.stdout + p.stderr
     store = store_of(cli.db)
     summaries = summary.load_profiles(store, store.load().id)
-    assert len(summaries) == 2
+    assert [s.workload for s in summaries] == ["postgres-partitions: 1 client"]
     for s in summaries:
         assert s.kernel_visible and not s.event.endswith(":u"), s.event
         (run,) = s.runs

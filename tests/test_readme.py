@@ -84,15 +84,33 @@ def test_the_readmes_links_point_at_files():
             assert (ROOT / target).exists(), f"README links {target}, which does not exist"
 
 
+@pytest.fixture(scope="module")
+def parse():
+    """argv -> (exit code, output) of the real CLI's parser, in this process: the commands and their
+    options are alloclab's own (`alloclab --help` in a process of its own: test_cli_start.py)."""
+    from typer.testing import CliRunner
+
+    from alloclab.cli.app import app
+    from alloclab.cli.core import _register_commands
+
+    _register_commands()
+    runner = CliRunner()
+
+    def _parse(argv: list[str]):
+        r = runner.invoke(app, argv[1:], env={"COLUMNS": "160"})
+        return r.exit_code, r.output
+    return _parse
+
+
 @pytest.mark.parametrize("page", [README, *DOCS], ids=lambda p: p.name)
-def test_every_documented_command_parses(page, tmp_path):
+def test_every_documented_command_parses(page, parse):
     # --help after the options (before `--`): click parses every option first, so a misspelled or
     # removed option fails here while nothing runs.
     found = commands(page.read_text())
     for argv in found:
         at = argv.index("--") if "--" in argv else len(argv)
-        p = _run([*argv[:at], "--help", *argv[at:]], tmp_path)
-        assert p.returncode == 0, f"{page.name}: `{shlex.join(argv)}` does not parse:\n{p.stdout}{p.stderr}"
+        code, out = parse([*argv[:at], "--help", *argv[at:]])
+        assert code == 0, f"{page.name}: `{shlex.join(argv)}` does not parse:\n{out}"
     if page == README:
         assert len(found) >= 10
 

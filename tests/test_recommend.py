@@ -9,6 +9,7 @@ import shlex
 from pathlib import Path
 from types import SimpleNamespace
 
+import pytest
 
 from alloclab.catalog import allocators as cat
 from alloclab.stats.analysis import analyze
@@ -252,8 +253,12 @@ def test_the_stored_demos_cross_workload_lines_rest_on_no_single_workload(tmp_pa
     assert set(r.carried) <= {s.label for s in r.summary}
 
 
-def test_a_lone_variant_is_not_called_equivalent_to_itself(tmp_path):
-    rec = recommend(analysis_of(tmp_path, THREE[:1]))
+@pytest.mark.parametrize("lone", [0, 1])
+def test_a_lone_variant_is_not_called_equivalent_to_itself(tmp_path, lone):
+    rec = recommend(analysis_of(tmp_path, THREE[lone:lone + 1]))
     c = rec.workloads[0]
     assert c.pick is None
     assert "the only variant measured" in c.sentence and "equivalent" not in c.sentence
+    # The example names another allocator than the one measured.
+    example = c.sentence.split("(e.g. ")[1].split(")")[0].split()
+    assert example[0] == "-a" and example[2] == "-a" and example[1] != example[3], c.sentence

@@ -13,7 +13,8 @@ import pytest
 
 from conftest import ALLOCLAB, installed_allocators, missing_prerequisite, require_allocator
 
-pytestmark = pytest.mark.e2e
+# Its tests share one rendered page: one worker runs them all (make test: --dist loadgroup).
+pytestmark = [pytest.mark.e2e, pytest.mark.xdist_group("chromium")]
 OPS = "ops=ops/s: (\\d+)"
 WIDTH, HEIGHT = 1400, 3000
 

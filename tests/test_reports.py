@@ -27,6 +27,9 @@ from alloclab.store.db import Store
 from conftest import ALLOCLAB, require_allocator, still_left
 from test_recommend import JEMALLOC, THREE, synthetic, variant
 
+# Its tests share a module fixture: one worker runs them all (make test: --dist loadgroup).
+pytestmark = pytest.mark.xdist_group("reports")
+
 OPS = "ops=ops/s: (\\d+)"
 # glibc forced to mmap every allocation is ~100x slower than jemalloc on churn: a difference
 # that is significant with 4 runs whatever else the machine is doing.

@@ -29,8 +29,14 @@ def _now_blanked(text: str) -> str:
     return re.sub(r"\d{4}-\d\d-\d\dT[0-9:.+Z-]+", "<now>", text)
 
 
-def _renders(r, details: bool) -> dict[str, str]:
-    return {fmt: _now_blanked(export(r, fmt, Options(details=details))) for fmt in sorted(FORMATS)}
+def _renders(r, details: bool, formats=FORMATS) -> dict[str, str]:
+    return {fmt: _now_blanked(export(r, fmt, Options(details=details))) for fmt in sorted(formats)}
+
+
+# The demo's detailed HTML page draws about 10 s of charts on 2 cores; the recipes' detailed pages
+# draw the same kinds of chart, cached and not, so the demo's is left to them.
+def _formats(name: str, details: bool):
+    return [f for f in FORMATS if not (details and f == "html" and name.startswith("demo"))]
 
 
 @pytest.fixture
@@ -51,7 +57,7 @@ def _copy(name: str, tmp_path: Path) -> Path:
 def test_a_cached_report_is_the_same_bytes_without_analysing_or_drawing(name, tmp_path, cache_dir, monkeypatch):
     db = _copy(name, tmp_path)
     first = results_cache.results(Store(db).load(None))
-    before = {details: _renders(first, details) for details in (False, True)}
+    before = {details: _renders(first, details, _formats(name, details)) for details in (False, True)}
     results_cache.keep(first)
     assert list((cache_dir / "results").glob("*.pickle")) and list((cache_dir / "charts").glob("*.pickle"))
 
@@ -62,7 +68,7 @@ def test_a_cached_report_is_the_same_bytes_without_analysing_or_drawing(name, tm
     monkeypatch.setattr(charts, "draw_all", refuse)
     again = results_cache.results(Store(db).load(None))     # a fresh load, as the next command's
     assert again is not first and again.key == first.key
-    assert {details: _renders(again, details) for details in (False, True)} == before
+    assert {details: _renders(again, details, _formats(name, details)) for details in (False, True)} == before
 
 
 def test_any_change_to_the_experiment_is_another_key(tmp_path, cache_dir):

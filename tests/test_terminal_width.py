@@ -22,6 +22,9 @@ from alloclab.store.db import Store
 
 from test_golden_reports import FIXTURES, STORES
 
+# Its tests share a module fixture: one worker runs them all (make test: --dist loadgroup).
+pytestmark = pytest.mark.xdist_group("terminal-width")
+
 WIDTHS = (80, 120, 160)
 
 

@@ -194,12 +194,12 @@ if __name__ == "__main__":
 
 
 def test_tune_finds_the_arena_setting_for_memory_on_a_program_whose_arenas_bloat(cli, build, store_of):
-    # 16 threads take turns on 16 MiB of small objects: under glibc each thread's arena keeps what it
-    # freed (about 250 MiB beyond 16 MiB live); with 2 arenas the next thread reuses it.
+    # 16 threads take turns on 8 MiB of small objects: under glibc each thread's arena keeps what it
+    # freed (a peak RSS of about 135 MiB, 8 MiB live); with 2 arenas the next thread reuses it.
     # The peak RSS is decided at the first look; a speed comparison near no change would take the
     # whole budget (220 runs a variant in 4 minutes): 10 runs a variant suffice here.
     proc = cli("tune", "--budget", "4m", "--max-runs", "10", "--screen", "never", "-a", "tcmalloc", "--",
-               str(build("arenabloat")), "16", "16", timeout=400)
+               str(build("arenabloat")), "16", "8", timeout=400)
     out = proc.stdout
     assert proc.returncode == 0, out + proc.stderr
     assert "glibc-arena-bloat" in out.split("rules fired:")[1].split(";")[0]
@@ -245,6 +245,14 @@ def test_options_after_a_recipe_are_tunes_and_after_a_program_the_programs(tmp_p
         assert proc.returncode != 0 and "names its own commands" in proc.stderr, proc.stderr
     proc = tune("recipe:nosuch", "--db")
     assert proc.returncode != 0 and "--db needs a value" in proc.stderr, proc.stderr
+    # A file's clients are chosen by name; a program has none.
+    (tmp_path / "two.toml").write_text('[experiment]\nname = "two"\n[[command]]\nname = "a"\ncommand = ["true"]\n'
+                                       '[[command]]\nname = "b"\ncommand = ["true"]\n')
+    proc = tune(str(tmp_path / "two.toml"), "--client", "c", "--db", str(tmp_path / "x.db"))
+    said = " ".join(proc.stderr.split())
+    assert proc.returncode == 2 and "Its commands are: 'a', 'b'" in said, said
+    proc = tune("--client", "memory", "--db", str(tmp_path / "x.db"), "--", "true")
+    assert proc.returncode == 2 and "--client for an experiment file only" in " ".join(proc.stderr.split())
 
 
 def test_a_command_that_fails_under_every_allocator_stops_at_its_diagnosis(cli, store_of):

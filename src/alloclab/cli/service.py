@@ -44,6 +44,7 @@ def run_file(
     target: str = typer.Argument(..., metavar="FILE.toml|recipe:NAME", help="An experiment file, or recipe:NAME (see `alloclab recipes`)."),
     param: list[str] = typer.Option([], "--param", "-p", help="Override a parameter of the file: NAME=VALUE; repeat."),
     idle: Optional[float] = typer.Option(None, "--idle", help="Service mode: seconds of rest after the load before the last memory reading (default: the file's)."),
+    client: list[str] = typer.Option([], "--client", help="Run only this [[client]] (or [[command]]) of the file, by name; repeat. Default: all of them."),
     keep: bool = typer.Option(False, "--keep", help="Keep the working directory (data, logs) and print where it is."),
     *, opts: ExperimentOptions,
 ) -> None:
@@ -64,10 +65,10 @@ def run_file(
         ef.service = dataclasses.replace(ef.service, idle=idle)
     # -a may sweep a tunable (glibc:MALLOC_TOP_PAD_={0,8M,64M}) like compare's.
     variants, sweeps = sweep.plan_variants(opts.allocator, opts.ablate)
-    workloads, session = service_executors.workloads(ef, params, keep=keep,
+    workloads, session = service_executors.workloads(ef, params, keep=keep, clients=client,
                                                      note=lambda text: err.print(f"[yellow]{text}[/]", highlight=False))
     plan = flow.Plan("run", ef.name, workloads, variants or _default_variants(ef), sweeps,
-                     {"target": target, "param": param, "idle": idle}, file_defaults(ef))
+                     {"target": target, "param": param, "idle": idle, "client": client}, file_defaults(ef))
     try:
         r = flow.measure_and_show(opts, plan)
     finally:

@@ -46,6 +46,8 @@ def tune(
     metric: list[str] = MetricOption,
     shell: bool = ShellOption,
     param: list[str] = typer.Option([], "--param", "-p", help="A file's parameter: NAME=VALUE; repeat."),
+    client: list[str] = typer.Option([], "--client", help="A file's [[client]] (or [[command]]) to tune on, by name; "
+                                     "repeat. Default: all of them."),
     screen: str = typer.Option("auto", "--screen", help="auto: screen the candidates with a few runs each, then race "
                                "the finalists, where racing them all would not fit half the budget; always; never."),
     *, opts: ExperimentOptions,
@@ -60,7 +62,7 @@ def tune(
                           screen, opts.min_effect, opts.max_rss_increase, opts.timeout, opts.seed, opts.warmup,
                           opts.max_runs, not opts.no_verify)
     workloads, cleanup, plan_defaults, title = workloads_of(
-        target, metric, shell, param, note=lambda text: err.print(f"[yellow]{text}[/]", highlight=False))
+        target, metric, shell, param, client, note=lambda text: err.print(f"[yellow]{text}[/]", highlight=False))
     try:
         outcome = TuneRun(options, workloads, plan_defaults, title, _UI()).run()
     finally:

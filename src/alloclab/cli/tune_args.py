@@ -47,7 +47,7 @@ def _options_after(target: str, rest: list[str], valued: set[str]) -> list[str]:
     return rest
 
 
-def workloads_of(target: list[str], metric: list[str], shell: bool, param: list[str], note):
+def workloads_of(target: list[str], metric: list[str], shell: bool, param: list[str], client: list[str], note):
     """(workloads, their clean-up, their defaults, a title): a file's (its session torn down after),
     or the command's."""
     if len(target) == 1 and is_file(target[0]):
@@ -58,13 +58,13 @@ def workloads_of(target: list[str], metric: list[str], shell: bool, param: list[
         ef = experiment_file.resolve(target[0])
         ef.check_requirements()
         params = ef.with_params(experiment_file.param_options(param))
-        workloads, session = service_executors.workloads(ef, params, note=note)
+        workloads, session = service_executors.workloads(ef, params, note=note, clients=client)
         return workloads, session.cleanup, file_defaults(ef), ef.name
     from alloclab.plan import param_sweep
     from alloclab.workloads.metrics import parse_metric_option
-    if param:
-        raise AlloclabError("tune takes --param for an experiment file only; write the command's arguments as "
-                            "they should run.")
+    if param or client:
+        raise AlloclabError(f"tune takes {'--param' if param else '--client'} for an experiment file only; write the "
+                            f"command's arguments as they should run.")
     workloads = param_sweep.command_workloads(target, param_sweep.expand_params([]),
                                               [parse_metric_option(m) for m in metric], shell)
 

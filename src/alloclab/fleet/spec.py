@@ -71,6 +71,7 @@ class RunInputs:
     target: str
     param: list[str]
     idle: float | None = None
+    client: list[str] = dataclasses.field(default_factory=list)
 
     def portable(self) -> "RunInputs":
         from alloclab.workloads.experiment_file import RECIPE_PREFIX
@@ -86,7 +87,7 @@ class RunInputs:
         params = ef.with_params(experiment_file.param_options(self.param))
         if self.idle is not None:
             ef.service = dataclasses.replace(ef.service, idle=self.idle)
-        workloads, session = service_executors.workloads(ef, params)
+        workloads, session = service_executors.workloads(ef, params, clients=self.client)
         return workloads, session.cleanup
 
     def check(self) -> None:

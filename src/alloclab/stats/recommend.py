@@ -215,7 +215,8 @@ def _decide(a: Analysis, scope: str, points: list[Point], metric: str, higher_is
         return None, None, _still_open(base, scope, metric, candidates, open_, keeps)
     if not candidates:
         return None, None, (f"Nothing to compare for {scope}: {base} was the only variant measured. Name others "
-                            f"with -a (e.g. -a {base} -a jemalloc), or let alloclab tune propose them.")
+                            f"with -a (e.g. -a {base} -a {'glibc' if base.split()[0] == 'jemalloc' else 'jemalloc'}), or let "
+                            f"alloclab tune propose them.")
     return None, None, (f"Nothing is worth changing for {scope}: every variant is decided equivalent to {base} "
                         f"(within ±{a.min_effect * 100:g}%) or worse on {metric}.{memory_note}")
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 import re
 import shutil
 import signal
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -169,6 +170,21 @@ class ExperimentFile:
                     f"{known} (see [params] in {self.path}).")
             params[key] = _coerce(key, text, params[key])
         return params
+
+    def selected_loads(self, names: Sequence[str]) -> list[int]:
+        """The indices of the [[client]]s (or [[command]]s) named, in the file's order; all of them
+        when none is named."""
+        if not names:
+            return list(range(len(self.loads)))
+        known = [load.name for load in self.loads]
+        unknown = [n for n in names if n not in known]
+        if unknown:
+            kind = "client" if self.service else "command"
+            raise AlloclabError(
+                f"--client {unknown[0]!r}: '{self.name}' has no {kind} of that name. Its {kind}s are: "
+                f"{', '.join(repr(k) for k in known)} (the names in {self.path}); give one of them, or leave "
+                f"--client out to run them all.")
+        return [i for i, n in enumerate(known) if n in names]
 
     def metric_defs(self, load: Load) -> list[MetricDef]:
         defs = []

@@ -32,6 +32,7 @@ import tempfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
+from collections.abc import Sequence
 from typing import Callable
 
 from alloclab.measure import service_phases
@@ -345,10 +346,14 @@ class CommandModeExecutor(_FileLoad):
 # --- building workloads from a file ---------------------------------------------------------------
 
 def workloads(ef: ExperimentFile, params: dict[str, object], *, keep: bool = False,
-              note: Callable[[str], None] = lambda text: None):
-    """One Workload per [[client]] (service mode) or [[command]] (command mode), sharing one Session."""
+              note: Callable[[str], None] = lambda text: None, clients: Sequence[str] = ()):
+    """One Workload per [[client]] (service mode) or [[command]] (command mode), sharing one Session;
+    only those named in `clients` where it names any. A workload keeps its file-wide name
+    ("postgres-partitions: 2 clients") whichever are run, so that runs of one client and of all
+    compare."""
     from alloclab.workloads.command import Workload
 
+    selected = ef.selected_loads(clients)   # a name not in the file is refused before any set-up
     session = Session(ef, params, keep=keep, note=note)
     out = []
     static = session.static_values()
@@ -357,7 +362,8 @@ def workloads(ef: ExperimentFile, params: dict[str, object], *, keep: bool = Fal
         # What reports show: placeholders that depend on the run stay as written.
         return [substitute(a, static) if _static_ok(a, static) else a for a in argv]
 
-    for i, load in enumerate(ef.loads):
+    for i in selected:
+        load = ef.loads[i]
         defs = ef.metric_defs(load)
         if ef.service:
             executor = ServiceExecutor(session, i)
