@@ -9,7 +9,6 @@ import math
 import numpy as np
 import pytest
 from hypothesis import given, settings, strategies as st
-from scipy import stats as sp
 
 from alloclab.stats import decide
 from alloclab.measure.padding import PAD_VAR, env_size, pad_env
@@ -90,6 +89,7 @@ def test_design_round_trips_through_the_config():
 # --- Yuen's paired trimmed mean ------------------------------------------------------------------
 
 def test_yuen_matches_the_textbook_formula():
+    from scipy import stats as sp   # here: importing it costs every collection a second
     d = np.array([0.12, -0.03, 0.05, 0.08, 0.30, 0.02, 0.07, -0.10, 0.04, 0.06])
     est, lo, hi, p, se, df = decide.yuen(d, 0.95, df_drop=1)
     s = np.sort(d)

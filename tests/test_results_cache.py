@@ -15,7 +15,6 @@ from pathlib import Path
 import pytest
 
 from alloclab.report import FORMATS, Options, export
-from alloclab.report import charts
 from alloclab.stats import results as results_module
 from alloclab.stats import results_cache
 from alloclab.store.db import Store
@@ -65,6 +64,7 @@ def test_a_cached_report_is_the_same_bytes_without_analysing_or_drawing(name, tm
         raise AssertionError("analysed or drew again")
     monkeypatch.setattr(results_module, "build_results", refuse)
     monkeypatch.setattr(results_cache, "build_results", refuse)
+    from alloclab.report import charts   # here: it imports matplotlib, which every collection would pay
     monkeypatch.setattr(charts, "draw_all", refuse)
     again = results_cache.results(Store(db).load(None))     # a fresh load, as the next command's
     assert again is not first and again.key == first.key

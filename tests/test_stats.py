@@ -10,7 +10,6 @@ import numpy as np
 import pytest
 from hypothesis import assume, given, settings
 from hypothesis import strategies as st
-from scipy import stats as sp
 
 from alloclab.stats import estimates as S
 from alloclab.stats import findings as F
@@ -38,6 +37,7 @@ def codes(findings):
 # --------------------------------------------------------------------------
 
 def test_summarize_known_values():
+    from scipy import stats as sp   # here: importing it costs every collection a second
     s = S.summarize(np.arange(20.0), n_failed=2)
     assert (s.n, s.median, s.mean, s.min, s.max, s.n_failed) == (20, 9.5, 9.5, 0.0, 19.0, 2)
     assert s.std == pytest.approx(np.std(np.arange(20.0), ddof=1))
@@ -306,6 +306,7 @@ def test_min_runs_matches_scipy_exact_test(alpha, k):
     n = R.min_runs_for_significance(alpha, k)
 
     def best_p(m):
+        from scipy import stats as sp   # here: importing it costs every collection a second
         return sp.mannwhitneyu(np.arange(m), np.arange(m) + m, method="exact").pvalue
 
     assert best_p(n) < alpha / k
@@ -492,6 +493,7 @@ def test_precise_enough():
 def test_exact_tied_mann_whitney_matches_scipys_permutation_test(a, b):
     """Our enumeration of tied midranks is the same null distribution as scipy's (slow) exact
     permutation test: the same p-value to the last bit that matters."""
+    from scipy import stats as sp   # here: importing it costs every collection a second
     a, b = np.asarray(a, dtype=float), np.asarray(b, dtype=float)
     assume(not np.all(np.concatenate([a, b]) == a[0]))
     expected = sp.mannwhitneyu(a, b, alternative="two-sided",
@@ -502,7 +504,7 @@ def test_exact_tied_mann_whitney_matches_scipys_permutation_test(a, b):
 @settings(max_examples=200, deadline=None)
 @given(st.lists(st.integers(0, 6).map(float), min_size=3, max_size=30))
 def test_ranks_and_spearman_match_scipy(values):
-    from scipy import stats as sp
+    from scipy import stats as sp   # here: importing it costs every collection a second
     x = np.asarray(values)
     assert np.allclose(R._ranks(x), sp.rankdata(x))
     blocks = np.arange(x.size, dtype=float)
@@ -536,7 +538,7 @@ def test_warnings_have_a_floor_of_size():
 @given(st.lists(st.integers(0, 20).map(float), min_size=10, max_size=25),
        st.lists(st.integers(0, 20).map(float), min_size=10, max_size=25))
 def test_mannwhitney_normal_path_matches_scipy_asymptotic(a, b):
-    from scipy import stats as sp
+    from scipy import stats as sp   # here: importing it costs every collection a second
     x, y = np.asarray(a), np.asarray(b)
     if np.all(np.concatenate([x, y]) == x[0]):
         return
