@@ -6,6 +6,7 @@ from __future__ import annotations
 import csv
 import io
 import json
+import os
 import platform
 import re
 import shlex
@@ -175,12 +176,15 @@ def test_diff_of_two_exported_files_reads_as_the_diff_of_their_ids(real, tmp_pat
     for i in (1, 2):
         alloclab(db, "report", str(i), "-f", "json", "-o", str(tmp_path / f"e{i}.json"))
     by_id = json.loads(alloclab(db, "diff", "1", "2", "-f", "json").stdout)
+    scratch = tmp_path / "tmp"
+    scratch.mkdir()
     by_file = json.loads(subprocess.run([*ALLOCLAB, "diff", str(tmp_path / "e1.json"), str(tmp_path / "e2.json"),
                                          "-f", "json"], capture_output=True, text=True, check=True,
-                                        cwd=tmp_path).stdout)
+                                        cwd=tmp_path, env={**os.environ, "TMPDIR": str(scratch)}).stdout)
     assert by_file["labels"] == by_id["labels"]
     assert by_file["workloads"] == by_id["workloads"]
     assert not (tmp_path / "alloclab.db").exists()   # reading two files writes no store here
+    assert list(scratch.iterdir()) == []               # nor leaves the stores it read them into
 
 
 @pytest.mark.e2e

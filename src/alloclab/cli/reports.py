@@ -49,8 +49,13 @@ def _exported(path: str):
     except ValueError as exc:
         raise AlloclabError(f"{path} is not JSON ({exc}). Give an experiment exported with --export-json, or an "
                             f"experiment id.") from None
-    store = Store(Path(tempfile.mkdtemp(prefix="alloclab-diff-")) / "imported.db")
-    return store.load(import_experiment(store, data, path))
+    # The store is a means of reading the file: it goes once the experiment is loaded.
+    with tempfile.TemporaryDirectory(prefix="alloclab-diff-") as scratch:
+        store = Store(Path(scratch) / "imported.db")
+        try:
+            return store.load(import_experiment(store, data, path))
+        finally:
+            store.close()
 
 
 @app.command()
