@@ -140,3 +140,11 @@ def test_ctrl_c_kills_children_and_keeps_partial_results(build, tmp_path, store_
     # The partial results are readable with the command the message gives.
     rep = subprocess.run([*ALLOCLAB, "report", "--db", str(db)], capture_output=True, text=True)
     assert rep.returncode == 0 and "ops" in rep.stdout
+
+
+def test_the_runs_line_says_where_verification_ran(cli):
+    # Asked for no warm-up block, verification runs an untimed block of its own, and says so.
+    for warmup, where in (("0", "an untimed block of its own"), ("1", "first warm-up block")):
+        cli("compare", "--runs", "1", "--warmup", warmup, "-a", "glibc", "--", "true", check=True)
+        p = cli("report", "-f", "md", check=True)
+        assert f"after {warmup} warm-up block(s)" in p.stdout and f"verification on ({where} under" in p.stdout

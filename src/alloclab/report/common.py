@@ -195,7 +195,9 @@ def statistics_line(a: Analysis) -> str:
 
 def runs_line(a: Analysis) -> str:
     c = a.experiment.config
-    verify = "on (first warm-up block under LD_DEBUG=bindings)" if c.verify else "off (--no-verify)"
+    # With no warm-up block asked for, verification runs one untimed block of its own (plan/schedule.py).
+    where = "first warm-up block" if c.warmup else "an untimed block of its own"
+    verify = f"on ({where} under LD_DEBUG=bindings)" if c.verify else "off (--no-verify)"
     timeout = f", timeout {c.timeout_s} s" if c.timeout_s else ""
     if c.until_decided:
         stored = c.to_dict()   # absent and null differ here: "n/a" only where the runner never wrote it
