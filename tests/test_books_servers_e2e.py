@@ -24,7 +24,7 @@ def test_the_split_adds_up_on_redis_under_the_four_allocators(cli, store_of, scr
         require_allocator(name)
     p = cli("run", "recipe:redis", *(x for a in ALLOCATORS for x in ("-a", a)), "--runs", "1", "--warmup", "0",
             "--idle", "0", "--no-verify", "--fingerprint", "-p", "requests=500", "-p", "clients=5",
-            "-p", "keys=20000", "-p", "rest=0.1", "-p", "settle=0.3", timeout=300)
+            "-p", "keys=20000", "-p", "rest=0.1", timeout=300)
     assert p.returncode == 0, p.stdout + p.stderr
     e = store_of(cli.db).load()
     fps = {(e.workloads[wi].name, e.variants[vi].label): Fingerprint.of(f) for (wi, vi), f in e.fingerprints.items()}

@@ -62,6 +62,17 @@ def test_a_trees_books_sum_its_processes_and_keep_the_largest_threshold():
     assert books.rows[-1][0] == 0.1
 
 
+def test_a_phase_whose_books_were_not_read_after_its_action_has_no_split():
+    names = ["anon", "allocator_maps", "stacks", "libraries", "interposer", "own_maps", "live"]
+    # Books read at 0, 100 and 500 ms; phases ending at 200 ms (read at 100), 400 ms (nothing read
+    # since 200: its action's effect is not in the books) and 600 ms (read at 500).
+    p = ProcessFile(start_ns=0, books=ProcessBooks("none", 1000, names, [
+        [0, 10, 8, 1, 1, 0, 0, 2], [100, 20, 18, 1, 1, 0, 0, 12], [500, 6, 4, 1, 1, 0, 0, 2]]).to_dict())
+    books = books_of([p], 0, None, [("load", 0.2), ("flush", 0.4), ("idle", 0.6)])
+    assert books.at("after load").anon == 20 and books.at("after idle").anon == 6
+    assert books.at("after flush") is None
+
+
 def test_memory_metrics_by_name_and_unit():
     assert memory_goal("end_anon_mb") == "memory at its end"
     assert memory_goal("rss_after_flush_mb") == "memory after flush"

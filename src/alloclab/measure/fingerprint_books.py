@@ -162,6 +162,11 @@ def _tracks(procs) -> list[tuple[list[str], list[tuple[int, list[int]]]]]:
     return out
 
 
+def _read_between(tracks, after_ns: int, until_ns: int) -> bool:
+    """Whether any process read its books in (after_ns, until_ns]."""
+    return any(after_ns < t <= until_ns for _, rows in tracks for t, _ in rows)
+
+
 def _merge(tracks, at_ns: int | None) -> dict[str, int]:
     """The tree's figures at a monotonic instant (None: each process's last row, what it held as it
     exited): each process's last row at or before it, summed; a setting (a threshold) is the
@@ -199,10 +204,16 @@ def books_of(procs, t0_ns: int | None, peak_t_s: float | None, phases: list[tupl
         v = _merge(tracks, t)
         rows.append([round((t - t0) / 1e9, 3), *[v.get(n, -1) for n in names]])
     splits = []
+    # A phase's books are those read after its action: the phase before it ended first. Read on
+    # their own schedule (after a slow reading the next waits longer: fingerprint.c), they may not
+    # have been read since; then the phase has no split, rather than the one before its action.
+    since = {f"after {name}": phases[k - 1][1] for k, (name, _) in enumerate(phases) if k}
     readings = [("peak", peak_t_s), ("end", None)] + [(f"after {name}", t) for name, t in phases]
     end = _merge(tracks, None)
     for at, t_s in readings:
         if at == "peak" and t_s is None:
+            continue
+        if at in since and not _read_between(tracks, t0 + int(since[at] * 1e9), t0 + int(t_s * 1e9)):
             continue
         v = _merge(tracks, None if t_s is None else t0 + int(t_s * 1e9))
         if at == "peak" and v == end:
