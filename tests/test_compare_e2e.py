@@ -13,7 +13,7 @@ import pytest
 from alloclab.catalog import allocators as cat
 from alloclab.errors import AlloclabError
 from alloclab.catalog.variants import parse_variant
-from conftest import ALLOCLAB, installed_allocators, require_allocator, running, still_left
+from conftest import ALLOCLAB, installed_allocators, require_allocator, run_cli, running, still_left
 
 pytestmark = pytest.mark.e2e
 OPS = "ops=ops/s: (\\d+)"
@@ -138,7 +138,7 @@ def test_ctrl_c_kills_children_and_keeps_partial_results(build, tmp_path, store_
     assert e.row.status == "interrupted"
     assert sum(r.status == "ok" for r in e.runs) >= 2
     # The partial results are readable with the command the message gives.
-    rep = subprocess.run([*ALLOCLAB, "report", "--db", str(db)], capture_output=True, text=True)
+    rep = run_cli(["report", "--db", str(db)])
     assert rep.returncode == 0 and "ops" in rep.stdout
 
 

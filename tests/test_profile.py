@@ -33,7 +33,7 @@ from alloclab.store.db import Store
 from alloclab.workloads import builtin
 from alloclab.catalog.variants import parse_variants
 from alloclab.workloads.command import Workload
-from conftest import ALLOCLAB, missing_prerequisite, require_allocator
+from conftest import ALLOCLAB, missing_prerequisite, require_allocator, run_cli
 
 pytestmark = pytest.mark.e2e
 LIBC = "/usr/lib/x86_64-linux-gnu/libc.so.6"
@@ -429,8 +429,8 @@ def test_profile_command_stores_profiles_and_counts_instructions(build, cli, sto
 def test_profile_without_perf_says_how_to_install_it(tmp_path):
     empty = tmp_path / "bin"
     empty.mkdir()
-    p = subprocess.run([*ALLOCLAB, "profile", "--db", str(tmp_path / "x.db"), "--", "/bin/true"],
-                       capture_output=True, text=True, env={**os.environ, "PATH": str(empty)}, timeout=60)
+    p = run_cli(["profile", "--db", str(tmp_path / "x.db"), "--", "/bin/true"],
+                env={**os.environ, "PATH": str(empty)}, timeout=60)
     assert p.returncode == 2
     assert "perf is not installed" in p.stderr and "apt-get install -y linux-perf" in p.stderr
     assert not (tmp_path / "x.db").exists()

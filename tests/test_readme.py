@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import ALLOCLAB
+from conftest import run_cli
 
 ROOT = Path(__file__).resolve().parent.parent
 README = ROOT / "README.md"
@@ -66,8 +66,7 @@ def commands(text: str) -> list[list[str]]:
 
 
 def _run(argv: list[str], cwd: Path, timeout: float = 120) -> subprocess.CompletedProcess:
-    return subprocess.run([*ALLOCLAB, *argv[1:]], cwd=cwd, capture_output=True, text=True, timeout=timeout,
-                          env={**os.environ, "COLUMNS": "160"})
+    return run_cli(argv[1:], cwd=cwd, timeout=timeout, env={**os.environ, "COLUMNS": "160"})
 
 
 def test_the_readme_is_short_and_starts_with_setup_then_tune():

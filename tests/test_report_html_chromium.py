@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import ALLOCLAB, installed_allocators, missing_prerequisite, require_allocator
+from conftest import installed_allocators, missing_prerequisite, require_allocator, run_cli
 
 # Its tests share one rendered page: one worker runs them all (make test: --dist loadgroup).
 pytestmark = [pytest.mark.e2e, pytest.mark.xdist_group("chromium")]
@@ -62,9 +62,9 @@ def report(build, tmp_path_factory) -> Path:
     d = tmp_path_factory.mktemp("html")
     variants = ["glibc", "jemalloc"] + (["mimalloc"] if "mimalloc" in installed_allocators() else [])
     out = d / "report.html"
-    p = subprocess.run([*ALLOCLAB, "compare", "--db", str(d / "h.db"), "--runs", "3", "-m", OPS,
-                        *[x for v in variants for x in ("-a", v)], "--report", "html", "--report-file", str(out),
-                        "--", str(prog), "1500", "32"], capture_output=True, text=True, timeout=180)
+    p = run_cli(["compare", "--db", str(d / "h.db"), "--runs", "3", "-m", OPS,
+                 *[x for v in variants for x in ("-a", v)], "--report", "html", "--report-file", str(out),
+                 "--", str(prog), "1500", "32"], timeout=180)
     assert p.returncode == 0, p.stdout + p.stderr
     return out
 

@@ -22,6 +22,7 @@ import time
 import pytest
 
 from alloclab.store.db import Store
+from conftest import run_cli
 
 KILLS = 8
 
@@ -110,11 +111,9 @@ def test_kill_9_at_random_moments_loses_at_most_the_run_in_progress(tmp_path):
         assert all(r.status == "ok" for r in e.runs)
     store.close()
 
-    listing = subprocess.run([sys.executable, "-m", "alloclab.cli", "experiments", "--db", str(db)],
-                             capture_output=True, text=True, timeout=60)
+    listing = run_cli(["experiments", "--db", str(db)], timeout=60)
     assert listing.returncode == 0, listing.stderr
     exp_id = max(exp for exp, n in seen_before_kill.items() if n >= 2)
-    report = subprocess.run([sys.executable, "-m", "alloclab.cli", "report", str(exp_id), "--db", str(db),
-                             "-f", "md"], capture_output=True, text=True, timeout=120)
+    report = run_cli(["report", str(exp_id), "--db", str(db), "-f", "md"], timeout=120)
     assert report.returncode == 0, report.stderr
     assert "glibc" in report.stdout

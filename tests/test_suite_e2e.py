@@ -3,14 +3,13 @@
 from __future__ import annotations
 
 import os
-import subprocess
 
 import pytest
 
 from alloclab import cache
 from alloclab.catalog.elf import elf_facts
 from alloclab.workloads import builtin
-from conftest import ALLOCLAB
+from conftest import run_cli
 
 pytestmark = pytest.mark.e2e
 
@@ -84,8 +83,7 @@ def test_bad_parameters(cli, param, message):
 
 def test_missing_c_compiler_names_the_package(tmp_path):
     env = {**os.environ, "CC": "no-such-cc", "ALLOCLAB_CACHE": str(tmp_path)}
-    p = subprocess.run([*ALLOCLAB, "suite", "-w", "simple", "--db", str(tmp_path / "x.db")],
-                       capture_output=True, text=True, env=env)
+    p = run_cli(["suite", "-w", "simple", "--db", str(tmp_path / "x.db")], env=env)
     assert p.returncode == 2
     assert "No C compiler found" in p.stderr and "apt-get install -y gcc libc6-dev" in p.stderr
 

@@ -9,7 +9,6 @@ import json
 import re
 import shutil
 import sys
-import subprocess
 from pathlib import Path
 
 import pytest
@@ -21,7 +20,7 @@ from alloclab.workloads import builtin
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow]
 
-from conftest import ALLOCLAB, require_allocator
+from conftest import require_allocator, run_cli
 
 GLIBC_RULES = {"glibc-trim-churn", "glibc-mmap-churn", "glibc-arena-bloat"}
 
@@ -29,10 +28,10 @@ GLIBC_RULES = {"glibc-trim-churn", "glibc-mmap-churn", "glibc-arena-bloat"}
 def fingerprint(tmp_path: Path, argv: list[str], allocators=("glibc",)) -> dict:
     """Readings of one untimed fingerprint run per allocator (compare --fingerprint --runs 1)."""
     db = tmp_path / f"fp-{Path(argv[0]).name}-{'-'.join(argv[1:])}.db"
-    cmd = [*ALLOCLAB, "compare", "--db", str(db), "--fingerprint", "--runs", "1", "--no-verify"]
+    cmd = ["compare", "--db", str(db), "--fingerprint", "--runs", "1", "--no-verify"]
     for a in allocators:
         cmd += ["-a", a]
-    proc = subprocess.run(cmd + ["--", *argv], capture_output=True, text=True, timeout=300)
+    proc = run_cli(cmd + ["--", *argv], timeout=300)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     e = Store(db).load(1)
     return {v.allocator: reading(v.allocator, v.label, e.fingerprints[(0, i)]) for i, v in enumerate(e.variants)}
@@ -231,7 +230,7 @@ def test_options_after_a_recipe_are_tunes_and_after_a_program_the_programs(tmp_p
     # `alloclab tune recipe:NAME --db x.db` reads as `run recipe:NAME --db x.db` does; a program's
     # own flags after its name stay the program's (no `--` needed, as in compare).
     def tune(*args):
-        return subprocess.run([*ALLOCLAB, "tune", *args], capture_output=True, text=True, timeout=60, cwd=tmp_path)
+        return run_cli(["tune", *args], timeout=60, cwd=tmp_path)
 
     for args in (["recipe:nosuch", "--db", str(tmp_path / "x.db"), "--screen", "never"],
                  ["--budget", "1m", "recipe:nosuch", "--db=" + str(tmp_path / "x.db")]):
