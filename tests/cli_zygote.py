@@ -23,12 +23,11 @@ import selectors
 import socket
 import sys
 
-# What the commands import on their way; imported here once, each child finds them loaded. Only
-# imported: no function runs, so no functools.cache and no console holds anything of this process.
-PRELOAD = (
-    "alloclab.cli.core", "alloclab.cli.app", "numpy", "scipy.special", "psutil", "jinja2", "elftools.elf.elffile",
-    "rich.progress", "rich.table", "rich.markdown", "matplotlib", "matplotlib.pyplot",
-)
+# The libraries the commands import on their way (alloclab's own modules are all imported below);
+# imported here once, each child finds them loaded. Only imported: no function runs, so no
+# functools.cache and no console holds anything of this process.
+PRELOAD = ("numpy", "scipy.special", "psutil", "jinja2", "elftools.elf.elffile", "rich.progress", "rich.table",
+           "rich.markdown", "matplotlib", "matplotlib.pyplot")
 
 
 def preload() -> None:
