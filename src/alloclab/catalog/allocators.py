@@ -84,6 +84,7 @@ class Allocator:
     same_as: str = ""      # the entry it copies (its settings are that one's, not named twice)
     race_in_tune: bool = True   # raced by `alloclab tune` as a plain allocator (not a near-copy of another)
     books: Books | None = None  # how its own accounting is read (allocators.toml)
+    trims_with: tuple[str, ...] = ("brk",)   # the calls that give back heap it regrows in place
 
     @property
     def is_system(self) -> bool:
@@ -96,6 +97,7 @@ class Allocator:
         its lists become tuples, its tunables Tunable entries."""
         a = cls(name=name, **entry)
         return dataclasses.replace(a, libraries=tuple(a.libraries), prefixed_symbols=tuple(a.prefixed_symbols),
+                                   trims_with=tuple(a.trims_with),
                                    tunables=tuple(Tunable.from_toml(k, v) for k, v in dict(a.tunables).items()),
                                    verbose_env=tuple(dict(a.verbose_env).items()),
                                    books=Books.from_toml(a.books) if isinstance(a.books, dict) else a.books)

@@ -375,6 +375,9 @@ def _summary(ran: _Ran, parsed) -> dict:
     if ran.load is not None:
         out.per_work = work_of(ran.procs, result.values, ran.load.metrics)
     out.status, out.run_error, out.run_peak_rss_kb = result.status, result.error or None, result.peak_rss_kb
+    # Regrowth, where the memory system calls say only what was given back: a thread arena grows
+    # with mprotect, unseen, and each page it regrows faults in again.
+    out.minflt = result.minflt
     out.run_stderr = _failure(result).get("run_stderr")
     return out.to_dict()
 

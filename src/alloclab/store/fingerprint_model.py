@@ -270,6 +270,7 @@ class Fingerprint(Plain):
     status: str | None = None                    # the run's: set with run_peak_rss_kb by run_cell
     run_error: str | None = None
     run_peak_rss_kb: int | None = None
+    minflt: int | None = None                    # the run's minor page faults (the launcher's rusage)
     run_stderr: str | None = None                # the tail of a failed run's stderr
 
     def __post_init__(self) -> None:
@@ -318,4 +319,5 @@ class Fingerprint(Plain):
             **({"run_error": self.run_error} if self.run_error else {}),
             **({"run_peak_rss_kb": self.run_peak_rss_kb} if self.status is not None else {}),
             **({"run_stderr": self.run_stderr} if self.run_stderr else {}),
+            **({"minflt": self.minflt} if self.minflt is not None else {}),
         }

@@ -15,6 +15,7 @@ from alloclab.store.fingerprint_model import Fingerprint, Memory, MemorySplit, S
 from alloclab.workloads.metrics import END_ANON as END_METRIC   # a command's anonymous RSS as it exits
 
 BIG = 128 * 1024
+PAGE = 4096
 
 
 @dataclass(frozen=True)
@@ -28,6 +29,8 @@ class Reading:
     held_where: str = "after a phase"
     rest_where: str = "at its end"  # where the program holds what it no longer needs: the split read there
     rest_metric: str = END_METRIC   # the timed metric that shows that memory
+    words: dict[str, str] = field(default_factory=dict, hash=False)   # figures in words, for the sentences
+
     def get(self, name: str) -> float | None:
         return self.values.get(name)
 
@@ -136,10 +139,16 @@ def reading(allocator: str, label: str, fp: Fingerprint | dict, cpus: int | None
     calls = fp.syscalls or {}
     v |= {f"{key}_calls": float(calls[key]) for key in ("brk", "mmap", "munmap", "madvise") if key in calls}
     per, units = _units(fp)
+    words: dict[str, str] = {}
     if fp.syscall_bytes is not None:
         moved = fp.syscall_bytes
-        grown, trimmed = float(moved.brk_grown), float(moved.brk_shrunk)
+        grown, brk_trimmed = float(moved.brk_grown), float(moved.brk_shrunk)
         unmapped, released = float(moved.munmap), float(moved.madvise_released)
+        # What the allocator gave back to regrow in place: glibc's main heap with brk, a thread's
+        # arena with madvise (catalog: trims_with). An arena grows with mprotect, which moves no
+        # page: its regrowth shows in the page faults, not in any call's bytes.
+        arena_trimmed = released if "madvise" in _trims_with(allocator) else 0.0
+        trimmed = brk_trimmed + arena_trimmed
         # The heap given back and regrown in one unit of work: the run's bytes trimmed per allocation
         # call, times the calls of one unit in the client's measured window (the run's calls include
         # the server's start and the warm-up, whose transactions the window does not count: the
@@ -150,18 +159,43 @@ def reading(allocator: str, label: str, fp: Fingerprint | dict, cpus: int | None
             swing = trimmed / fp.allocs * pw.calls
         else:
             swing = trimmed / units if units else min(trimmed, trimmed if peak_live is None else peak_live)
-        v |= _known(trim_bytes=trimmed, munmap_bytes=unmapped, madvise_bytes=released,
-                    trim_share=trimmed / grown if grown else None,
+        v |= _known(trim_bytes=trimmed, brk_trim_bytes=brk_trimmed, arena_trim_bytes=arena_trimmed,
+                    munmap_bytes=unmapped, madvise_bytes=released,
+                    trim_share=brk_trimmed / grown if grown else None,
                     trim_turnover=_share(trimmed, peak_live),
+                    # Pages faulted in per page trimmed, at most 1: the trimmed heap regrown.
+                    trim_refault_share=min(1.0, fp.minflt * PAGE / trimmed) if fp.minflt is not None and trimmed
+                    else None,
                     big_unmapped_share=unmapped / big_bytes if big_bytes else None,
                     trim_bytes_per_s=trimmed / wall if wall else None,
                     mmap_churn_bytes_per_s=unmapped / wall if wall else None,
                     madvise_bytes_per_s=released / wall if wall else None,
                     madvise_turnover=_share(released, peak_live),
                     heap_swing=swing if units or trimmed else None)
+        words["trim_how"] = _trim_how(v)
+    if fp.minflt is not None:
+        v["faults"] = float(fp.minflt)
     rest, rest_where, rest_metric = _rest(fp)
     v |= _known(**_rest_values(rest, fp.hist))
-    return Reading(allocator, label, v, per, where, rest_where, rest_metric)
+    return Reading(allocator, label, v, per, where, rest_where, rest_metric, words)
+
+
+def _trims_with(allocator: str) -> tuple[str, ...]:
+    from alloclab.catalog.allocators import load_catalog
+
+    a = load_catalog().allocators.get(allocator)
+    return a.trims_with if a is not None else ("brk",)
+
+
+def _trim_how(v: dict[str, float]) -> str:
+    """Where the trimmed heap was given back, in words: '27,832 brk calls', 'its threads' arenas
+    trimmed with madvise: 79,998 calls', or both."""
+    parts = []
+    if v.get("brk_trim_bytes"):
+        parts.append(f"{v.get('brk_calls', 0):,.0f} brk calls")
+    if v.get("arena_trim_bytes"):
+        parts.append(f"its threads' arenas trimmed with madvise: {v.get('madvise_calls', 0):,.0f} calls")
+    return "; ".join(parts)
 
 
 def merged(parts: list[Reading]) -> Reading:
@@ -177,7 +211,9 @@ def merged(parts: list[Reading]) -> Reading:
     held = max((r for r in parts if r.get("held_after_phase") is not None), key=lambda r: r.get("held_after_phase"),
                default=first)
     rest = max((r for r in parts if r.get("rest_free") is not None), key=lambda r: r.get("rest_free"), default=first)
-    return Reading(first.allocator, first.label, values, first.per, held.held_where, rest.rest_where, rest.rest_metric)
+    words = {k: t for r in reversed(parts) for k, t in r.words.items() if t}
+    return Reading(first.allocator, first.label, values, first.per, held.held_where, rest.rest_where, rest.rest_metric,
+                   words)
 
 
 def _units(fp: Fingerprint) -> tuple[str, float | None]:
@@ -204,7 +240,7 @@ def value_text(name: str, value: float) -> str:
         return f"{value * 100:.0f}%"
     if name.endswith("_per_s") and "bytes" in name:
         return size_text(value)
-    if name in ("heap_swing", "big_block", "trim_bytes", "munmap_bytes", "madvise_bytes", "overhead_end",
+    if name in ("heap_swing", "big_block", "trim_bytes", "brk_trim_bytes", "arena_trim_bytes", "munmap_bytes", "madvise_bytes", "overhead_end",
                 "overhead_peak", "overhead_most", "end_live", "peak_live", "peak_anon", "held_after_phase",
                 "trim_threshold", "mmap_threshold", "raised_by", "heap_big_bytes", "heap_big_min") \
             or name.startswith("rest_"):

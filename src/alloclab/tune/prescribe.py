@@ -51,7 +51,8 @@ def setting_text(n: int) -> str:
 def fill(text: str, reading: Reading, values: dict[str, str]) -> str:
     """A rule's sentence with the reading's figures and the computed values in its {braces}."""
     names = {k: value_text(k, x) for k, x in reading.values.items()}
-    names |= {"per": reading.per, "held_where": reading.held_where, "rest_where": reading.rest_where} | values
+    names |= reading.words | {"per": reading.per, "held_where": reading.held_where, "rest_where": reading.rest_where}
+    names |= values
     out = text
     for key, val in names.items():
         out = out.replace("{" + key + "}", str(val))
@@ -90,21 +91,24 @@ def gives_enough(rule: Rule, reading: Reading, default: Reading | None) -> bool:
 
 
 def prescribe(readings: dict[str, Reading], allocators: list[str], versions: dict[str, str] | None = None,
-              rules: tuple[Rule, ...] | None = None, check=None) -> Prescription:
+              rules: tuple[Rule, ...] | None = None, check=None, baseline: str = BASELINE) -> Prescription:
     """Candidates from the rules that fire. `allocators`: the plain allocators to race when a rule
     names {allocators} (the installed ones other than the baseline); `check(spec)` returns why the
-    installed allocator refuses a spec (None when it takes it)."""
+    installed allocator refuses a spec (None when it takes it); `baseline`: the allocator whose
+    reading is the default's (glibc, or the allocator the program links), which a memory rule must
+    beat."""
     rules = rules if rules is not None else load_rules()
     versions = versions or {}
     out: list[Candidate] = []
     fired, silent, rate_only = [], [], True
     seen: set[str] = set()
+    cause: tuple[Rule, str] | None = None   # the first mechanism found that makes the program slower
     for rule in rules:
         reading = readings.get(rule.reads)
         if reading is None:
             continue
         if not all(c.holds(reading.get(c.reading)) for c in rule.when) or \
-                not gives_enough(rule, reading, readings.get(BASELINE)):
+                not gives_enough(rule, reading, readings.get(baseline)):
             silent.append(rule.name)
             continue
         values = _values(rule, reading)
@@ -114,8 +118,16 @@ def prescribe(readings: dict[str, Reading], allocators: list[str], versions: dic
         fired.append(rule.name)
         rate_only = rate_only and rule.rate_only
         mechanism, why = fill(rule.mechanism, reading, values), fill(rule.why, reading, values)
+        if cause is None and rule.expect == "faster" and not rule.rate_only:
+            cause = rule, mechanism
         metric = reading.rest_metric if rule.expect == "less memory" and rule.returns else None
         for template in rule.tries:
+            if template == "{allocators}" and rule.rate_only and cause is not None:
+                # The allocators race against the mechanism that was found, in its words: the
+                # allocation rate alone is not why they may be faster.
+                out += _plain_against(cause, [spec for spec in allocators if spec not in seen], check)
+                seen.update(allocators)
+                continue
             specs = allocators if template == "{allocators}" else [fill(_spec_for(rule, template, versions), reading, values)]
             for spec in specs:
                 if spec in seen:
@@ -126,9 +138,16 @@ def prescribe(readings: dict[str, Reading], allocators: list[str], versions: dic
     # Another allocator may fix a mechanism that one of glibc's settings fixes: once any rule
     # fired, the plain allocators race too.
     if fired:
-        out += plain_candidates([spec for spec in allocators if spec not in seen],
-                                "another allocator's policy may avoid it", check)
+        rest = [spec for spec in allocators if spec not in seen]
+        out += (_plain_against(cause, rest, check) if cause is not None
+                else plain_candidates(rest, "another allocator's policy may avoid it", check))
     return Prescription(out, fired, silent, rate_only=bool(fired) and rate_only)
+
+
+def _plain_against(cause: tuple[Rule, str], specs: list[str], check=None) -> list[Candidate]:
+    rule, mechanism = cause
+    return [Candidate(spec, rule.name, "faster", mechanism, "another allocator's policy (its caches, and when it gives "
+                      "memory back) may avoid it", check(spec) if check else None) for spec in specs]
 
 
 def plain_candidates(specs: list[str], mechanism: str, check=None, rule: str = "allocator-bound") -> list[Candidate]:
