@@ -116,8 +116,12 @@ def test_tune_end_to_end_on_a_churn_program(cli, build, store_of):
         assert report.returncode == 0, report.stderr
         text = report.stdout
         if fmt == "json":
-            text = " ".join(heading for p in json.loads(text)["tune"]["picks"]
-                            for heading in (f"Best for {p['goal']}: {p['label']}: {p['effect']}",))
+            # The numbers, not the words: the pick's label, its goals and each effect's verdict and ratio.
+            picks = json.loads(text)["tune"]["picks"]
+            pick = next(p for p in picks if p["label"] in best)
+            assert pick["effects"] and all(e["verdict"] == "better" and e["low"] <= e["ratio"] <= e["high"]
+                                           for e in pick["effects"][:1]), pick
+            continue
         assert best in text.replace("&#39;", "'").replace("&amp;", "&"), (fmt, text[:3000])
         if fmt in ("terminal", "md"):
             assert text.index("Tune answer (race: experiment 2, diagnosis: experiment 1)") < text.index("Answer")
@@ -203,8 +207,9 @@ def test_tune_finds_the_arena_setting_for_memory_on_a_program_whose_arenas_bloat
     assert proc.returncode == 0, out + proc.stderr
     assert "glibc-arena-bloat" in out.split("rules fired:")[1].split(";")[0]
     # The pick for peak RSS, alone or with the other goals it wins ("Best for memory and memory at its end: ...").
-    best_memory = next(line for line in out.splitlines() if line.startswith("Best for ")
-                       and "memory" in re.split(r", | and ", line.split(":")[0][len("Best for "):]))
+    best_memory = next(line for line in out.splitlines() if re.match(r"(Better on both, and best|Best) for ", line)
+                       and "memory" in re.split(r", | and ", line.split(":")[0].split("best for ")[-1]
+                                                .split("Best for ")[-1]))
     assert "ARENA_MAX=" in best_memory or "tcmalloc" in best_memory, out
     assert "peak RSS -" in best_memory
     why = out.split(best_memory)[1].splitlines()[1]
@@ -260,5 +265,7 @@ def test_a_command_that_fails_under_every_allocator_stops_at_its_diagnosis(cli, 
     assert proc.returncode == 2, proc.stderr
     said = " ".join(proc.stderr.split())
     assert said.count("error: ") == 1 and "fingerprint run failed under every allocator (exited with status 1)" in said
+    # Plain runs under the default, without the interposer, failed too: the program's failure.
+    assert "and so did plain runs of it under the default" in said
     assert "Racing" not in proc.stderr    # nothing raced: the diagnosis said it all
-    assert [e["kind"] for e in store_of(cli.db).experiments()] == ["tune-diagnosis"]
+    assert [e["kind"] for e in store_of(cli.db).experiments()] == ["tune-diagnosis", "tune-check"]

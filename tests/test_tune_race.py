@@ -14,7 +14,7 @@ from alloclab.measure.runner import Runner, Settings
 from alloclab.stats.analysis import analyze
 from alloclab.stats.looks import Judge
 from alloclab.store.db import Store
-from alloclab.stats.tune_answer import answer
+from alloclab.stats.tune_answer import Outcome, Reason, State, answer
 from alloclab.tune.prescribe import Candidate
 from alloclab.workloads.command import Workload
 
@@ -51,7 +51,8 @@ def test_a_decided_loser_leaves_the_race_early_and_the_answer_rules_it_out(tmp_p
     cands = [Candidate(VARIANTS[1], "glibc-arena-bloat", "less memory", "m", "w"),
              Candidate(VARIANTS[2], "glibc-trim-churn", "faster", "m", "w")]
     ans = answer(analyze(e), cands)
-    assert any(line.startswith("glibc ARENA_MAX=1") and "worse" not in line.split(":")[0] for line in ans.ruled_out)
+    out = next(o for o in ans.others if o.label == "glibc ARENA_MAX=1")
+    assert out.outcome == Outcome.RULED_OUT and out.reason == Reason.WORSE, out
     assert all(p.label != "glibc ARENA_MAX=1" for p in ans.picks)
 
 
@@ -69,28 +70,35 @@ def _race(tmp_path, mean, max_runs: int):
 def test_an_open_candidate_is_never_answered_with_keep_the_default(tmp_path):
     # 4% faster with 10% swings run by run: still open at --max-runs 6.
     ans = _race(tmp_path, lambda env, n: 0.1 * (0.96 + (0.1 if n % 2 else -0.1)) if env else 0.1, 6)
-    assert ans.picks == [] and ans.nothing is None
-    assert "glibc ARENA_MAX=1" in ans.undecided and "not shown to be right" in ans.undecided
+    assert ans.picks == [] and ans.state == State.OPEN and ans.largest_open.label == "glibc ARENA_MAX=1"
+    from alloclab.report.tune import state_line
+    assert "not shown to be right" in state_line(ans)[1] and "keep the default" not in state_line(ans)[1]
 
 
 def test_keep_the_default_only_when_every_candidate_is_decided_not_better(tmp_path):
     ans = _race(tmp_path, lambda env, n: 0.14 if env else 0.1, 12)
-    assert ans.picks == [] and ans.undecided is None and "keep the default" in ans.nothing
+    assert ans.picks == [] and ans.state == State.KEEP and ans.largest_open is None
+    from alloclab.report.tune import state_line
+    assert "keep the default" in state_line(ans)[1]
 
 
 def test_a_screen_is_planned_only_when_the_full_race_would_not_fit():
-    from alloclab.plan.design import Design
     from alloclab.tune import screen
-    # PostgreSQL under tune: 6 candidates, 2 client counts, about 22 s a run, 23.5 min left.
-    sp = screen.plan(6, 2, 22.0, 1410.0, first_look=4, warmup=1)
+    # PostgreSQL under tune: 6 candidates, 2 client counts, about 22 s a run, 23.5 min left: the first
+    # look of all of them would take 7 x 7 x 2 x 22 s = 36 min.
+    sp = screen.plan(6, 2, 22.0, 1410.0, first_look=6, warmup=1)
     assert sp is not None and sp.runs == 1 and "6 candidates" in sp.why
     # A program of a tenth of a second: every candidate races.
     assert screen.plan(9, 1, 0.1, 600.0, first_look=10, warmup=1) is None
     # Two candidates: nothing to choose between.
     assert screen.plan(2, 2, 22.0, 100.0, first_look=4, warmup=1) is None
-    design = Design.sequential(4, 12)
-    assert screen.race_slots(2, 22.0, 1130.0, design) == 1      # 3 variants to 12 runs: 29 min
-    assert screen.race_slots(1, 0.5, 600.0, design) == 2
+    # A program of 1.6 s with 7 candidates and 173 s left: every candidate reaches the first look
+    # (8 x 7 x 1.6 s = 90 s); the race is not sized as if each ran to its 300th run.
+    assert screen.plan(7, 1, 1.6, 173.0, first_look=6, warmup=1) is None
+    # How many reach the first look after a screen: (warm-up + 6 runs) x 2 workloads x 22 s = 308 s each.
+    assert screen.race_slots(2, 22.0, 1130.0, first_look=6, warmup=1) == 2
+    assert screen.race_slots(1, 0.5, 600.0, first_look=6, warmup=1) == 170
+    assert screen.race_slots(2, 22.0, 300.0, first_look=6, warmup=1) == 1   # at least one
 
 
 def test_the_screen_keeps_the_leaders_and_the_race_decides_on_its_own_runs(tmp_path):
@@ -115,9 +123,11 @@ def test_the_screen_keeps_the_leaders_and_the_race_decides_on_its_own_runs(tmp_p
     assert [c.spec for c in chosen.kept] == [specs[2], specs[3]]
     assert len(chosen.screened_out) == 2
     # Each screened out with its estimate (one run: no interval yet), slower here: wall time +20%.
-    assert any("MMAP_MAX=0" in line and re.search(r"speed: \? \+(1[5-9]|2[0-5])\.\d%", line)
-               for line in chosen.screened_out), chosen.screened_out
-    assert all("verdict" not in line for line in chosen.screened_out)
+    mmap = next(s for s in chosen.screened_out if "MMAP_MAX=0" in s["label"])
+    assert [e["axis"] for e in mmap["estimates"]] == ["speed"] and 1.15 <= mmap["estimates"][0]["ratio"] <= 1.25, mmap
+    assert all("verdict" not in s for s in chosen.screened_out)
+    from alloclab.report.tune import _screened_line
+    assert re.search(r"speed: \+(1[5-9]|2[0-5])\.\d%", _screened_line(mmap)), _screened_line(mmap)
     one = screen.finalists(analyze(store.load(runner.exp_id)), cands, slots=1)
     assert [c.spec for c in one.kept] == [specs[2]] and len(one.screened_out) == 3
     # The setting of a rule that fired stays a finalist, however it screened on one run: the
@@ -167,8 +177,12 @@ def test_a_candidate_that_cannot_reach_the_leader_is_dropped_and_ruled_out(tmp_p
              Candidate(VARIANTS[2], "glibc-trim-churn", "faster", "m", "w")]
     ans = answer(a, cands)
     assert [p.label for p in ans.picks] == ["glibc TOP_PAD=8M"]
-    assert ans.open == [] and any("dropped at 4 runs" in line and "below the leader" in line
-                                  for line in ans.ruled_out), ans.ruled_out
+    dropped = next(o for o in ans.others if o.label == "glibc ARENA_MAX=1")
+    assert ans.of(Outcome.OPEN) == [] and dropped.outcome == Outcome.RULED_OUT, ans.others
+    assert dropped.reason == Reason.BELOW_LEADER and dropped.leader == "glibc TOP_PAD=8M" and dropped.runs == 4
+    from alloclab.report.tune import sections
+    ruled = dict((t, ls) for t, _, ls in sections(ans))["Ruled out (decided worse or equivalent, or below the leader)"]
+    assert any("dropped at 4 runs" in line and "below the least glibc TOP_PAD=8M" in line for line in ruled), ruled
 
 
 def test_without_the_racing_rule_the_same_candidate_runs_on(tmp_path):

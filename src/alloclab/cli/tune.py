@@ -31,6 +31,12 @@ class _UI:
     def say(self, text: str, style: str = "") -> None:
         console.print(f"[{style}]{text}[/]" if style else text, highlight=False)
 
+    def tell(self, fact: dict) -> None:
+        from rich.markup import escape
+
+        from alloclab.report.tune import fact_line
+        console.print(f"[bold]{escape(fact_line(fact))}.[/]", highlight=False)
+
 
 MAX_RUNS = typer.Option(None, "--max-runs", rich_help_panel="Variants and runs",
                         help="At most this many runs per variant in the race, never raised (default: the file's, else "
@@ -68,14 +74,18 @@ def tune(
     finally:
         cleanup()
     if outcome.results is None:
-        console.print(f"[{outcome.stop_style}]{outcome.stop}[/]", highlight=False)
+        from rich.markup import escape
+
+        from alloclab.report.tune import stop_line
+        style, text = stop_line(outcome.stop, outcome.stop_data)
+        console.print(f"[{style}]{escape(text)}[/]", highlight=False)
         console.print(f"Results stored in {outcome.store_path} (diagnosis: experiment {outcome.diagnosis_id}).",
                       highlight=False)
         if opts.report or opts.report_file:
             err.print(f"[yellow]No report written: tune raced nothing, so there is no race to report; its answer is "
                       f"the lines above (the diagnosis is experiment {outcome.diagnosis_id}).[/]", highlight=False)
-        if outcome.stop_style == "bold red":
-            raise typer.Exit(1)
+        if outcome.stop.exit_code:
+            raise typer.Exit(outcome.stop.exit_code)
         return
     draw_early(opts.report, opts.report_file)
     show(outcome.results, outcome.store_path, details=opts.details, exports=opts.exports(),

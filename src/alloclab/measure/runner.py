@@ -59,6 +59,9 @@ class Settings:
     # Until decided: where a primary comparison stays open, one profiled run per variant of its
     # workload before the set-up is torn down (measure/auto_profile.py), within the budget.
     auto_profile: bool = False
+    # Runs made to see whether the program fails (tune's plain check): failures are the answer, and a
+    # first block that fails throughout is stored, not refused.
+    failures_expected: bool = False
     extra_config: dict = field(default_factory=dict)   # e.g. the sweep structure, for reports
 
     def __post_init__(self) -> None:
@@ -362,7 +365,8 @@ class Runner(MoreBlocks):
                                f"{result.error}")
         if job.block == 0:
             block0.append(result)
-            self._check_first_block(block0, result)
+            if not s.failures_expected:
+                self._check_first_block(block0, result)
         if fresh:
             shutil.rmtree(tmp, ignore_errors=True)
 

@@ -332,8 +332,9 @@ def context(r: Results, options) -> dict:
         "baseline": a.labels[a.baseline_idx], "colours": {a.labels[vi]: colour(vi) for vi in order},
         "answers": answers(a), "statistics": statistics_line(a), "baseline_warning": baseline_warning(a),
         "wrappers": wrapper_answers(a) + bound_answers(a),
-        "tune": r.tune and {"title": tune.title(a.experiment), "answer": r.tune,
-                            "picks": [(tune.heading(p), p) for p in r.tune.picks], "sections": tune.sections(r.tune)},
+        "tune": r.tune and {"title": tune.title(a.experiment), "facts": tune.facts(r.tune),
+                            "picks": [tune.pick_view(p) for p in r.tune.picks],
+                            "state": (tune.state_line(r.tune) or ("", ""))[1], "sections": tune.sections(r.tune)},
     }
 
 

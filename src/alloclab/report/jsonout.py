@@ -110,7 +110,7 @@ def results_dict(r: Results, runs: bool = True) -> dict:
     } for w in a.workloads]
     out["recommendation"] = dataclasses.asdict(r.recommendation)
     if r.tune is not None:   # a tune race's answer: its picks, each with its mechanism and how to apply it
-        out["tune"] = dataclasses.asdict(r.tune)
+        out["tune"] = r.tune.to_dict()
     out = json_safe(out)
     if runs:
         out["runs"] = [_run(run) for run in a.experiment.runs]

@@ -1,49 +1,212 @@
-"""tune's answer in the terminal and as Markdown: what to use for speed, for memory and after each
-phase, the mechanism behind each, how to apply it, and what was ruled out. Renders only: the
-choices were made by stats/tune_answer.py."""
+"""tune's answer in words, for every format: what the program runs, the picks (better on both axes
+first, then the best for speed, for memory, at its end and after each phase), the mechanism behind
+each, what it costs on the other axis, how to apply it, and every other candidate with why it was not
+picked. The choices were made by stats/tune_answer.py; the words are this module's alone.
+"""
 
 from __future__ import annotations
 
 from rich.console import Console
 from rich.markup import escape
 
-from alloclab.stats.tune_answer import TuneAnswer
+from alloclab.stats.estimates import format_comparison
+from alloclab.stats.failing import default_fails_text
+from alloclab.stats.tune_answer import Effect, Other, Outcome, Pick, Reason, State, TuneAnswer
+from alloclab.workloads.metrics import memory_goal
 
-_GOAL = {"speed": "Best for speed", "memory": "Best for memory"}
+_GOAL = {"both": "Better on both", "speed": "Best for speed", "memory": "Best for memory"}
 
 
-def heading(p) -> str:
+def fact_line(fact: dict) -> str:
+    """A fact tune states before its answer: the baseline where the program does not run glibc's
+    malloc (tune/baseline.py), a fingerprint that failed only under alloclab (tune/diagnose_run.py)."""
+    if fact.get("fact") == "baseline" and fact["how"] == "linked":
+        via = f" through {fact['via']}" if fact.get("via") else ""
+        version = f" {fact['version']}" if fact.get("version") else ""
+        return (f"{fact['program']} links {fact['allocator']}{version} ({fact['library']}{via}): the baseline is "
+                f"{fact['allocator']} as linked, and glibc races as a candidate, through alloclab's forwarding preload")
+    if fact.get("fact") == "baseline" and fact["how"] == "bundled":
+        return (f"{fact['program']} bundles its own {fact['via']} under prefixed names ({fact['library']}): no preload "
+                f"replaces it, so every candidate changes only what reaches the malloc family; the baseline is the "
+                f"program as it is")
+    if fact.get("fact") == "bound":
+        race = ("The rules that fired read only the allocation rate, and {}: they race" if fact["fired"] else
+                "No rule fired, and {}: the plain allocators race")
+        return race.format(share_text(fact))
+    if fact.get("fact") == "alloclab-failure":
+        v = fact["variant"]
+        return (f"alloclab's fingerprint run of {fact['workload']} under {v} {fact['status']} ({fact['detail']}), and "
+                f"{fact['plain_runs']} plain run(s) of it under {v}, without alloclab's interposer, succeeded: the "
+                f"failure is alloclab's, not the program's. The diagnosis went on without {v}'s fingerprint: the "
+                f"rules that read it were not read")
+    raise ValueError(f"unknown fact {fact.get('fact')!r}")
+
+
+def share_text(b: dict) -> str:
+    """What a profiled look bounds (tune/bound.py's QuietBound, as recorded), in words."""
+    what = (f"{b['metric']} (a rate: at most 1/(1 - share) - 1)" if b["rate"]
+            else f"{b['metric'] or 'wall time'} (a time: at most the share)")
+    where = f" of {b['workload']}" if b["workloads"] > 1 else ""
+    most = f", the most of its {b['workloads']} workloads" if where else ""
+    return (f"the allocator's functions and the kernel's memory management took {b['share'] * 100:.2f}% of "
+            f"{b['default']}'s CPU in the profiled runs{where} ({b['samples']:,} samples{most}; at most "
+            f"{b['upper'] * 100:.2f}% at 95% confidence): no allocator or setting can improve {what} by more than "
+            f"about {b['bound'] * 100:.2f}%")
+
+
+def stop_line(stop, data: dict) -> tuple[str, str]:
+    """(style, text) of tune's stop where it raced nothing (tune/session.py's Stop and its figures)."""
+    name = stop.name
+    if name == "NOTHING_TO_TUNE":
+        calls = f"the program makes {data['calls_per_s']:,.0f} allocation calls a second"
+        seen = (f"{calls}, no rule of the catalog fired" if not data["fired"] else
+                f"{calls}, the rules that fired ({', '.join(data['fired'])}) read only that rate, no workload has a "
+                f"memory phase")
+        return "bold green", f"Nothing to tune: {seen}, and {share_text(data)}, below the {data['margin'] * 100:g}% margin."
+    if name == "DEFAULT_FAILS":
+        text = default_fails_text(data["default"], f"its fingerprint run {data['status']} ({data['detail']})",
+                                  data["stderr"], data["ran_under"])
+        return "bold red", text[0].upper() + text[1:] + "."
+    if name == "NO_CANDIDATE":
+        return "bold yellow", ("No candidate to race: every proposed setting was refused by the installed allocators "
+                               "(listed above).")
+    raise ValueError(f"unknown stop {stop!r}")
+
+
+def facts(ans: TuneAnswer) -> list[str]:
+    return [fact_line(f) for f in ([ans.baseline] if ans.baseline else []) + ans.failures]
+
+
+def metric_words(name: str) -> str:
+    goal = memory_goal(name)
+    if goal == "memory":
+        return "peak RSS"
+    if goal == "memory at its end":
+        return "anonymous RSS at its end"
+    if goal and goal.startswith("memory after "):
+        return "RSS after " + goal.removeprefix("memory after ")
+    return name
+
+
+def effects_text(effects: tuple[Effect, ...]) -> str:
+    """'tps +6.2% [+2.9, +9.6]', each workload named where there are several."""
+    several = len({e.workload for e in effects}) > 1
+    return "; ".join(f"{e.workload + ': ' if several else ''}{metric_words(e.metric)} {format_comparison(e.comparison)}"
+                     for e in effects)
+
+
+def goals_text(goals: tuple[str, ...]) -> str:
+    """'Better on both', 'Best for speed', 'Better on both, and best for speed and memory at its end'."""
+    both = "both" in goals
+    rest = [g for g in goals if g != "both"]
+    if not rest:
+        return _GOAL["both"]
+    joined = ", ".join(rest[:-1]) + (" and " if len(rest) > 1 else "") + rest[-1]
+    return f"Better on both, and best for {joined}" if both else f"Best for {joined}"
+
+
+def heading(p: Pick) -> str:
     """A pick's first line: 'Best for speed: mimalloc: wall_s -36.9% [-50.0, -20.3]'."""
-    return f"{_GOAL.get(p.goal, 'Best for ' + p.goal)}: {p.label}: {p.effect}"
+    return f"{goals_text(p.goals)}: {p.label}: {effects_text(p.effects)}"
+
+
+def why(p: Pick) -> str:
+    cand = p.candidate
+    parts = ["the allocator as installed, with its defaults"] if p.plain or cand is None else \
+        [f"{cand.mechanism}; {cand.why}"]
+    if p.faults:
+        ratios = [e.comparison.ratio for e in p.faults]
+        lo, hi = min(ratios), max(ratios)
+        span = f"{(lo - 1) * 100:+.0f}%" if abs(hi - lo) < 0.01 else f"{(lo - 1) * 100:+.0f}% to {(hi - 1) * 100:+.0f}%"
+        parts.append(f"measured: minor page faults {span}")
+    return ". ".join(parts)
+
+
+def beside(p: Pick) -> str:
+    """The other axis: what the pick costs or saves; for a memory pick at more than 1.5x the time, the
+    best candidate that costs none beside it."""
+    text = effects_text(p.costs)
+    if p.instead is not None:
+        text += (f"; costs no time: {p.instead.label} ({effects_text(p.instead.effects)}; "
+                 f"{effects_text(p.instead.costs)})")
+    return text
+
+
+def _other_line(o: Other) -> str:
+    rule = f" ({o.rule}, expected {o.expect})" if o.rule else ""
+    line = f"{o.label}{rule}: {effects_text(o.effects)}"
+    if o.reason == Reason.BELOW_LEADER and o.leader:
+        line += (f" (dropped at {o.runs} runs: the most its interval allows is below the least {o.leader}'s "
+                 f"allows)")
+    return line
+
+
+def _screened_line(s: dict) -> str:
+    if "label" not in s:
+        return s.get("text", "")
+    rule = f" ({s['rule']}, expected {s['expect']})" if s.get("rule") else ""
+    by_axis: dict[str, list[str]] = {}
+    for e in s.get("estimates", []):
+        several = len({x["workload"] for x in s["estimates"]}) > 1
+        lo, hi, r = e["low"], e["high"], e["ratio"]
+        by_axis.setdefault(e["axis"], []).append(f"{e['workload'] + ': ' if several else ''}{(r - 1) * 100:+.1f}% "
+                                                 f"[{(lo - 1) * 100:+.1f}, {(hi - 1) * 100:+.1f}]")
+    words = ", ".join(f"{axis}: " + "; ".join(texts) for axis, texts in by_axis.items()) or "no estimate"
+    lost = (f"; its interval lies wholly on the worse side after {s['runs']} screen runs"
+            if s.get("worse_throughout") else "")
+    return f"{s['label']}{rule}: screened at {words}{lost}"
 
 
 def sections(ans: TuneAnswer) -> list[tuple[str, bool, list[str]]]:
     """(title, a warning, lines) of what is not a pick, in the order every format gives them."""
-    return [(title, warn, lines) for title, warn, lines in (
-        ("Also decided better (its difference from the pick is not tested)", False, ans.also_better),
-        ("Ruled out (decided worse or equivalent, or below the leader)", False, ans.ruled_out),
-        ("Not decided within the budget", False, ans.open),
-        ("Screened out or not raced (a short screen's estimate at most, not a verdict)", False, ans.screened_out),
-        ("Not in effect", True, ans.not_in_effect),
-        ("Refused by the installed allocators", True, ans.refused)) if lines]
+    lines = {o: [_other_line(x) for x in ans.of(o)] for o in (Outcome.ALSO_BETTER, Outcome.RULED_OUT, Outcome.OPEN)}
+    return [(title, warn, ls) for title, warn, ls in (
+        ("Also decided better (its difference from the pick is not tested)", False, lines[Outcome.ALSO_BETTER]),
+        ("Ruled out (decided worse or equivalent, or below the leader)", False, lines[Outcome.RULED_OUT]),
+        ("Not decided within the budget", False, lines[Outcome.OPEN]),
+        ("Screened out or not raced (a short screen's estimate at most, not a verdict)", False,
+         [_screened_line(s) for s in ans.screened_out]),
+        ("Not in effect", True, [f"{o.label}: the verification found the setting or allocator not in effect, so it "
+                                 f"was left out of the answer" for o in ans.of(Outcome.NOT_IN_EFFECT)]),
+        ("Refused by the installed allocators", True, [f"{o.spec} ({o.rule}): {o.detail}"
+                                                       for o in ans.of(Outcome.REFUSED)])) if ls]
+
+
+def state_line(ans: TuneAnswer) -> tuple[str, str] | None:
+    """(style, text) where no candidate is picked: keep the default, or what stayed open."""
+    if ans.state == State.KEEP:
+        who = "every finalist of the screen" if ans.screened_out else "every candidate"
+        return "bold yellow", (f"Nothing to change: {who} was decided worse or equivalent on speed, and none decided "
+                               f"to hold less memory: keep the default")
+    if ans.state == State.OPEN and ans.largest_open is not None:
+        top = ans.largest_open
+        speed = effects_text(top.effects[:1])
+        return "bold yellow", (f"Not decided yet: nothing decided better within the budget, and "
+                               f"{len(ans.of(Outcome.OPEN))} candidate(s) still open; the largest estimate is "
+                               f"{top.label} ({speed}). Keeping the default is not shown to be right: a larger "
+                               f"--budget (or --max-runs) decides it")
+    return None
+
+
+def pick_view(p: Pick) -> dict:
+    """A pick's lines by role (the HTML page lays them out itself)."""
+    return {"heading": heading(p), "why": why(p), "beside": beside(p) if p.costs else "", "apply": p.apply}
 
 
 def answer_lines(ans: TuneAnswer) -> list[tuple[str, str]]:
-    """(style, text) lines, the picks first."""
-    out: list[tuple[str, str]] = []
+    """(style, text) lines: the facts, the picks, then the rest."""
+    out: list[tuple[str, str]] = [("bold", f"{line}.") for line in facts(ans)]
     for p in ans.picks:
-        out.append(("bold green", heading(p)))
-        if p.mechanism:
-            out.append(("", f"  why: {p.mechanism}"))
-        if p.cost:
-            out.append(("", f"  beside it: {p.cost}"))
+        v = pick_view(p)
+        out.append(("bold green", v["heading"]))
+        out.append(("", f"  why: {v['why']}"))
+        if v["beside"]:
+            out.append(("", f"  beside it: {v['beside']}"))
         out.append(("", f"  run:     {p.apply.env_line}"))
         out += [("", ("  systemd: " if i == 0 else "           ") + line)
                 for i, line in enumerate(p.apply.systemd.splitlines())]
-    if ans.nothing:
-        out.append(("bold yellow", f"Nothing to change: {ans.nothing}"))
-    if ans.undecided:
-        out.append(("bold yellow", f"Not decided yet: {ans.undecided}"))
+    if (state := state_line(ans)) is not None:
+        out.append(state)
     for title, warn, lines in sections(ans):
         out.append(("bold yellow" if warn else "bold", f"{title}:"))
         out += [("", f"  {line}") for line in lines]

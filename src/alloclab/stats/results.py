@@ -53,7 +53,7 @@ def build_results(exp: Experiment, *, baseline: str | int | None = None, min_eff
     a = analyze(exp, baseline=baseline, min_effect=min_effect)
     out = Results(a, recommend(a, max_rss_increase))
     if exp.row.kind == "tune" and exp.config.tune is not None:
-        out.tune = answer(a, exp.config.tune_candidates(), max_rss_increase, exp.config.tune.screened_out)
+        out.tune = answer(a, exp.config.tune_candidates(), max_rss_increase, exp.config.tune)
     if sweeps:
         stored = exp.config.stored_sweeps()
         out.sweeps = sweep_results(a, stored)

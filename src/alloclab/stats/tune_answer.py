@@ -1,277 +1,304 @@
-"""From a tune race to tune's answer: the best setting for speed, the best for memory, the best after
-each memory phase, each with the mechanism that explains it and how to apply it; what was ruled
-out, with its interval; what the installed allocators refused or did not take.
+"""From a tune race to tune's answer, as data: the picks (better on both axes first, then the best for
+speed, for memory, at its end, after each memory phase), each with its comparisons, its cost on the
+other axis and how to apply it; every other candidate with its outcome and why, in numbers. The
+words are report/tune.py's alone.
 
-In: the race's Analysis (stats.analysis) and its candidates (tune/prescribe.py's, as the race
-stored them). Out: a TuneAnswer, part of the race's Results (stats/results.py), which report/tune.py
-renders in every format. Only decided verdicts pick: "best" is the largest decided effect
-among the candidates decided better and decided worse nowhere.
+In: the race's Analysis (stats.analysis) and its record (tune/prescribe.py's candidates, the
+baseline, the screen, as the race stored them). Out: a TuneAnswer, part of the race's Results
+(stats/results.py). Only decided verdicts pick; "best" is stats/best.py's rule, which the race
+also follows.
 """
 
 from __future__ import annotations
 
-import math
-import statistics
+import enum
 from dataclasses import dataclass, field
 
-from alloclab.stats.analysis import Analysis, WorkloadResult
+from alloclab.stats import best
+from alloclab.stats.analysis import Analysis
 from alloclab.stats.apply import HowToApply, how_to_apply
-from alloclab.stats.estimates import Comparison, format_comparison
+from alloclab.stats.estimates import Comparison
 from alloclab.store.config_model import Candidate
 from alloclab.workloads.metrics import END_ANON, PEAK_RSS as RSS, PHASE_RSS as PHASE, memory_goal
 
 FAULTS = "minflt"
-BAD_STATUS = ("ineffective",)   # measure/verify.py: the setting or allocator was not in effect
+# A memory pick that costs more than this factor of the time names the best candidate that costs none.
+SLOW = 1.5
+SCHEMA = 2   # the JSON of the answer: numbers, no sentences (docs/reports.md)
+
+
+class Outcome(str, enum.Enum):
+    PICKED = "picked"
+    ALSO_BETTER = "also better"     # decided better too, not picked
+    RULED_OUT = "ruled out"         # decided worse or equivalent, or dropped below a leader
+    OPEN = "open"                   # its speed still undecided at the stop
+    NOT_IN_EFFECT = "not in effect"
+    REFUSED = "refused"             # by the installed allocator, never raced
+    SCREENED_OUT = "screened out"   # ranked below the finalists by a short screen, never raced
+
+
+class Reason(str, enum.Enum):
+    BETTER = "decided better"
+    WORSE = "decided worse"
+    EQUIVALENT = "decided equivalent"
+    BELOW_LEADER = "below the leader"
+    UNDECIDED = "undecided"
+    NOT_IN_EFFECT = "not in effect"
+    REFUSED = "refused"
+    SCREENED_OUT = "screened out"
+
+
+class State(str, enum.Enum):
+    PICKED = "picked"           # at least one pick
+    KEEP = "keep the default"   # every candidate decided not better
+    OPEN = "open"               # no pick, candidates still open: "keep" is not shown to be right
+
+
+@dataclass(frozen=True)
+class Effect:
+    """One comparison against the default: its numbers are the Comparison's (verdict, ratio, interval)."""
+    workload: str
+    metric: str
+    comparison: Comparison
+
+    def to_dict(self) -> dict:
+        c = self.comparison
+        return {"workload": self.workload, "metric": self.metric, "verdict": c.verdict, "ratio": c.ratio,
+                "low": c.ci_low, "high": c.ci_high, "stopped": c.stopped, "more_runs": c.more_runs}
 
 
 @dataclass(frozen=True)
 class Pick:
-    goal: str                  # "speed" | "memory" | "memory at its end" | "memory after PHASE" | "memory: NAME"
+    goals: tuple[str, ...]     # "both", "speed", "memory", "memory at its end", "memory after PHASE", "memory: NAME"
     variant_idx: int
     label: str
-    effect: str                # the deciding metric's change per workload, with intervals
-    mechanism: str             # the rule's reading, and the decided change of page faults
-    cost: str                  # the other axis: what the pick costs or saves, decided or not
+    candidate: Candidate | None
+    effects: tuple[Effect, ...]    # the deciding metrics, goal by goal
+    costs: tuple[Effect, ...]      # the other axis: what it costs or saves, decided or not
+    faults: tuple[Effect, ...]     # minor page faults, where decided in every workload
+    plain: bool                    # an allocator as installed, picked for a goal its rule did not expect
     apply: HowToApply
+    instead: "Pick | None" = None  # a memory pick at more than SLOW the time: the best that costs none
+
+    def to_dict(self) -> dict:
+        return {"goals": list(self.goals), "label": self.label, "spec": self.candidate.spec if self.candidate else None,
+                "rule": self.candidate.rule if self.candidate else None,
+                "effects": [e.to_dict() for e in self.effects], "costs": [e.to_dict() for e in self.costs],
+                "faults": [e.to_dict() for e in self.faults], "env_line": self.apply.env_line,
+                "systemd": self.apply.systemd, "instead": self.instead.label if self.instead else None}
+
+
+@dataclass(frozen=True)
+class Other:
+    label: str
+    spec: str
+    rule: str | None
+    expect: str | None
+    outcome: Outcome
+    reason: Reason
+    effects: tuple[Effect, ...] = ()   # speed, peak RSS, and its rule's own memory metric
+    leader: str | None = None          # below the leader: which, and at how many runs
+    runs: int | None = None
+    detail: str | None = None          # the installed allocator's refusal, as it said it
+
+    def to_dict(self) -> dict:
+        return {"label": self.label, "spec": self.spec, "rule": self.rule, "expect": self.expect,
+                "outcome": self.outcome.value, "reason": self.reason.value,
+                "effects": [e.to_dict() for e in self.effects], "leader": self.leader, "runs": self.runs,
+                "detail": self.detail}
 
 
 @dataclass
 class TuneAnswer:
+    state: State = State.KEEP
     picks: list[Pick] = field(default_factory=list)
-    also_better: list[str] = field(default_factory=list)   # decided better too, below the pick's estimate
-    ruled_out: list[str] = field(default_factory=list)     # decided worse or equivalent on speed, or
-                                                           # dropped by the race below a leader
-    open: list[str] = field(default_factory=list)          # speed still undecided at the stop
-    not_in_effect: list[str] = field(default_factory=list)
-    refused: list[str] = field(default_factory=list)
-    screened_out: list[str] = field(default_factory=list)   # ranked below the finalists by the screen
-    nothing: str | None = None   # every candidate decided, none better: keep the default
-    undecided: str | None = None # no pick, and candidates still open: what stayed open, not "keep"
+    others: list[Other] = field(default_factory=list)
+    baseline: dict | None = None              # tune/baseline.py's record, where the program runs another allocator
+    failures: list[dict] = field(default_factory=list)   # fingerprints that failed only under alloclab
+    screened_out: list[dict] = field(default_factory=list)   # tune/screen.py's estimates of what was not raced
+    largest_open: Other | None = None         # State.OPEN: the open candidate with the largest estimate
+
+    def of(self, outcome: Outcome) -> list[Other]:
+        return [o for o in self.others if o.outcome == outcome]
+
+    def to_dict(self) -> dict:
+        return {"schema": SCHEMA, "state": self.state.value, "picks": [p.to_dict() for p in self.picks],
+                "others": [o.to_dict() for o in self.others], "baseline": self.baseline,
+                "failures": self.failures, "screened_out": self.screened_out,
+                "largest_open": self.largest_open.label if self.largest_open else None}
 
 
-def _comp(w: WorkloadResult, metric: str, vi: int) -> Comparison | None:
-    return w.comparison(metric, vi)
+def _effects(a: Analysis, metric_of, vi: int) -> tuple[Effect, ...]:
+    return tuple(Effect(w.name, name, c) for w in a.workloads
+                 if (name := metric_of(w)) and (c := w.comparison(name, vi)) is not None)
 
 
-def _primary(w: WorkloadResult) -> str | None:
-    row = w.primary()
-    return row.name if row is not None else None
-
-
-def _texts(a: Analysis, metric_of, vi: int, say: str | None = None) -> str:
-    """The metric's change per workload: 'tps +6.2% [+2.9, +9.6]' (`say` names the metric instead)."""
-    parts = []
-    for w in a.workloads:
-        name = metric_of(w)
-        c = _comp(w, name, vi) if name else None
-        if c is not None:
-            where = f"{w.name}: " if len(a.workloads) > 1 else ""
-            parts.append(f"{where}{say or name} {format_comparison(c)}")
-    return "; ".join(parts)
-
-
-def _verdicts(a: Analysis, metric_of, vi: int) -> set[str]:
-    return {c.verdict for w in a.workloads if (name := metric_of(w)) and (c := _comp(w, name, vi)) is not None}
-
-
-def _faults(a: Analysis, vi: int) -> str:
-    """'faults -93%' where the page faults' change is decided in every workload that has them."""
-    cs = [c for w in a.workloads if (c := _comp(w, FAULTS, vi)) is not None]
-    if not cs or any(c.verdict not in ("better", "worse") for c in cs):
-        return ""
-    lo, hi = min(c.ratio for c in cs), max(c.ratio for c in cs)
-    span = f"{(lo - 1) * 100:+.0f}%" if abs(hi - lo) < 0.01 else f"{(lo - 1) * 100:+.0f}% to {(hi - 1) * 100:+.0f}%"
-    return f"minor page faults {span}"
-
-
-def _usable(a: Analysis, vi: int) -> bool:
-    return all((v := w.verification.get(vi)) is None or v.status not in BAD_STATUS for w in a.workloads)
-
-
-def _decided_best(a: Analysis, metric_of, candidates: list[int], exclude=lambda vi: False) -> int | None:
-    """The candidate decided better on the metric in at least one workload and worse in none, with the
-    largest geometric-mean gain."""
-    best, best_gain = None, 0.0
-    for vi in candidates:
-        cs = [c for w in a.workloads if (name := metric_of(w)) and (c := _comp(w, name, vi)) is not None]
-        if not cs or not any(c.verdict == "better" for c in cs) or any(c.verdict == "worse" for c in cs):
-            continue
-        if exclude(vi):
-            continue
-        gain = statistics.geometric_mean(c.gain for c in cs)
-        if gain > best_gain:
-            best, best_gain = vi, gain
-    return best
-
-
-def _mechanism(a: Analysis, vi: int, by_label: dict[str, Candidate], goal: str = "") -> str:
-    cand = by_label.get(a.labels[vi])
-    parts = [f"{cand.mechanism}; {cand.why}"] if cand else []
-    if cand and goal == "speed" and cand.expect != "faster" and ":" not in cand.spec:
-        # A plain allocator raced for memory that won on speed: the memory rule's reading is not why.
-        parts = ["the allocator as installed, with its defaults"]
-    if f := _faults(a, vi):
-        parts.append(f"measured: {f}")
-    return ". ".join(parts)
-
-
-def _apply(a: Analysis, vi: int) -> HowToApply:
-    w = a.workloads[0]
-    return how_to_apply(a, vi, w.argv, w.info)
+def _faults(a: Analysis, vi: int) -> tuple[Effect, ...]:
+    """The page faults' change, where decided in every workload that has them."""
+    found = _effects(a, lambda w: FAULTS, vi)
+    return found if found and all(e.comparison.verdict in ("better", "worse") for e in found) else ()
 
 
 def _phases(a: Analysis) -> list[str]:
-    names = []
-    for w in a.workloads:
-        for row in w.rows:
-            if PHASE.match(row.name) and row.name not in names:
-                names.append(row.name)
-    return names
+    return list(dict.fromkeys(row.name for w in a.workloads for row in w.rows if PHASE.match(row.name)))
 
 
-def answer(a: Analysis, candidates: list[Candidate], max_rss_increase: float | None = None,
-           screened_out: list[str] | None = None) -> TuneAnswer:
-    out = TuneAnswer(screened_out=list(screened_out or []))
-    by_label = {}
-    for c in candidates:
-        if c.refused:
-            out.refused.append(f"{c.spec} ({c.rule}): {c.refused}")
-    spec_of = {v.label: v.spec for v in a.experiment.variants}
-    for c in candidates:
-        for label, spec in spec_of.items():
-            if spec == c.spec:
-                by_label[label] = c
-    racers = [vi for vi in range(len(a.labels)) if vi != a.baseline_idx]
-    for vi in racers:
-        if not _usable(a, vi):
-            out.not_in_effect.append(f"{a.labels[vi]}: the verification found the setting or allocator not in "
-                                     f"effect, so it was left out of the answer")
-    usable = [vi for vi in racers if _usable(a, vi)]
-
-    def too_big(vi: int) -> bool:
-        if max_rss_increase is None:
-            return False
-        return any((c := _comp(w, RSS, vi)) is not None and c.verdict == "worse" and c.ratio - 1 > max_rss_increase
-                   for w in a.workloads)
-
-    picked: set[int] = set()
-    speed = _decided_best(a, _primary, usable, too_big)
-    if speed is not None:
-        # A primary metric of the user's that measures memory (an RSS it prints, lower is better) is
-        # a memory goal, not speed.
-        goal = next((g for w in a.workloads if (row := w.primary()) is not None
-                     and (g := memory_goal(row.name, row.unit, row.higher_is_better, row.source))), "speed")
-        out.picks.append(Pick(goal, speed, a.labels[speed], _texts(a, _primary, speed),
-                              _mechanism(a, speed, by_label, goal), _texts(a, lambda w: RSS, speed, "peak RSS"),
-                              _apply(a, speed)))
-        picked.add(speed)
-    memory = _decided_best(a, lambda w: RSS, usable)
-    if memory is not None:
-        out.picks.append(Pick("memory", memory, a.labels[memory], _texts(a, lambda w: RSS, memory, "peak RSS"),
-                              _mechanism(a, memory, by_label), _texts(a, _primary, memory), _apply(a, memory)))
-        picked.add(memory)
-    end = _decided_best(a, lambda w: END_ANON if w.row(END_ANON) else None, usable)
-    if end is not None:
-        out.picks.append(Pick("memory at its end", end, a.labels[end],
-                              _texts(a, lambda w: END_ANON if w.row(END_ANON) else None, end, "anonymous RSS at its end"),
-                              _mechanism(a, end, by_label), _texts(a, _primary, end), _apply(a, end)))
-        picked.add(end)
-    for metric in _phases(a):
-        vi = _decided_best(a, lambda w, m=metric: m if w.row(m) else None, usable)
-        if vi is not None:
-            phase = PHASE.match(metric).group(1)
-            out.picks.append(Pick(f"memory after {phase}", vi, a.labels[vi],
-                                  _texts(a, lambda w, m=metric: m if w.row(m) else None, vi, f"RSS after {phase}"),
-                                  _mechanism(a, vi, by_label), _texts(a, _primary, vi), _apply(a, vi)))
-            picked.add(vi)
-    leads: list[int] = []   # speed still undecided: the answer may not say "keep the default"
-    dropped = {vi: (leader, runs) for _, vi, leader, runs in a.experiment.config.dropped}
-    for vi in usable:
-        if vi in picked:
-            continue
-        cand = by_label.get(a.labels[vi])
-        rule = f" ({cand.rule}, expected {cand.expect})" if cand else ""
-        line = f"{a.labels[vi]}{rule}: {_texts(a, _primary, vi)}; {_texts(a, lambda w: RSS, vi, 'peak RSS')}"
-        own = _own_metric(cand)
-        if own is not None:   # a memory rule's candidate: where its effect was expected to show
-            line += f"; {_texts(a, own, vi, _metric_words(cand.metric))}"
-        own_v = _verdicts(a, own, vi) if own is not None else set()
-        if vi in dropped:
-            leader, runs = dropped[vi]
-            line += (f" (dropped at {runs} runs: the most its interval allows is below the least {leader}'s "
-                     f"allows)")
-        speed_v, rss_v = _verdicts(a, _primary, vi), _verdicts(a, lambda w: RSS, vi)
-        end_v = _verdicts(a, lambda w: END_ANON if w.row(END_ANON) else None, vi)
-        if any("better" in v and "worse" not in v for v in (speed_v, rss_v, end_v, own_v)):
-            out.also_better.append(line)
-        elif "undecided" in speed_v and not _dropped(a, vi):
-            out.open.append(line)
-            leads.append(vi)
-        else:
-            out.ruled_out.append(line)
-    out.picks = _merged([_with_own_metric(a, p, by_label) for p in out.picks])
-    if not out.picks and leads:
-        top = max(leads, key=lambda vi: _mean_gain(a, vi))
-        out.undecided = (f"nothing decided better within the budget, and {len(leads)} candidate(s) still open; the "
-                         f"largest estimate is {a.labels[top]} ({_texts(a, _primary, top)}). Keeping the default is "
-                         f"not shown to be right: a larger --budget (or --max-runs) decides it.")
-    elif not out.picks:
-        who = "every finalist of the screen" if out.screened_out else "every candidate"
-        out.nothing = (f"{who} was decided worse or equivalent on speed, and none decided to hold less "
-                       "memory: keep the default")
-    return out
-
-
-def _with_own_metric(a: Analysis, p: Pick, by_label: dict[str, Candidate]) -> Pick:
-    """A memory rule's candidate picked for another goal (glibc's own trim fix, best for peak RSS by
-    a few percent) also shows the effect where its rule expected it (RSS at its end), where that
-    effect is decided better: a gain of the pick, not its cost."""
-    cand = by_label.get(p.label)
-    own = _own_metric(cand)
-    if own is None:
-        return p
-    words = _metric_words(cand.metric)
-    if words in p.effect or "better" not in _verdicts(a, own, p.variant_idx):
-        return p
-    return Pick(p.goal, p.variant_idx, p.label, f"{p.effect}; {_texts(a, own, p.variant_idx, words)}", p.mechanism,
-                p.cost, p.apply)
+def _has(metric: str):
+    return lambda w: metric if w.row(metric) else None
 
 
 def _own_metric(cand: Candidate | None):
     """A memory candidate's own metric, as a per-workload chooser; None for the others."""
-    if cand is None or not cand.metric or cand.metric in (RSS,):
+    if cand is None or not cand.metric or cand.metric == RSS:
         return None
-    return lambda w, m=cand.metric: m if w.row(m) else None
+    return _has(cand.metric)
 
 
-def _metric_words(name: str) -> str:
-    goal = memory_goal(name) or name
-    return {"memory at its end": "anonymous RSS at its end"}.get(goal, goal.replace("memory after ", "RSS after "))
+def _memory_goal_of_primary(a: Analysis) -> str | None:
+    """A primary metric of the user's that measures memory (lower is better) makes speed's pick a memory goal."""
+    return next((g for w in a.workloads if (row := w.primary()) is not None
+                 and (g := memory_goal(row.name, row.unit, row.higher_is_better, row.source))), None)
+
+
+class _Answerer:
+    def __init__(self, a: Analysis, candidates: list[Candidate], max_rss_increase: float | None):
+        self.a, self.max_rss_increase = a, max_rss_increase
+        spec_of = {v.label: v.spec for v in a.experiment.variants}
+        self.by_label = {label: c for c in candidates for label, spec in spec_of.items() if spec == c.spec}
+        self.racers = [vi for vi in range(len(a.labels)) if vi != a.baseline_idx]
+        self.usable = [vi for vi in self.racers if best.usable(a, vi)]
+
+    def cand(self, vi: int) -> Candidate | None:
+        return self.by_label.get(self.a.labels[vi])
+
+    def too_big(self, vi: int) -> bool:
+        return best.too_big(self.a, vi, self.max_rss_increase)
+
+    def pick(self, goal: str, vi: int, metric_of, cost_of, effects: tuple[Effect, ...] | None = None) -> Pick:
+        a, cand = self.a, self.cand(vi)
+        effects = _effects(a, metric_of, vi) if effects is None else effects
+        own = _own_metric(cand)
+        if own is not None and not any(e.metric == cand.metric for e in effects) \
+                and any(e.comparison.verdict == "better" for e in _effects(a, own, vi)):
+            # A memory rule's candidate picked for another goal shows its own metric's effect too.
+            effects += _effects(a, own, vi)
+        plain = cand is not None and goal == "speed" and cand.expect != "faster" and ":" not in cand.spec
+        return Pick((goal,), vi, a.labels[vi], cand, effects, _effects(a, cost_of, vi), _faults(a, vi), plain,
+                    how_to_apply(a, vi, a.workloads[0].argv, a.workloads[0].info))
+
+    def both(self) -> list[Pick]:
+        """The candidates decided better on one axis and better or equivalent on the other that no other
+        such candidate beats everywhere, the larger gain first (stats/best.py)."""
+        a = self.a
+        out = []
+        for vi in best.both_front(a, [vi for vi in self.usable if not self.too_big(vi)]):
+            # Both axes in full: speed, then every memory metric (the claim is "better or equivalent" on each).
+            effects = tuple(Effect(w.name, name, c) for w in a.workloads
+                            for name in dict.fromkeys([best.primary(w)] + best.memory_metrics(w))
+                            if name and (c := w.comparison(name, vi)) is not None)
+            out.append(self.pick("both", vi, None, lambda w: None, effects))
+        return out
+
+    def goals(self) -> list[Pick]:
+        a, out = self.a, []
+        speed = best.speed_pick(a, self.max_rss_increase)
+        if speed is not None:
+            out.append(self.pick(_memory_goal_of_primary(a) or "speed", speed, best.primary, _has(RSS)))
+        for goal, metric in [("memory", RSS), ("memory at its end", END_ANON)] + \
+                [(f"memory after {PHASE.match(m).group(1)}", m) for m in _phases(a)]:
+            vi = best.decided_best(a, _has(metric), self.usable)
+            if vi is not None:
+                p = self.pick(goal, vi, _has(metric), best.primary)
+                out.append(self._instead(p))
+        return out
+
+    def _instead(self, p: Pick) -> Pick:
+        """A memory pick at more than SLOW the time: the candidate that holds the least on the same metric
+        among those that cost no time."""
+        slow = [e for e in p.costs if e.comparison.gain < 1 / SLOW]
+        if not slow:
+            return p
+        metric = p.effects[0].metric
+        cheap = [vi for vi in self.usable if vi != p.variant_idx and best.costs_no_time(self.a, vi)]
+        vi = best.decided_best(self.a, _has(metric), cheap)
+        if vi is None:
+            return p
+        return Pick(p.goals, p.variant_idx, p.label, p.candidate, p.effects, p.costs, p.faults, p.plain, p.apply,
+                    self.pick(p.goals[0], vi, _has(metric), best.primary))
+
+    def other(self, vi: int) -> Other:
+        a, cand = self.a, self.cand(vi)
+        own = _own_metric(cand)
+        effects = _effects(a, best.primary, vi) + _effects(a, _has(RSS), vi) + (_effects(a, own, vi) if own else ())
+        dropped = {v: (leader, runs) for _, v, leader, runs in a.experiment.config.dropped}
+        leader, runs = dropped.get(vi, (None, None))
+        speed_v = {e.comparison.verdict for e in _effects(a, best.primary, vi)}
+        memory = [_effects(a, m, vi) for m in (_has(RSS), _has(END_ANON), own) if m is not None]
+        if any({e.comparison.verdict for e in es} >= {"better"} and "worse" not in {e.comparison.verdict for e in es}
+               for es in [_effects(a, best.primary, vi)] + memory):
+            outcome, reason = Outcome.ALSO_BETTER, Reason.BETTER
+        elif "undecided" in speed_v and not _dropped(a, vi):
+            outcome, reason = Outcome.OPEN, Reason.UNDECIDED
+        else:
+            outcome = Outcome.RULED_OUT
+            reason = (Reason.BELOW_LEADER if leader is not None or _dropped(a, vi) else
+                      Reason.WORSE if "worse" in speed_v else Reason.EQUIVALENT if "equivalent" in speed_v
+                      else Reason.UNDECIDED)
+        return Other(a.labels[vi], a.experiment.variants[vi].spec, cand.rule if cand else None,
+                     cand.expect if cand else None, outcome, reason, effects, leader, runs)
+
+
+def answer(a: Analysis, candidates: list[Candidate], max_rss_increase: float | None = None, record=None) -> TuneAnswer:
+    """The answer of a race; `record`: its TuneRecord (the screen's, the baseline, the failures)."""
+    ans = _Answerer(a, candidates, max_rss_increase)
+    out = TuneAnswer(baseline=getattr(record, "baseline", None), failures=list(getattr(record, "failures", []) or []),
+                     screened_out=[s for s in getattr(record, "screened_out", []) or [] if isinstance(s, dict)])
+    for c in candidates:
+        if c.refused:
+            out.others.append(Other(c.spec, c.spec, c.rule, c.expect, Outcome.REFUSED, Reason.REFUSED, detail=c.refused))
+    for vi in ans.racers:
+        if vi not in ans.usable:
+            out.others.append(Other(a.labels[vi], a.experiment.variants[vi].spec, None, None, Outcome.NOT_IN_EFFECT,
+                                    Reason.NOT_IN_EFFECT))
+    out.picks = _merged(ans.both() + ans.goals())
+    picked = {p.variant_idx for p in out.picks}
+    out.others[:0] = [ans.other(vi) for vi in ans.usable if vi not in picked]
+    for s in out.screened_out:
+        out.others.append(Other(s["label"], s["spec"], s.get("rule"), s.get("expect"), Outcome.SCREENED_OUT,
+                                Reason.SCREENED_OUT))
+    opened = out.of(Outcome.OPEN)
+    if out.picks:
+        out.state = State.PICKED
+    elif opened:
+        out.state = State.OPEN
+        out.largest_open = max(opened, key=lambda o: best.mean_gain(e.comparison for e in o.effects
+                                                                     if e.metric == _primary_of(a, e.workload)))
+    return out
+
+
+def _primary_of(a: Analysis, workload: str) -> str | None:
+    w = next((w for w in a.workloads if w.name == workload), None)
+    return best.primary(w) if w is not None else None
 
 
 def _merged(picks: list[Pick]) -> list[Pick]:
-    """A variant that wins several goals, once: its goals joined, its effects one after another."""
+    """A variant that wins several goals, once, at its first place: its goals joined, its effects one
+    after another (a metric shown once)."""
     out: list[Pick] = []
     for p in picks:
         first = next((q for q in out if q.variant_idx == p.variant_idx), None)
         if first is None:
             out.append(p)
             continue
-        goals = first.goal.replace(" and ", ", ").split(", ") + [p.goal]
-        out[out.index(first)] = Pick(", ".join(goals[:-1]) + " and " + goals[-1], first.variant_idx, first.label,
-                                     f"{first.effect}; {p.effect}", first.mechanism, first.cost, first.apply)
+        shown = {(e.workload, e.metric) for e in first.effects}
+        effects = first.effects + tuple(e for e in p.effects if (e.workload, e.metric) not in shown)
+        out[out.index(first)] = Pick(first.goals + p.goals, first.variant_idx, first.label, first.candidate, effects,
+                                     first.costs, first.faults, first.plain, first.apply, first.instead or p.instead)
     return out
 
 
 def _dropped(a: Analysis, vi: int) -> bool:
     """Every undecided speed comparison of `vi` was dropped by the race below a leader (tune/race.py):
     ruled out, not open."""
-    cs = [c for w in a.workloads if (name := _primary(w)) and (c := _comp(w, name, vi)) is not None
-          and c.verdict == "undecided"]
+    cs = [c for c in best.comparisons(a, best.primary, vi) if c.verdict == "undecided"]
     return bool(cs) and all(c.stopped == "leader" for c in cs)
-
-
-def _mean_gain(a: Analysis, vi: int) -> float:
-    cs = [c for w in a.workloads if (name := _primary(w)) and (c := _comp(w, name, vi)) is not None
-          and math.isfinite(c.ratio) and c.ratio > 0]
-    return statistics.geometric_mean(c.gain for c in cs) if cs else 0.0

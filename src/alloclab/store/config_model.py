@@ -74,13 +74,15 @@ class TuneRecord(_Stored):
 
     diagnosis_experiment: int | None = None
     screen_experiment: int | None = None
-    screened_out: list = field(default_factory=list)   # lines: "label (rule, expected ...): screened at ..."
+    screened_out: list = field(default_factory=list)   # tune/screen.py: what the screen left out, with its estimates
     fired: list = field(default_factory=list)
     silent: list = field(default_factory=list)
     candidates: list = field(default_factory=list)     # Candidate, raced
     refused: list = field(default_factory=list)        # Candidate, refused by the installed allocators
     readings: dict = field(default_factory=dict)       # allocator -> reading name -> value
     run_cap: list | None = None                        # [the options' cap, the race's] where tune raised it
+    baseline: dict | None = None                       # tune/baseline.py: what the program runs, where not glibc
+    failures: list = field(default_factory=list)       # tune/diagnose_run.py: fingerprints that failed, and why
     extra: dict = field(default_factory=dict)
 
     def __post_init__(self) -> None:

@@ -9,6 +9,7 @@ Time a thread spends asleep on an allocator's lock is not on-CPU: the profile do
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from dataclasses import dataclass
 
@@ -65,14 +66,34 @@ def share_bound(workload: str, summary, metric) -> ShareBound | None:
 QUIET_FREQUENCY = 4999   # samples a second: a program of a tenth of a second still gives hundreds
 
 
-def quiet_bound(store, diag_id: int, chosen: list, plain: list, readings: dict, rx, timeout_s: float | None,
-                seed: int, margin: float, note) -> tuple[str | None, str | None]:
+@dataclass(frozen=True)
+class QuietBound:
+    """What the profiled look found where nothing but the allocation rate was seen: the largest bound
+    of the diagnosed workloads, the default's label, and what the diagnosis read."""
+    bound: ShareBound
+    default: str
+    workloads: int
+    calls_per_s: float
+    fired: tuple[str, ...]
+    margin: float
+
+    @property
+    def stops(self) -> bool:
+        """Every change bounded below the margin: nothing to tune."""
+        return self.bound.bound < self.margin
+
+    def record(self) -> dict:
+        return {"fact": "bound", **dataclasses.asdict(self.bound), "bound": self.bound.bound, "default": self.default,
+                "workloads": self.workloads, "calls_per_s": self.calls_per_s, "fired": list(self.fired),
+                "margin": self.margin, "stops": self.stops}
+
+
+def quiet_bound(store, diag_id: int, chosen: list, plain: list, base, rx, timeout_s: float | None,
+                seed: int, margin: float, note) -> QuietBound | None:
     """Where nothing the allocator does was seen beyond how often it is called: one profiled run per
     plain allocator and diagnosed workload (with an unprofiled run beside each: the one look).
-    (The sentence that stops tune when the upper limit of their allocator and kernel
-    memory-management share bounds every change below the margin in every workload, None to race;
-    the share in words where it was measured.)"""
-    from alloclab.catalog.allocators import BASELINE
+    `base`: the default's Reading. The largest bound of the workloads (tune stops where it is below
+    the margin); None where no bound could be read (no profile, a memory metric of the user's)."""
     from alloclab.errors import AlloclabError
     from alloclab.measure import auto_profile
     from alloclab.measure.profile.perf import read_int
@@ -81,12 +102,11 @@ def quiet_bound(store, diag_id: int, chosen: list, plain: list, readings: dict, 
     from alloclab.workloads.metrics import is_memory
     from alloclab.workloads.primary import primary_metric
 
-    base = readings.get(BASELINE)
     if base is None:
-        return None, None
+        return None
     if why := auto_profile.unavailable():
         note(f"[yellow]No profile to bound the allocator's share ({why}); racing.[/]")
-        return None, None
+        return None
     limit = read_int("/proc/sys/kernel/perf_event_max_sample_rate") or QUIET_FREQUENCY
     bounds = []
     for wi, workload in enumerate(chosen):
@@ -96,28 +116,15 @@ def quiet_bound(store, diag_id: int, chosen: list, plain: list, readings: dict, 
                                          workload_idx=wi)
         except AlloclabError as exc:   # a workload profiling cannot run (run_as, ...): no bound, race
             note(f"[yellow]No profile of {workload.name} to bound the allocator's share ({exc}); racing.[/]")
-            return None, None
+            return None
         store_profiles(store, diag_id, summaries)
         metric = primary_metric(workload.metrics)
         if metric is not None and is_memory(metric):
-            return None, None   # a memory metric of the user's: what the CPU's share bounds is time
+            return None   # a memory metric of the user's: what the CPU's share bounds is time
         # The default's profile: what any change could take away from it.
         b = share_bound(workload.name, summaries[0], metric)
         if b is None:
-            return None, None
+            return None
         bounds.append(b)
     b = max(bounds, key=lambda x: x.bound)
-    what = (f"{b.metric} (a rate: at most 1/(1 - share) - 1)" if b.rate
-            else f"{b.metric or 'wall time'} (a time: at most the share)")
-    where = f" of {b.workload}" if len(chosen) > 1 else ""
-    most = f", the most of its {len(chosen)} workloads" if where else ""
-    share_text = (f"the allocator's functions and the kernel's memory management took {b.share * 100:.2f}% of "
-                  f"{plain[0].label}'s CPU in the profiled runs{where} ({b.samples:,} samples{most}; at most "
-                  f"{b.upper * 100:.2f}% at {CONFIDENCE:.0%} confidence): no allocator or setting can improve "
-                  f"{what} by more than about {b.bound * 100:.2f}%")
-    if b.bound >= margin:
-        return None, share_text
-    calls = f"the program makes {base.get('allocs_per_s') or 0:,.0f} allocation calls a second"
-    seen = (f"{calls}, no rule of the catalog fired" if not rx.fired else
-            f"{calls}, the rules that fired ({', '.join(rx.fired)}) read only that rate, no workload has a memory phase")
-    return f"{seen}, and {share_text}, below the {margin * 100:g}% margin.", share_text
+    return QuietBound(b, plain[0].label, len(chosen), base.get("allocs_per_s") or 0.0, tuple(rx.fired), margin)

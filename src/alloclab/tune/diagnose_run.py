@@ -8,6 +8,7 @@ In: the store, the workloads, the plain variants, a UI (tune/session.py). Out: a
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass, field
 
 from alloclab.errors import AlloclabError
@@ -20,14 +21,34 @@ from alloclab.tune.diagnosis import Reading, merged, reading
 DIAGNOSED_COMMANDS = 4
 
 
+@dataclass(frozen=True)
+class Failure:
+    """A fingerprint run that failed, and what plain runs of the same cell said: where they all ran,
+    the failure is alloclab's (its interposer, perf), not the program's."""
+    variant: str
+    workload: str
+    status: str            # in words: failed, timed out, ...
+    detail: str            # killed by signal 6 (SIGABRT), ...
+    plain_runs: int = 0    # runs without the interposer, of the default, made to tell
+    plain_failed: int = 0
+
+    @property
+    def alloclabs(self) -> bool:
+        return self.plain_runs > 0 and self.plain_failed == 0
+
+    def record(self) -> dict:
+        return {"fact": "alloclab-failure"} | dataclasses.asdict(self) | {"alloclabs": self.alloclabs}
+
+
 @dataclass
 class Diagnosis:
     exp_id: int
     experiment: object
     readings: dict[str, Reading]
     chosen: list                   # the workloads diagnosed
-    default_fails: str | None = None   # the answer where the program fails under the default alone
+    default_fails: dict | None = None   # where the program fails under the default alone: the figures
     failed: list[str] = field(default_factory=list)   # cells whose fingerprint failed, in words
+    failures: list[Failure] = field(default_factory=list)   # the default's, told apart by plain runs
 
 
 def has_phases(workload) -> bool:
@@ -50,8 +71,15 @@ def diagnosed(workloads: list) -> list:
     return out
 
 
-def diagnose(store, ui, workloads: list, plain: list, title: str, timeout_s: float | None, seed: int) -> Diagnosis:
-    """The fingerprint of the diagnosed workloads under each plain allocator, untimed."""
+def diagnose(store, ui, workloads: list, plain: list, title: str, timeout_s: float | None, seed: int,
+             reads: list[str] | None = None) -> Diagnosis:
+    """The fingerprint of the diagnosed workloads under each plain allocator, untimed. `reads`: the
+    allocator each variant's fingerprint is read as (the baseline's is the allocator it runs).
+
+    Where the default's fingerprint fails, or every one does, the default runs plain (no interposer,
+    no LD_DEBUG) as often as its fingerprint failed and at least twice, before anything is said of
+    the program: runs that succeed make the failure alloclab's, and the diagnosis goes on without
+    the readings it lacks."""
     settings = Settings(runs=1, warmup=0, verify=False, fingerprint_only=True, keep_prepared=True,
                         kind="tune-diagnosis", title=title, timeout_s=timeout_s, seed=seed)
     chosen = diagnosed(workloads)
@@ -59,20 +87,51 @@ def diagnose(store, ui, workloads: list, plain: list, title: str, timeout_s: flo
     exp = store.load(exp_id)
     labels = [v.label for v in plain]
     out = Diagnosis(exp_id, exp, {}, chosen)
-    _stop_if_the_command_fails(store, exp_id, exp.fingerprints, chosen)
-    out.default_fails = _default_fails(exp.fingerprints, labels, chosen)
+    ran = {key: fp for key, fp in exp.fingerprints.items() if _status(fp)}
+    failed = {key: fp for key, fp in ran.items() if _status(fp) != "ok"}
+    every = bool(ran) and len(failed) == len(ran)
+    told = {wi: fp for (wi, vi), fp in failed.items() if vi == 0 or every}
+    plain_runs = _plain_runs(store, ui, chosen, plain[0], sorted(told), title, timeout_s, seed, len(failed))
+    for wi, fp in sorted(told.items()):
+        status, detail = failure_words(fp)
+        n, bad = plain_runs.get(wi, (0, 0))
+        out.failures.append(Failure(labels[0], chosen[wi].name[:60], status, detail, n, bad))
+    program_fails = [f for f in out.failures if not f.alloclabs]
+    if every and program_fails:
+        _stop_if_the_command_fails(store, exp_id, failed)
+    if program_fails:
+        out.default_fails = _default_fails(exp.fingerprints, labels, chosen)
     for vi, v in enumerate(plain):
-        name = v.allocator.name if v.allocator else v.label
+        name = reads[vi] if reads else v.allocator.name if v.allocator else v.label
         parts = []
         for wi in range(len(chosen)):
             fp = exp.fingerprints.get((wi, vi))
             if fp and "error" not in fp and fp.get("status", "ok") == "ok":
                 parts.append(reading(name, v.label, fp))
-            elif fp:
+            elif fp and not (vi == 0 and wi in told):
                 out.failed.append(f"{labels[vi]}: no fingerprint of {chosen[wi].name[:60]} "
                                   f"({fp.get('run_error') or fp.get('error')})")
         if parts:
             out.readings[name] = merged(parts)
+    return out
+
+
+def _plain_runs(store, ui, chosen: list, default, workload_idxs: list[int], title: str, timeout_s: float | None,
+                seed: int, failed: int) -> dict[int, tuple[int, int]]:
+    """Plain runs of the default in the workloads whose fingerprint failed: {workload: (runs, failed)}."""
+    if not workload_idxs:
+        return {}
+    runs = max(2, failed)
+    settings = Settings(runs=runs, warmup=0, verify=False, keep_prepared=True, kind="tune-check", title=title,
+                        timeout_s=timeout_s, seed=seed, failures_expected=True)
+    check_id = ui.run(store, [chosen[wi] for wi in workload_idxs], [default], settings)
+    out: dict[int, tuple[int, int]] = {}
+    for run in store.load(check_id).runs:
+        if run.warmup:
+            continue
+        wi = workload_idxs[run.workload_idx]
+        n, bad = out.get(wi, (0, 0))
+        out[wi] = (n + 1, bad + (run.status != "ok"))
     return out
 
 
@@ -81,25 +140,20 @@ def _status(fp: dict) -> str | None:
     return fp.get("status") if fp else None
 
 
-def _stop_if_the_command_fails(store, exp_id: int, fingerprints: dict, chosen: list) -> None:
-    """Before any rule reads them: runs that failed under every allocator are the command's failure,
-    not the allocators' (racing them would only fail again)."""
-    ran = {key: fp for key, fp in fingerprints.items() if _status(fp)}
-    failed = {key: fp for key, fp in ran.items() if _status(fp) != "ok"}
-    if ran and len(failed) == len(ran):
-        status, detail = failure_words(next(reversed(failed.values())))
-        raise AlloclabError(
-            f"The program's fingerprint run {status} under every allocator ({detail}): it fails whatever the "
-            f"allocator, so there is nothing to tune. Run it by hand to see why (if it runs by hand, it refuses "
-            f"the fingerprint's interposer or perf; raise --timeout if it needs longer). The diagnosis is kept in "
-            f"{store.path} as experiment {exp_id}.")
+def _stop_if_the_command_fails(store, exp_id: int, failed: dict) -> None:
+    """Before any rule reads them: runs that failed under every allocator, and plain, are the
+    command's failure, not the allocators' (racing them would only fail again)."""
+    status, detail = failure_words(next(reversed(failed.values())))
+    raise AlloclabError(
+        f"The program's fingerprint run {status} under every allocator ({detail}), and so did plain runs of "
+        f"it under the default, without alloclab's interposer: it fails whatever the allocator, so there is "
+        f"nothing to tune. Run it by hand to see why (raise --timeout if it needs longer). The diagnosis is "
+        f"kept in {store.path} as experiment {exp_id}.")
 
 
-def _default_fails(fingerprints: dict, labels: list[str], chosen: list) -> str | None:
-    """The answer where the default (variant 0) fails in every diagnosed workload while another
-    allocator runs: the program's fault, which the others hide (tune/session.py says it first)."""
-    from alloclab.stats.failing import default_fails_text
-
+def _default_fails(fingerprints: dict, labels: list[str], chosen: list) -> dict | None:
+    """Where the default (variant 0) fails in every diagnosed workload while another allocator runs:
+    the program's fault, which the others hide (report/tune.py says it first), as figures."""
     for wi, w in enumerate(chosen):
         base = fingerprints.get((wi, 0))
         if _status(base) in (None, "ok"):
@@ -109,5 +163,5 @@ def _default_fails(fingerprints: dict, labels: list[str], chosen: list) -> str |
     if not ran:
         return None
     status, detail = failure_words(fingerprints[(0, 0)])
-    return default_fails_text(labels[0], f"its fingerprint run {status} ({detail})",
-                              fingerprints[(0, 0)].get("run_stderr") or "", ran)
+    return {"default": labels[0], "status": status, "detail": detail,
+            "stderr": fingerprints[(0, 0)].get("run_stderr") or "", "ran_under": ran}

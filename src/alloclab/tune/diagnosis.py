@@ -162,7 +162,9 @@ def reading(allocator: str, label: str, fp: Fingerprint | dict, cpus: int | None
         v |= _known(trim_bytes=trimmed, brk_trim_bytes=brk_trimmed, arena_trim_bytes=arena_trimmed,
                     munmap_bytes=unmapped, madvise_bytes=released,
                     trim_share=brk_trimmed / grown if grown else None,
-                    trim_turnover=_share(trimmed, peak_live),
+                    # Over the most ever resident, not live: threads' arenas each keep what they
+                    # freed, and 16 arenas trimmed once each give back 16 times the most live.
+                    trim_turnover=_share(trimmed, _kib(mem.peak_anon_kb) or peak_live),
                     # Pages faulted in per page trimmed, at most 1: the trimmed heap regrown.
                     trim_refault_share=min(1.0, fp.minflt * PAGE / trimmed) if fp.minflt is not None and trimmed
                     else None,

@@ -12,8 +12,8 @@ memory metric (peak RSS, at the end, after each phase, the user's) it is decided
 a memory leader. The intervals are the analysis's own, simultaneous over the family and the looks,
 so the error of "below the leader" is controlled with the verdicts' (both intervals hold together).
 
-The speed leader (decided better on the primary metric, with the largest gain: the answer's "best
-for speed") stays in the race after its verdict while its peak RSS against the default is still
+The speed leader (stats/best.py's decided best on the primary metric, within --max-rss-increase:
+the answer's "best for speed", by the same rule) stays in the race after its verdict while its peak RSS against the default is still
 undecided and other candidates run anyway: the cost beside the pick is half of the answer (the
 seeds' jemalloc, 4x faster and 300 MB more per OSD), and those blocks are run whatever it does.
 It never keeps the race going on its own.
@@ -22,6 +22,7 @@ It never keeps the race going on its own.
 from __future__ import annotations
 
 from alloclab.stats.analysis import WorkloadResult, analyze
+from alloclab.stats.best import speed_pick
 from alloclab.stats.looks import Judge
 from alloclab.workloads.metrics import PEAK_RSS as RSS, is_memory
 
@@ -41,18 +42,6 @@ def below_leader(w: WorkloadResult, metric: str, vi: int, base: int) -> int | No
         least = c.gain_bounds[0]
         if least > best_least:
             best, best_least = cell.variant_idx, least
-    return best
-
-
-def speed_leader(w: WorkloadResult, base: int) -> int | None:
-    """The candidate decided better on the primary metric with the largest gain (stats/tune_answer.py
-    picks across workloads likewise); None where none is decided better."""
-    primary = w.primary()
-    best, gain = None, 0.0
-    for cell in primary.cells if primary else ():
-        c = cell.comparison
-        if cell.variant_idx != base and c is not None and c.verdict == "better" and c.gain > gain:
-            best, gain = cell.variant_idx, c.gain
     return best
 
 
@@ -78,6 +67,10 @@ def could_hold_least(w: WorkloadResult, vi: int, base: int) -> bool:
 
 
 class RaceJudge(Judge):
+    def __init__(self, max_rss_increase: float | None = None) -> None:
+        super().__init__()
+        self.max_rss_increase = max_rss_increase
+
     def open_comparisons(self, experiment, workload_idxs: set[int], margin: float,
                          reachable: int | None = None) -> dict[int, set[int]]:
         # One full analysis serves both rules: the memory metrics are not primary.
@@ -85,15 +78,16 @@ class RaceJudge(Judge):
         out = self.open_in(a)
         self.dropped = {}
         for w in a.workloads:
-            primary = w.primary()
-            if primary is None:
+            row = w.primary()
+            if row is None:
                 continue
             for vi in sorted(out[w.idx]):
-                leader = below_leader(w, primary.name, vi, a.baseline_idx)
+                leader = below_leader(w, row.name, vi, a.baseline_idx)
                 if leader is not None and not could_hold_least(w, vi, a.baseline_idx):
                     out[w.idx].discard(vi)
                     self.dropped.setdefault(w.idx, {})[vi] = a.labels[leader]
-            pick = speed_leader(w, a.baseline_idx)
-            if pick is not None and out[w.idx] - {pick} and cost_open(w, pick):
+        pick = speed_pick(a, self.max_rss_increase)
+        for w in a.workloads:
+            if pick is not None and out.get(w.idx, set()) - {pick} and cost_open(w, pick):
                 out[w.idx].add(pick)
         return out

@@ -6,7 +6,7 @@ and the race's family is its finalists).
 
 In: the candidates, what a run costs (the diagnosis's fingerprint runs, which overestimate it), the
 budget left, the race's design; after the screen, its Analysis. Out: a ScreenPlan (or None: race
-everything), then the finalists and a line for each candidate screened out.
+everything), then the finalists and, for each candidate screened out, its estimates.
 """
 
 from __future__ import annotations
@@ -16,17 +16,16 @@ import math
 import statistics
 from dataclasses import dataclass
 
-from alloclab.plan.design import Design
 from alloclab.stats.analysis import Analysis
-from alloclab.stats.estimates import format_comparison
 from alloclab.store.config_model import Candidate
 from alloclab.workloads.metrics import PEAK_RSS as RSS, PHASE_RSS
 
 FAULTS = "minflt"
 PLAIN_RULES = ("allocator-bound", "cpu-share")   # rules that race the allocators as installed
-FIT = 0.5          # race everything when its warm-up and first look take at most this share of the budget
+FIT = 1.0          # race everything when its warm-up and first look fit in the budget left
 SCREEN_SHARE = 0.25   # the screen takes at most this share of the budget left (at least one run a cell)
 MAX_SCREEN_RUNS = 3
+ALWAYS_SLOTS = 2   # --screen always: the finalists besides the own fixes, whatever the budget fits
 
 
 @dataclass(frozen=True)
@@ -38,14 +37,15 @@ class ScreenPlan:
 @dataclass(frozen=True)
 class Finalists:
     kept: list[Candidate]
-    screened_out: list[str]   # "label: estimate ..." (not verdicts)
+    screened_out: list[dict]  # label, spec, rule, expect, the screen's estimates (not verdicts)
 
 
 def plan(n_candidates: int, n_workloads: int, run_s: float, left_s: float, first_look: int,
          warmup: int, force: bool = False) -> ScreenPlan | None:
-    """A screen when the race of every candidate could not reach its first look within half the
-    budget left (or `force`); None otherwise, or when there are at most two candidates (nothing to
-    choose)."""
+    """A screen when the race of every candidate could not reach its first look within the budget
+    left (or `force`); None otherwise, or when there are at most two candidates (nothing to choose).
+    Every candidate that reaches the first look is judged there, and the race drops it as soon as it
+    is decided or below the leader: a race is not sized as if every candidate ran to the last look."""
     if n_candidates <= 2 or (run_s <= 0 and not force):
         return None
     block_s = max((n_candidates + 1) * n_workloads * run_s, 1e-9)
@@ -65,12 +65,11 @@ def duration(s: float) -> str:
     return f"{s:.0f} s" if s < 120 else f"{s / 60:.1f} min"
 
 
-def race_slots(n_workloads: int, run_s: float, left_s: float, design: Design) -> int:
-    """How many candidates the race can take to its last look in the budget left: two where that
-    fits (the leader may lose to the runner-up), else one (a family of one decides soonest)."""
-    last = design.looks[-1] if design.looks else 1
-    two = 3 * n_workloads * run_s * (1 + last)
-    return 2 if two <= left_s else 1
+def race_slots(n_workloads: int, run_s: float, left_s: float, first_look: int, warmup: int) -> int:
+    """How many candidates the race can take to its first look in the budget left (its warm-up block
+    and first look, beside the default), at least one."""
+    per_candidate = (max(warmup, 1) + first_look) * n_workloads * max(run_s, 1e-9)
+    return max(1, int(left_s // per_candidate) - 1)
 
 
 def _comparisons(a: Analysis, vi: int, metrics_of):
@@ -153,17 +152,19 @@ def finalists(a: Analysis, candidates: list[Candidate], slots: int, fired: list[
     for cand, vi, gain, speed_gain in scored:
         if cand in kept:
             continue
-        words = [_estimate("speed", _comparisons(a, vi, _primary))]
+        estimates = [_estimate("speed", w, c) for w, c in _each(a, vi, _primary)]
         if cand.expect == "less memory":
-            words.insert(0, _estimate("memory", _comparisons(a, vi, _memory_of(cand))))
-        why = (f"; its interval lies wholly on the worse side after {screen_runs} screen runs"
-               if (cand, vi, gain, speed_gain) in lost else "")
-        out.append(f"{a.labels[vi]} ({cand.rule}, expected {cand.expect}): screened at {', '.join(words)}{why}")
+            estimates = [_estimate("memory", w, c) for w, c in _each(a, vi, _memory_of(cand))] + estimates
+        out.append({"label": a.labels[vi], "spec": cand.spec, "rule": cand.rule, "expect": cand.expect,
+                    "runs": screen_runs, "estimates": estimates,
+                    "worse_throughout": (cand, vi, gain, speed_gain) in lost})
     return Finalists(kept, out)
 
 
-def _estimate(axis: str, cs: list) -> str:
-    """'speed: +3.1% [-8.0, +15.2]' (the screen's estimate and interval, per workload), or no estimate."""
-    if not cs:
-        return f"{axis}: no estimate"
-    return f"{axis}: " + "; ".join(format_comparison(c) for c in cs)
+def _each(a: Analysis, vi: int, metrics_of):
+    return [(w.name, c) for w in a.workloads for name in metrics_of(w) if (c := w.comparison(name, vi)) is not None]
+
+
+def _estimate(axis: str, workload: str, c) -> dict:
+    """The screen's estimate and interval of one comparison (not a verdict: it only ranks)."""
+    return {"axis": axis, "workload": workload, "ratio": c.ratio, "low": c.ci_low, "high": c.ci_high}

@@ -14,19 +14,19 @@ no candidate the installed allocators take).
 
 from __future__ import annotations
 
-import dataclasses
+import enum
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Protocol
 
 from alloclab import defaults
-from alloclab.catalog import allocators as cat
 from alloclab.catalog.tune_rules import load_rules
 from alloclab.errors import AlloclabError
 from alloclab.store.config_model import TuneRecord
 from alloclab.store.db import Store
 from alloclab.tune import screen as screening
+from alloclab.tune.baseline import SYSTEM, baseline_of, plain_variants
 from alloclab.tune.bound import quiet_bound
 from alloclab.tune.diagnose_run import diagnose, has_phases
 from alloclab.tune.prescribe import plain_candidates, prescribe
@@ -42,6 +42,8 @@ class UI(Protocol):
     def note(self, text: str) -> None: ...                  # progress, on stderr
 
     def say(self, text: str, style: str = "") -> None: ...  # the answer, on stdout
+
+    def tell(self, fact: dict) -> None: ...                # a fact of the answer, as stored (report/ words it)
 
 
 @dataclass(frozen=True)
@@ -64,12 +66,23 @@ class TuneOptions:
                                 f"where racing every candidate would not fit half the budget.")
 
 
+class Stop(enum.Enum):
+    """Why tune raced nothing, with the exit status the command gives (report/tune.py words it)."""
+    NOTHING_TO_TUNE = ("nothing to tune", 0)     # the allocator's share bounds every change below the margin
+    DEFAULT_FAILS = ("the default fails", 1)     # the program's fault, which the other allocators hide
+    NO_CANDIDATE = ("no candidate", 3)           # every proposed setting refused by the installed allocators
+
+    @property
+    def exit_code(self) -> int:
+        return self.value[1]
+
+
 @dataclass
 class TuneOutcome:
     store_path: Path
     diagnosis_id: int
-    stop: str | None = None              # the answer where nothing was raced
-    stop_style: str = "bold green"
+    stop: Stop | None = None             # why nothing was raced
+    stop_data: dict = field(default_factory=dict)   # its figures (report/tune.py's stop_line)
     race_id: int | None = None
     results: object | None = None        # stats/results.py's Results of the race
     notes: list[str] = field(default_factory=list)
@@ -98,55 +111,44 @@ class _Resolved(dict):
         return None
 
 
-def plain_variants(names: tuple[str, ...]) -> list:
-    """The baseline and each installed allocator tune races plainly; `names` restricts them."""
-    from alloclab.catalog.variants import installed_variants, parse_variant
-
-    catalog = cat.load_catalog()
-    if not names:
-        return [v for v in installed_variants(catalog) if v.allocator is None or v.allocator.race_in_tune]
-    for n in names:
-        if ":" in n or "@" in n:
-            raise AlloclabError(f"tune's -a names allocators to consider ({', '.join(catalog.allocators)}), "
-                                f"not variants with settings: {n}. tune proposes the settings itself; race "
-                                f"your own with `alloclab compare -a ...`.")
-        if n not in catalog.allocators:
-            parse_variant(n, catalog)   # an unknown name is refused here, with the names compare lists
-            raise AlloclabError(f"tune's -a names allocators of the catalog ({', '.join(catalog.allocators)}), "
-                                f"whose settings its rules know; {n} is a library of your own: race it with "
-                                f"`alloclab compare -a {n} ...`.")
-    return [parse_variant(n, catalog) for n in [cat.BASELINE] + [n for n in names if n != cat.BASELINE]]
-
-
 class TuneRun:
-    def __init__(self, opts: TuneOptions, workloads: list, plan_defaults, title: str, ui: UI):
+    def __init__(self, opts: TuneOptions, workloads: list, plan_defaults, title: str, ui: UI, clock=time.monotonic):
         self.opts, self.workloads, self.defaults, self.title, self.ui = opts, workloads, plan_defaults, title, ui
-        self.started = time.monotonic()
+        self.clock = clock
+        self.started = clock()
         self.budget_s = opts.budget_s or defaults.seconds(plan_defaults.budget)
         self.pace_s: float | None = None   # a timed run's cost, measured by the screen
 
     def left(self) -> float:
-        return self.budget_s - (time.monotonic() - self.started)
+        return self.budget_s - (self.clock() - self.started)
 
     def run(self) -> TuneOutcome:
         from alloclab.tune.lines import diagnosis_lines
 
         opts, ui = self.opts, self.ui
-        plain = plain_variants(opts.allocators)
+        base = baseline_of(self.workloads)
+        plain = plain_variants(opts.allocators, base)
         store = Store(opts.db)
         ui.note(f"Storing results in {store.path.resolve()}")
-        diag = diagnose(store, ui, self.workloads, plain, self.title, opts.timeout_s, opts.seed)
+        if base.how != SYSTEM:
+            ui.tell(base.record())
+        reads = [base.reads] + [v.allocator.name if v.allocator else v.label for v in plain[1:]]
+        diag = diagnose(store, ui, self.workloads, plain, self.title, opts.timeout_s, opts.seed, reads)
         out = TuneOutcome(store.path, diag.exp_id)
         for line in diag.failed:
             ui.note(f"[yellow]{line}[/]")
+        for failure in diag.failures:
+            if failure.alloclabs:
+                ui.tell(failure.record())
         if diag.default_fails:
-            out.stop, out.stop_style = diag.default_fails[0].upper() + diag.default_fails[1:] + ".", "bold red"
+            out.stop, out.stop_data = Stop.DEFAULT_FAILS, diag.default_fails
             return out
         readings = diag.readings
-        versions = {v.allocator.name: diag.experiment.variants[i].version for i, v in enumerate(plain) if v.allocator}
+        versions = {reads[i]: diag.experiment.variants[i].version for i, v in enumerate(plain) if v.allocator}
+        versions[base.reads] = base.version or versions.get(base.reads, "")
         others = [v.spec for v in plain[1:]]
         resolved = _Resolved()
-        rx = prescribe(readings, others, versions, check=resolved.refusal)
+        rx = prescribe(readings, others, versions, check=resolved.refusal, baseline=base.reads)
         ui.say(f"[bold]Diagnosis[/] (experiment {diag.exp_id}: one untimed fingerprint run of "
                f"{' and '.join(w.name[:60] for w in diag.experiment.workloads)} per allocator)")
         for line in diagnosis_lines(readings, rx):
@@ -155,79 +157,74 @@ class TuneRun:
         # What the allocator's CPU share bounds: nothing fired, or only rules of the allocation rate
         # with no memory phase to hold memory after; a bound needs every raced workload looked at.
         look = not rx.fired or (rx.rate_only and not any(has_phases(w) for w in self.workloads))
-        stop, share = (quiet_bound(store, diag.exp_id, diag.chosen, plain, readings, rx, opts.timeout_s, opts.seed,
-                                   opts.min_effect, ui.note)
-                       if look and len(diag.chosen) == len(self.workloads) else (None, None))
-        if stop is not None:
-            out.stop = f"Nothing to tune: {stop}"
+        qb = (quiet_bound(store, diag.exp_id, diag.chosen, plain, readings.get(base.reads), rx, opts.timeout_s,
+                          opts.seed, opts.min_effect, ui.note)
+              if look and len(diag.chosen) == len(self.workloads) else None)
+        if qb is not None and qb.stops:
+            out.stop, out.stop_data = Stop.NOTHING_TO_TUNE, qb.record()
             return out
-        if rx.fired and share:
-            ui.say(f"The rules that fired read only the allocation rate, and {share}: they race.")
+        if qb is not None:
+            ui.tell(qb.record())
         if not rx.fired:
             why = "the allocator's share of the CPU is large enough to matter"
-            if share:
-                ui.say(f"No rule fired, and {share}: the plain allocators race.")
-                why = share
-            candidates = [c for c in plain_candidates(others, why, resolved.refusal, rule="cpu-share" if share else
+            if qb is not None:
+                why = (f"the allocator's functions and the kernel's memory management took "
+                       f"{qb.bound.share * 100:.2f}% of the CPU in the profiled runs (at most {qb.bound.upper * 100:.2f}%)")
+            candidates = [c for c in plain_candidates(others, why, resolved.refusal, rule="cpu-share" if qb else
                                                       "allocator-bound") if not c.refused]
         if not candidates:
-            out.stop, out.stop_style = ("No candidate to race: every proposed setting was refused by the installed "
-                                        "allocators (listed above).", "bold yellow")
+            out.stop = Stop.NO_CANDIDATE
             return out
         if self.left() <= 0:
             raise AlloclabError(f"The diagnosis took the whole --budget ({self.budget_s:g} s): nothing is left to race "
                                 f"the {len(candidates)} candidates. Give a longer --budget.")
         run_s = _run_cost(diag.experiment, len(plain), self.workloads[0])
-        finals, screened, screen_id = self._screen(store, plain[0], candidates, resolved, rx.fired, run_s)
+        finals, screened, screen_id = self._screen(store, plain[0], candidates, resolved, rx.fired, run_s, base.reads)
         run_s = self.pace_s or run_s
         record = TuneRecord(diagnosis_experiment=diag.exp_id, screen_experiment=screen_id, screened_out=screened,
                             fired=rx.fired, silent=rx.silent, candidates=finals,
                             refused=[c for c in rx.candidates if c.refused],
-                            readings={k: r.values for k, r in readings.items()})
+                            readings={k: r.values for k, r in readings.items()},
+                            baseline=base.record() if base.how != SYSTEM else None,
+                            failures=[f.record() for f in diag.failures if f.alloclabs])
         out.race_id = self._race(store, [plain[0]] + [resolved[c.spec] for c in finals], record, run_s)
         from alloclab.stats.results_cache import results
         out.results = results(store.load(out.race_id), min_effect=opts.min_effect,
                               max_rss_increase=opts.max_rss_increase)
         return out
 
-    def _screen(self, store: Store, baseline, candidates: list, resolved, fired: list[str], run_s: float):
-        """Where the race of every candidate would not reach its first look in half the budget: a
-        short screen of all of them (no warm-up, no verification: it only ranks), then the finalists:
-        each fired rule's own setting, and the best of the rest. (finalists, lines for the screened
-        out, the screen's experiment or None)."""
+    def _screen(self, store: Store, baseline, candidates: list, resolved, fired: list[str], run_s: float,
+                own_reads: str):
+        """Where racing every candidate to its first look would not fit the budget left: a short screen
+        of all of them (no warm-up, no verification: it only ranks), then the finalists: each fired
+        rule's own setting for the default's allocator (`own_reads`), and the best of the rest, as many
+        as reach the first look. (finalists, lines for the screened out, the screen's experiment or
+        None)."""
         from alloclab.measure.runner import Settings
         from alloclab.stats.results import build_results
 
         opts, d = self.opts, self.defaults
         left = self.left()
+        first = d.early_look or d.first_look
+        warmup = opts.warmup if opts.warmup is not None else d.warmup
         sp = None if opts.screen == "never" else screening.plan(
-            len(candidates), len(self.workloads), run_s, left, d.early_look or d.first_look,
-            opts.warmup if opts.warmup is not None else d.warmup, force=opts.screen == "always")
+            len(candidates), len(self.workloads), run_s, left, first, warmup, force=opts.screen == "always")
         if sp is None:
             return candidates, [], None
-        # The fixes of the default's own mechanisms race whatever a screen says; where the race fits
-        # no more than them to its last look, a screen could only choose what is not raced.
-        own_rules = {r.name for r in load_rules() if r.name in fired and r.reads == cat.BASELINE}
-        own = [c for c in candidates if c.rule in own_rules and ":" in c.spec]
-        design = self._cap(3 * run_s, left)[1]
-        if own and opts.screen != "always" and len(own) >= screening.race_slots(len(self.workloads), run_s, left,
-                                                                                  design):
-            self.ui.note(f"No screen: the budget left ({left:.0f} s) takes one candidate to its last look, and the "
-                         f"mechanism's own fix goes first: racing {', '.join(c.spec for c in own)}.")
-            return own, [f"{c.spec} ({c.rule}, expected {c.expect}): not raced: the budget fits the mechanism's own "
-                         f"fix alone; race it with a longer --budget, or with `alloclab compare`" for c in candidates
-                         if c not in own], None
+        # The fixes of the default's own mechanisms race whatever a screen says (the glibc setting for
+        # a glibc mechanism; another allocator's setting races if it ranks).
+        own_rules = {r.name for r in load_rules() if r.name in fired and r.reads == own_reads}
         self.ui.note(f"Screening: {sp.why}; {sp.runs} run(s) of each first, then only the finalists race.")
-        t = time.monotonic()
+        t = self.clock()
         settings = Settings(runs=sp.runs, warmup=0, verify=False, keep_prepared=True, kind="tune-screen",
                             title=self.title, timeout_s=opts.timeout_s, seed=opts.seed)
         screen_id = self.ui.run(store, self.workloads, [baseline] + [resolved[c.spec] for c in candidates], settings)
-        spent = time.monotonic() - t
+        spent = self.clock() - t
         # What a run costs, measured: the race's cap is sized from it, not from the fingerprint runs.
         self.pace_s = spent / max(1, sp.runs * (len(candidates) + 1) * len(self.workloads))
-        slots = screening.race_slots(len(self.workloads), run_s, left - spent, self._cap(3 * run_s, left - spent)[1])
-        # The fixes kept through the screen are those of the default's own mechanisms: the glibc
-        # setting, for a glibc mechanism (another allocator's setting races if it ranks).
+        slots = screening.race_slots(len(self.workloads), self.pace_s, left - spent, first, warmup)
+        if opts.screen == "always":   # asked for: the finalists alone race, at most two besides the own fixes
+            slots = min(slots, screening.ALWAYS_SLOTS)
         chosen = screening.finalists(build_results(store.load(screen_id), min_effect=opts.min_effect).analysis,
                                      candidates, slots, sorted(own_rules), sp.runs)
         self.ui.note(f"Screened in {spent:.0f} s (experiment {screen_id}); racing " + ", ".join(c.spec for c in chosen.kept))
@@ -265,7 +262,7 @@ class TuneRun:
                             extra_config={"tune": record.to_dict()})
         self.ui.note(f"Racing {len(variants) - 1} candidate(s) against {variants[0].label} for at most {left:.0f} s: "
                      + ", ".join(v.label for v in variants[1:]))
-        return self.ui.run(store, self.workloads, variants, settings, judge=RaceJudge())
+        return self.ui.run(store, self.workloads, variants, settings, judge=RaceJudge(opts.max_rss_increase))
 
 
 def _run_cost(diag, n_plain: int, workload) -> float:

@@ -1,0 +1,106 @@
+"""What the program runs with nothing preloaded: the baseline tune races every candidate against.
+
+A program linked to jemalloc, tcmalloc or mimalloc (DT_NEEDED, transitively) runs that allocator, so
+that allocator, as linked, is the default: its books are read, its rules fire (freed pages held at
+rest, fixed by its decay), and glibc races as a candidate, through the forwarding preload
+(measure/forward.py). The baseline preloads the very library the program links (the same object,
+found first): verification proves it serves malloc, as for any variant. A program that bundles an
+allocator under prefixed names (je_malloc) keeps it whatever is preloaded: the baseline stays glibc,
+and the answer says what no preload can replace.
+
+In: the workloads and the catalog. Out: a Baseline (the variant, the allocator whose readings are
+the default's, and what the answer's first line says), and the plain variants the diagnosis runs.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+from alloclab.catalog import allocators as cat
+from alloclab.errors import AlloclabError
+
+SYSTEM, LINKED, BUNDLED = "system", "linked", "bundled"
+
+
+@dataclass(frozen=True)
+class Baseline:
+    variant: object            # catalog.variants.Variant: what the default's cells run
+    reads: str                 # the allocator whose fingerprint is the default's (tune_rules' `reads`)
+    how: str = SYSTEM          # system | linked | bundled
+    program: str = ""          # as the user named it
+    version: str = ""
+    library: str = ""          # linked: the soname; bundled: the prefixed symbols found
+    via: str = ""              # linked: through this library ("" where the executable needs it); bundled:
+                               # the allocator bundled
+
+    def record(self) -> dict:
+        """As TuneRecord stores it (report/ words it)."""
+        return {"fact": "baseline", "how": self.how, "allocator": self.reads, "version": self.version,
+                "program": self.program, "library": self.library, "via": self.via, "label": self.variant.label}
+
+
+def _program(workloads: list) -> Path | None:
+    try:
+        return workloads[0].program() if workloads else None
+    except (AlloclabError, OSError):
+        return None
+
+
+def baseline_of(workloads: list, catalog: cat.Catalog | None = None) -> Baseline:
+    """The default of the first workload's program (a file's commands share theirs in practice; a
+    recipe's server is its program)."""
+    from alloclab.catalog.elf import elf_facts
+    from alloclab.catalog.variants import parse_variant
+    from alloclab.measure.forward import linked_allocator
+    from alloclab.measure.verify import shown_name
+    from alloclab.workloads.command import real_executable
+
+    catalog = catalog or cat.load_catalog()
+    system = parse_variant(cat.BASELINE, catalog)
+    program = _program(workloads)
+    if program is None:
+        return Baseline(system, cat.BASELINE)
+    linked = linked_allocator(program, catalog)
+    if linked is not None:
+        a = linked.allocator
+        installed = cat.locate(a)
+        same = installed is not None and Path(installed).resolve() == linked.path
+        # The same object the program links, preloaded: found first, and proved by verification.
+        spec = f"{a.name}@{a.name} (linked)" if same else f"{linked.path}@{a.name} (linked)"
+        return Baseline(parse_variant(spec, catalog), a.name, LINKED, linked.name, cat.version_of(a, linked.path),
+                        linked.soname, linked.via or "")
+    exe = real_executable(program)
+    facts = elf_facts(exe)
+    for a in catalog.allocators.values():
+        bundled = sorted(set(a.prefixed_symbols) & facts.defined)
+        if bundled:
+            return Baseline(system, cat.BASELINE, BUNDLED, shown_name(program, exe), "", ", ".join(bundled),
+                            a.name)
+    return Baseline(system, cat.BASELINE, SYSTEM, shown_name(program, exe) if facts.is_elf else program.name)
+
+
+def plain_variants(names: tuple[str, ...], baseline: Baseline) -> list:
+    """The baseline first, then each installed allocator tune races plainly (`names` restricts them):
+    not the one the baseline already runs."""
+    from alloclab.catalog.variants import installed_variants, parse_variant
+
+    catalog = cat.load_catalog()
+    if not names:
+        others = [v for v in installed_variants(catalog) if v.allocator is None or v.allocator.race_in_tune]
+    else:
+        for n in names:
+            if ":" in n or "@" in n:
+                raise AlloclabError(f"tune's -a names allocators to consider ({', '.join(catalog.allocators)}), "
+                                    f"not variants with settings: {n}. tune proposes the settings itself; race "
+                                    f"your own with `alloclab compare -a ...`.")
+            if n not in catalog.allocators:
+                parse_variant(n, catalog)   # an unknown name is refused here, with the names compare lists
+                raise AlloclabError(f"tune's -a names allocators of the catalog ({', '.join(catalog.allocators)}), "
+                                    f"whose settings its rules know; {n} is a library of your own: race it with "
+                                    f"`alloclab compare -a {n} ...`.")
+        # glibc always races: the default, or, beside a linked allocator, the candidate it is.
+        others = [parse_variant(n, catalog) for n in [cat.BASELINE] + [n for n in names if n != cat.BASELINE]]
+    base = baseline.variant
+    same = lambda v: v.spec == base.spec.split("@")[0] or (v.library is not None and v.library == base.library)
+    return [base] + [v for v in others if not same(v)]

@@ -1,0 +1,231 @@
+"""TuneRun, start to answer, in seconds: a fake UI and clock over the FakeExecutor, with the diagnosis's
+fingerprints read from real ones stored in tests/fixtures/tune (msgchurn: two threads churning 64 KiB
+messages under glibc, whose arenas trim and regrow; cacheidle: a program linked to jemalloc that
+fills a cache, frees it and idles). Each stop reason with its exit code, the screen's choice, the race
+of every candidate to its first look, the raised run cap, and the one rule that picks the best."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from alloclab import defaults
+from alloclab.catalog.variants import parse_variants
+from alloclab.measure import fingerprint as fingerprint_stage
+from alloclab.measure import machine
+from alloclab.measure.fake import FakeClock, FakeExecutor
+from alloclab.measure.runner import Runner
+from alloclab.store.db import Store
+from alloclab.tune import session
+from alloclab.tune.session import Stop, TuneOptions, TuneRun
+from alloclab.workloads.command import Workload
+
+FIXTURES = Path(__file__).parent / "fixtures" / "tune"
+
+
+def stored(name: str) -> dict:
+    return json.loads((FIXTURES / f"{name}.json").read_text())
+
+
+class FakeUI:
+    """Runs each experiment on the runner with the fake clock; a fingerprint run stores the fixture's
+    fingerprint of the allocator it names (a variant with settings: its allocator's)."""
+
+    def __init__(self, clock: FakeClock, fingerprints: dict, monkeypatch):
+        self.clock, self.fingerprints, self.said, self.told, self.kinds = clock, fingerprints, [], [], []
+        monkeypatch.setattr(fingerprint_stage, "run_all", self._fingerprints)
+
+    def _fingerprints(self, runner, root) -> None:
+        for c in runner.cells:
+            v = runner.variants[c.variant_idx]
+            fp = self.fingerprints.get(v.label) or self.fingerprints.get(v.allocator.name if v.allocator else "")
+            runner.store.set_fingerprint(runner.exp_id, c.workload_idx, c.variant_idx, fp)
+            self.clock.now += fp.get("wall_s") or 1.0
+
+    def run(self, store, workloads, variants, settings, judge=None) -> int:
+        self.kinds.append(settings.kind)
+        runner = Runner(store, workloads, variants, settings, judge=judge, clock=self.clock)
+        runner.run()
+        return runner.exp_id
+
+    def note(self, text: str) -> None:
+        pass
+
+    def say(self, text: str, style: str = "") -> None:
+        self.said.append(text)
+
+    def tell(self, fact: dict) -> None:
+        self.told.append(fact)
+
+
+@pytest.fixture(autouse=True)
+def no_perf(monkeypatch):
+    monkeypatch.setattr(machine, "perf_counters", lambda: (False, "fake executor"))
+
+
+def _tune(tmp_path, monkeypatch, fps: dict, mean_s, budget_s: float, **opts):
+    clock = FakeClock()
+    ui = FakeUI(clock, fps, monkeypatch)
+    executor = FakeExecutor(mean_s, noise=0.01, clock=clock)
+    options = TuneOptions(tmp_path / "tune.db", budget_s=budget_s, verify=False, **opts)
+    run = TuneRun(options, [Workload("fake", ["fake"], executor=executor)], defaults.TUNE, "fake", ui, clock=clock)
+    return run.run(), ui
+
+
+def _msgchurn(tmp_path, monkeypatch, mean_s, budget_s: float, **opts):
+    fps = stored("msgchurn")["fingerprints"]
+    return _tune(tmp_path, monkeypatch, fps, mean_s, budget_s, **opts)
+
+
+def pad_wins(env: dict, n: int) -> float:
+    """glibc's arenas trim and regrow: 1.3 s; its pad or another allocator, 0.07 s."""
+    return 0.07 if env else 1.3
+
+
+def test_every_candidate_races_to_its_first_look_where_that_fits(tmp_path, monkeypatch):
+    out, ui = _msgchurn(tmp_path, monkeypatch, pad_wins, 180.0)
+    assert out.stop is None and ui.kinds == ["tune-diagnosis", "tune"], ui.kinds
+    e = Store(tmp_path / "tune.db").load(out.race_id)
+    labels = [v.label for v in e.variants]
+    assert labels[0] == "glibc" and "glibc TOP_PAD=1M" in labels and {"tcmalloc", "jemalloc", "mimalloc"} <= set(labels)
+    runs = {vi: len(e.cell_runs(0, vi)) for vi in range(len(labels))}
+    assert all(n >= defaults.TUNE.early_look for n in runs.values()), runs
+    # Decided at the first look: a tenfold effect with 1% noise needs no second.
+    assert max(runs.values()) == defaults.TUNE.early_look, runs
+    ans = out.results.tune
+    assert ans.picks and ans.picks[0].goals[0] in ("both", "speed")
+    assert e.config.tune.candidates[0].spec == "glibc:MALLOC_TOP_PAD_=1M"
+
+
+def test_a_screen_only_where_one_look_at_every_candidate_does_not_fit(tmp_path, monkeypatch):
+    # Five seconds a run (a server's): six variants to the first look would take 210 s of the 100 left.
+    fps = {k: dict(v, wall_s=5.0) for k, v in stored("msgchurn")["fingerprints"].items()}
+    out, ui = _tune(tmp_path, monkeypatch, fps, lambda env, n: 4.0 if env else 5.0, 120.0)
+    assert ui.kinds == ["tune-diagnosis", "tune-screen", "tune"], ui.kinds
+    rec = Store(tmp_path / "tune.db").load(out.race_id).config.tune
+    raced = [c.spec for c in rec.candidates]
+    # The fix of the default's own mechanism races first, whatever the screen says.
+    assert raced[0] == "glibc:MALLOC_TOP_PAD_=1M" and len(raced) < 5, raced
+    assert {s["spec"] for s in rec.screened_out} | set(raced) >= {"tcmalloc", "jemalloc", "mimalloc"}
+    assert all(s["estimates"] for s in rec.screened_out)
+
+
+def test_the_run_cap_is_raised_to_what_the_budget_fits(tmp_path, monkeypatch):
+    slow_pad = lambda env, n: 0.1 * (1.0 + (0.05 if n % 2 else -0.05)) if env else 0.1
+    out, _ = _msgchurn(tmp_path, monkeypatch, slow_pad, 3600.0, max_runs=None)
+    rec = Store(tmp_path / "tune.db").load(out.race_id).config.tune
+    assert rec.run_cap is None   # a command's cap (300) is already what the budget fits at most
+    # A file's cap of 12 with an hour left: raised.
+    (tmp_path / "b").mkdir()
+    clock = FakeClock()
+    ui = FakeUI(clock, stored("msgchurn")["fingerprints"], monkeypatch)
+    run = TuneRun(TuneOptions(tmp_path / "b" / "t.db", budget_s=3600.0, verify=False),
+                  [Workload("fake", ["fake"], executor=FakeExecutor(slow_pad, noise=0.01, clock=clock))],
+                  defaults.TUNE.__class__(**{**defaults.TUNE.__dict__, "max_runs": 12}), "fake", ui, clock=clock)
+    out = run.run()
+    rec = Store(tmp_path / "b" / "t.db").load(out.race_id).config.tune
+    assert rec.run_cap is not None and rec.run_cap[0] == 12 and rec.run_cap[1] > 12, rec.run_cap
+
+
+def test_the_default_fails_plain_too_the_answer_is_the_fault(tmp_path, monkeypatch):
+    fps = dict(stored("msgchurn")["fingerprints"])
+    fps["glibc"] = {"error": "the program failed", "status": "failed", "run_error": "killed by signal 6",
+                    "run_stderr": "free(): double free detected in tcache 2"}
+    failing = FakeExecutor(lambda env, n: 0.1, clock=None)
+    clock = FakeClock()
+    ui = FakeUI(clock, fps, monkeypatch)
+
+    def execute(env, variant_env, workdir, **kw):
+        r = FakeExecutor.execute(failing, env, variant_env, workdir, **kw)
+        r.status, r.signal, r.stderr = "failed", 6, "free(): double free detected in tcache 2"
+        return r
+    monkeypatch.setattr(failing, "execute", execute)
+    run = TuneRun(TuneOptions(tmp_path / "t.db", budget_s=60.0, verify=False),
+                  [Workload("fake", ["fake"], executor=failing)], defaults.TUNE, "fake", ui, clock=clock)
+    out = run.run()
+    assert out.stop == Stop.DEFAULT_FAILS and out.stop.exit_code == 1
+    assert ui.kinds == ["tune-diagnosis", "tune-check"]
+    from alloclab.report.tune import stop_line
+    style, text = stop_line(out.stop, out.stop_data)
+    assert "fails under the default (glibc)" in text and "double free" in text
+
+
+def test_a_fingerprint_that_fails_only_under_alloclab_is_alloclabs_and_the_race_goes_on(tmp_path, monkeypatch):
+    fps = dict(stored("msgchurn")["fingerprints"])
+    fps["glibc"] = {"error": "the program failed", "status": "failed", "run_error": "killed by signal 6"}
+    out, ui = _tune(tmp_path, monkeypatch, fps, pad_wins, 180.0)
+    assert out.stop is None and ui.kinds == ["tune-diagnosis", "tune-check", "tune"], ui.kinds
+    fact = next(f for f in ui.told if f["fact"] == "alloclab-failure")
+    assert fact["plain_runs"] >= 2 and fact["plain_failed"] == 0 and fact["variant"] == "glibc"
+    from alloclab.report.tune import answer_lines, fact_line
+    assert "the failure is alloclab's, not the program's" in fact_line(fact)
+    ans = out.results.tune
+    assert ans.failures and "find the bug" not in " ".join(t for _, t in answer_lines(ans)).lower()
+    # Without glibc's reading no glibc rule fired; the plain allocators raced all the same.
+    raced = {c.spec for c in Store(tmp_path / "tune.db").load(out.race_id).config.tune.candidates}
+    assert {"tcmalloc", "jemalloc", "mimalloc"} <= raced and not any(s.startswith("glibc:") for s in raced)
+
+
+def test_nothing_to_tune_where_the_bound_is_below_the_margin(tmp_path, monkeypatch):
+    from alloclab.tune.bound import QuietBound, ShareBound
+    quiet = dict(stored("msgchurn")["fingerprints"])
+    quiet = {k: dict(v, syscall_bytes=None, allocs_per_s=30000.0) for k, v in quiet.items()}
+    monkeypatch.setattr(session, "quiet_bound", lambda *a, **k: QuietBound(
+        ShareBound("fake", 0.004, 0.006, 20000, None, False), "glibc", 1, 30000.0, ("allocator-bound",), 0.02))
+    out, ui = _tune(tmp_path, monkeypatch, quiet, pad_wins, 180.0)
+    assert out.stop == Stop.NOTHING_TO_TUNE and out.stop.exit_code == 0 and ui.kinds == ["tune-diagnosis"]
+    from alloclab.report.tune import stop_line
+    assert "no allocator or setting can improve wall time" in stop_line(out.stop, out.stop_data)[1]
+
+
+def test_no_candidate_where_the_installed_allocators_refuse_every_setting(tmp_path, monkeypatch):
+    monkeypatch.setattr(session._Resolved, "refusal", lambda self, spec: "refused by a test")
+    out, _ = _msgchurn(tmp_path, monkeypatch, pad_wins, 180.0)
+    assert out.stop == Stop.NO_CANDIDATE and out.stop.exit_code == 3
+
+
+def test_a_program_linked_to_jemalloc_is_raced_against_jemalloc_as_linked(tmp_path, monkeypatch):
+    """The baseline as the diagnosis reads it: jemalloc's books, its rule, and glibc as a candidate."""
+    from alloclab.tune import baseline as base_mod
+    fx = stored("cacheidle")
+    linked = base_mod.Baseline(parse_variants(["jemalloc@jemalloc (linked)"])[0], "jemalloc", base_mod.LINKED,
+                               "cacheidle", "5.3.0", "libjemalloc.so.2")
+    monkeypatch.setattr(session, "baseline_of", lambda workloads: linked)
+    decay = lambda env, n: 0.75 * (1.03 if "MALLOC_CONF" in env else 1.0) * (1 + (0.02 if n % 2 else -0.02))
+    out, ui = _tune(tmp_path, monkeypatch, fx["fingerprints"], decay, 300.0)
+    assert ui.told[0]["fact"] == "baseline" and ui.told[0]["allocator"] == "jemalloc"
+    e = Store(tmp_path / "tune.db").load(out.race_id)
+    labels = [v.label for v in e.variants]
+    assert labels[0] == "jemalloc (linked)" and "glibc" in labels and "jemalloc" not in labels, labels
+    rec = e.config.tune
+    assert "jemalloc-dirty-rest" in rec.fired and rec.baseline["how"] == "linked"
+    assert any(c.spec == "jemalloc:dirty_decay_ms=0,muzzy_decay_ms=0" for c in rec.candidates)
+    from alloclab.report.tune import answer_lines
+    assert answer_lines(out.results.tune)[0][1].startswith("cacheidle links jemalloc 5.3.0 (libjemalloc.so.2)")
+
+
+def test_the_race_and_the_answer_pick_the_same_best_from_one_analysis(tmp_path, monkeypatch):
+    from alloclab.stats.analysis import analyze
+    from alloclab.stats.best import speed_pick
+    from alloclab.stats.tune_answer import answer
+    from alloclab.tune.race import RaceJudge
+
+    # Two decided better on speed; the faster holds 30% more at its peak.
+    mean = lambda env, n: 0.05 if "tcmalloc" in env.get("LD_PRELOAD", "") else 0.07 if env else 0.1
+    peak = lambda env: 13_312 if "tcmalloc" in env.get("LD_PRELOAD", "") else 10_240
+    store = Store(tmp_path / "b.db")
+    from alloclab.measure.runner import Settings
+    s = Settings(warmup=0, verify=False, until_decided=True, runs=6, first_look=6, max_runs=12, max_seconds=1e9,
+                 kind="tune")
+    runner = Runner(store, [Workload("fake", ["fake"], executor=FakeExecutor(mean, noise=0.01, peak_kb=peak))],
+                    parse_variants(["glibc", "tcmalloc", "glibc:MALLOC_TOP_PAD_=1M"]), s, judge=RaceJudge())
+    runner.run()
+    a = analyze(store.load(runner.exp_id))
+    for limit, label in ((None, "tcmalloc"), (0.1, "glibc TOP_PAD=1M")):
+        race = speed_pick(a, limit)
+        ans = answer(a, [], max_rss_increase=limit)
+        speed = next(p for p in ans.picks if "speed" in p.goals)
+        assert a.labels[race] == speed.label == label, (limit, a.labels[race], speed.label)
+        assert RaceJudge(limit).max_rss_increase == limit
