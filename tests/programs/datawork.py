@@ -1,7 +1,8 @@
 """A Python data worker (the pandas/Dask pattern): it loads arrays of 1-12 MiB one after another,
 reduces each to a small summary it keeps, and frees the array. Under glibc the first freed array
 raises the mmap threshold, the next ones come from the heap, and its top stays mapped.
-Usage: datawork.py [BATCHES] [SECONDS_IDLE]; prints the summaries' digest and its VmRSS at the end."""
+Usage: datawork.py [BATCHES] [SECONDS_IDLE]; prints the summaries' digest, and its VmRSS and anonymous RSS
+at the end."""
 
 import hashlib
 import sys
@@ -21,6 +22,6 @@ for i in range(batches):
     del a, b
 time.sleep(idle)
 digest = hashlib.sha256(repr([(i, round(m, 9), round(s, 9), round(q, 9)) for i, m, s, q in summaries]).encode())
-rss = next(int(line.split()[1]) for line in open("/proc/self/status") if line.startswith("VmRSS:"))
+status = dict(line.split(":", 1) for line in open("/proc/self/status"))
 print(f"summaries {len(summaries)} digest {digest.hexdigest()[:16]}")
-print(f"rss_kb {rss}")
+print(f"rss_kb {status['VmRSS'].split()[0]} anon_kb {status['RssAnon'].split()[0]}")

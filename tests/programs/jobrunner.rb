@@ -5,7 +5,7 @@
 # Usage: ruby jobrunner.rb [THREADS] [JOBS]; prints the results' checksum and its VmRSS at the end.
 require "json"
 
-threads = (ARGV[0] || 8).to_i
+threads = (ARGV[0] || 16).to_i
 jobs = (ARGV[1] || 160).to_i
 queue = Queue.new
 jobs.times { |i| queue << i }
@@ -14,7 +14,7 @@ results = Queue.new
 workers = Array.new(threads) do
   Thread.new do
     while (i = queue.pop)
-      rows = Array.new((ENV["ROWS"] || 1500).to_i) do |k|
+      rows = Array.new((ENV["ROWS"] || 1000).to_i) do |k|
         { "id" => k, "name" => "job#{i}-row#{k}-" * 6, "vals" => Array.new(12) { |j| (i * k + j) % 997 } }
       end
       text = JSON.generate(rows)

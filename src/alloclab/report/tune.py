@@ -68,8 +68,12 @@ def stop_line(stop, data: dict) -> tuple[str, str]:
                                   data["stderr"], data["ran_under"])
         return "bold red", text[0].upper() + text[1:] + "."
     if name == "NO_CANDIDATE":
-        return "bold yellow", ("No candidate to race: every proposed setting was refused by the installed allocators "
-                               "(listed above).")
+        if data.get("refused"):
+            return "bold yellow", ("No candidate to race: every proposed setting was refused by the installed "
+                                   "allocators (listed above).")
+        return "bold yellow", (f"No candidate to race: the rules that fired ({', '.join(data.get('fired') or [])}) "
+                               f"propose other allocators as installed, and -a {' -a '.join(data.get('allocators') or [])}"
+                               f" left none beside the default. Name another allocator with -a, or leave -a out.")
     raise ValueError(f"unknown stop {stop!r}")
 
 

@@ -3,9 +3,9 @@ until its cost is decided: tune/race.py) and tune's answer (stats/tune_answer.py
 at least one workload and worse in none, the largest geometric-mean gain over the workloads, leaving
 out what `exclude` rules out (a peak RSS beyond --max-rss-increase).
 
-And the two axes a candidate is judged on: speed (the primary metric) and memory (peak RSS, RSS at
-its end, after each phase, a memory metric of the user's). A candidate is better on both where it is
-decided better on one axis and better or equivalent on every comparison of the other.
+And the two axes a candidate is judged on: speed (the primary metric) and memory (peak RSS, with RSS
+at its end, after each phase and a memory metric of the user's beside it: memory_axis). A candidate
+is better on both where it is decided better on one axis and better or equivalent on the other.
 """
 
 from __future__ import annotations
@@ -91,7 +91,7 @@ def memory_comparisons(a: Analysis, vi: int) -> list[Comparison]:
 
 
 def axis(cs: list[Comparison]) -> str:
-    """One axis's state from its comparisons: 'better' (one decided better, every other better or
+    """Speed's state from its comparisons: 'better' (one decided better, every other better or
     equivalent), 'even' (all equivalent), 'worse' (one decided worse), else 'open'."""
     verdicts = {c.verdict for c in cs}
     if not cs:
@@ -103,9 +103,22 @@ def axis(cs: list[Comparison]) -> str:
     return "open"
 
 
+def memory_axis(a: Analysis, vi: int) -> str:
+    """Memory's state: peak RSS, the headline, decides it ('better', 'even' as speed's), and any memory
+    metric decided worse makes it 'worse'; one decided better (at the end, after a phase) makes it
+    'better' where peak RSS is better or equivalent."""
+    every = memory_comparisons(a, vi)
+    if any(c.verdict == "worse" for c in every):
+        return "worse"
+    peak = axis([c for w in a.workloads if (c := w.comparison(PEAK_RSS, vi)) is not None])
+    if peak in ("better", "even") and any(c.verdict == "better" for c in every):
+        return "better"
+    return peak
+
+
 def better_on_both(a: Analysis, vi: int) -> bool:
     """Decided better on one axis, and better or equivalent on every comparison of the other."""
-    s, m = axis(speed_comparisons(a, vi)), axis(memory_comparisons(a, vi))
+    s, m = axis(speed_comparisons(a, vi)), memory_axis(a, vi)
     return (s == "better" and m in ("better", "even")) or (m == "better" and s in ("better", "even"))
 
 

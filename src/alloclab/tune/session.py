@@ -70,7 +70,7 @@ class Stop(enum.Enum):
     """Why tune raced nothing, with the exit status the command gives (report/tune.py words it)."""
     NOTHING_TO_TUNE = ("nothing to tune", 0)     # the allocator's share bounds every change below the margin
     DEFAULT_FAILS = ("the default fails", 1)     # the program's fault, which the other allocators hide
-    NO_CANDIDATE = ("no candidate", 3)           # every proposed setting refused by the installed allocators
+    NO_CANDIDATE = ("no candidate", 3)           # every proposed setting refused, or none proposed (-a)
 
     @property
     def exit_code(self) -> int:
@@ -174,6 +174,8 @@ class TuneRun:
                                                       "allocator-bound") if not c.refused]
         if not candidates:
             out.stop = Stop.NO_CANDIDATE
+            out.stop_data = {"refused": sum(1 for c in rx.candidates if c.refused), "fired": rx.fired,
+                             "allocators": list(opts.allocators)}
             return out
         if self.left() <= 0:
             raise AlloclabError(f"The diagnosis took the whole --budget ({self.budget_s:g} s): nothing is left to race "
