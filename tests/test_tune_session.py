@@ -229,3 +229,37 @@ def test_the_race_and_the_answer_pick_the_same_best_from_one_analysis(tmp_path, 
         speed = next(p for p in ans.picks if "speed" in p.goals)
         assert a.labels[race] == speed.label == label, (limit, a.labels[race], speed.label)
         assert RaceJudge(limit).max_rss_increase == limit
+
+
+def test_the_answer_leads_with_better_on_both_and_a_slow_memory_pick_names_what_costs_no_time(tmp_path):
+    """The Ruby job runner's shape: jemalloc with no decay holds the least at x3.2 the time; glibc's
+    ARENA_MAX=2 is faster and holds almost as little."""
+    from alloclab.measure.runner import Settings
+    from alloclab.report.tune import answer_lines
+    from alloclab.stats.analysis import analyze
+    from alloclab.stats.tune_answer import answer
+    from alloclab.tune.race import RaceJudge
+
+    specs = ["glibc", "jemalloc:dirty_decay_ms=0,muzzy_decay_ms=0", "glibc:MALLOC_ARENA_MAX=2", "tcmalloc"]
+    mean = lambda env, n: (3.2 if "MALLOC_CONF" in env else 0.92 if "MALLOC_ARENA_MAX" in env
+                           else 1.05 if "tcmalloc" in env.get("LD_PRELOAD", "") else 1.0) * 0.1
+    peak = lambda env: (32_000 if "MALLOC_CONF" in env else 37_000 if "MALLOC_ARENA_MAX" in env
+                        else 120_000 if "tcmalloc" in env.get("LD_PRELOAD", "") else 100_000)
+    store = Store(tmp_path / "p.db")
+    s = Settings(warmup=0, verify=False, until_decided=True, runs=6, first_look=6, max_runs=12, max_seconds=1e9,
+                 kind="tune")
+    runner = Runner(store, [Workload("fake", ["fake"], executor=FakeExecutor(mean, noise=0.01, peak_kb=peak))],
+                    parse_variants(specs), s, judge=RaceJudge())
+    runner.run()
+    ans = answer(analyze(store.load(runner.exp_id)), [])
+    assert [p.goals for p in ans.picks][:2] == [("both", "speed"), ("memory",)], [(p.label, p.goals) for p in ans.picks]
+    assert ans.picks[0].label == "glibc ARENA_MAX=2"
+    memory = ans.picks[1]
+    assert memory.label.startswith("jemalloc") and memory.instead.label == "glibc ARENA_MAX=2"
+    lines = [t for _, t in answer_lines(ans)]
+    assert lines[0].startswith("Better on both, and best for speed: glibc ARENA_MAX=2: wall_s -8.")
+    beside = next(t for t in lines if t.startswith("  beside it: wall_s x3."))
+    assert "costs no time: glibc ARENA_MAX=2 (peak RSS -63." in beside, beside
+    # tcmalloc: slower and larger: ruled out, with its figures.
+    tc = next(o for o in ans.others if o.label == "tcmalloc")
+    assert tc.outcome.value == "ruled out" and tc.reason.value in ("decided worse", "below the leader")

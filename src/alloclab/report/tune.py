@@ -116,8 +116,8 @@ def heading(p: Pick) -> str:
 
 def why(p: Pick) -> str:
     cand = p.candidate
-    parts = ["the allocator as installed, with its defaults"] if p.plain or cand is None else \
-        [f"{cand.mechanism}; {cand.why}"]
+    parts = ["the allocator as installed, with its defaults"] if p.plain else \
+        [f"{cand.mechanism}; {cand.why}"] if cand is not None else []
     if p.faults:
         ratios = [e.comparison.ratio for e in p.faults]
         lo, hi = min(ratios), max(ratios)
@@ -203,7 +203,8 @@ def answer_lines(ans: TuneAnswer) -> list[tuple[str, str]]:
     for p in ans.picks:
         v = pick_view(p)
         out.append(("bold green", v["heading"]))
-        out.append(("", f"  why: {v['why']}"))
+        if v["why"]:
+            out.append(("", f"  why: {v['why']}"))
         if v["beside"]:
             out.append(("", f"  beside it: {v['beside']}"))
         out.append(("", f"  run:     {p.apply.env_line}"))

@@ -102,7 +102,8 @@ def prescribe(readings: dict[str, Reading], allocators: list[str], versions: dic
     out: list[Candidate] = []
     fired, silent, rate_only = [], [], True
     seen: set[str] = set()
-    cause: tuple[Rule, str] | None = None   # the first mechanism found that makes the program slower
+    cause: tuple[Rule, str, str | None] | None = None   # the first mechanism found that makes it slower
+    held: tuple[Rule, str, str | None] | None = None    # else the first that holds the default's memory
     for rule in rules:
         reading = readings.get(rule.reads)
         if reading is None:
@@ -118,9 +119,11 @@ def prescribe(readings: dict[str, Reading], allocators: list[str], versions: dic
         fired.append(rule.name)
         rate_only = rate_only and rule.rate_only
         mechanism, why = fill(rule.mechanism, reading, values), fill(rule.why, reading, values)
-        if cause is None and rule.expect == "faster" and not rule.rate_only:
-            cause = rule, mechanism
         metric = reading.rest_metric if rule.expect == "less memory" and rule.returns else None
+        if cause is None and rule.expect == "faster" and not rule.rate_only:
+            cause = rule, mechanism, None
+        if held is None and rule.expect == "less memory" and rule.reads == baseline:
+            held = rule, mechanism, metric
         for template in rule.tries:
             if template == "{allocators}" and rule.rate_only and cause is not None:
                 # The allocators race against the mechanism that was found, in its words: the
@@ -139,15 +142,18 @@ def prescribe(readings: dict[str, Reading], allocators: list[str], versions: dic
     # fired, the plain allocators race too.
     if fired:
         rest = [spec for spec in allocators if spec not in seen]
-        out += (_plain_against(cause, rest, check) if cause is not None
+        against = cause or held
+        out += (_plain_against(against, rest, check) if against is not None
                 else plain_candidates(rest, "another allocator's policy may avoid it", check))
     return Prescription(out, fired, silent, rate_only=bool(fired) and rate_only)
 
 
-def _plain_against(cause: tuple[Rule, str], specs: list[str], check=None) -> list[Candidate]:
-    rule, mechanism = cause
-    return [Candidate(spec, rule.name, "faster", mechanism, "another allocator's policy (its caches, and when it gives "
-                      "memory back) may avoid it", check(spec) if check else None) for spec in specs]
+def _plain_against(cause: tuple[Rule, str, str | None], specs: list[str], check=None) -> list[Candidate]:
+    """The allocators as installed, raced against a mechanism the diagnosis found, in its words: one
+    that makes the program slower, or one that holds the default's memory (raced where it shows)."""
+    rule, mechanism, metric = cause
+    return [Candidate(spec, rule.name, rule.expect, mechanism, "another allocator's policy (its caches, and when it "
+                      "gives memory back) may avoid it", check(spec) if check else None, metric) for spec in specs]
 
 
 def plain_candidates(specs: list[str], mechanism: str, check=None, rule: str = "allocator-bound") -> list[Candidate]:
