@@ -263,3 +263,17 @@ def test_the_answer_leads_with_better_on_both_and_a_slow_memory_pick_names_what_
     # tcmalloc: slower and larger: ruled out, with its figures.
     tc = next(o for o in ans.others if o.label == "tcmalloc")
     assert tc.outcome.value == "ruled out" and tc.reason.value in ("decided worse", "below the leader")
+
+
+@pytest.mark.parametrize("budget_s", [25.0, 60.0, 200.0])
+def test_a_tune_ends_within_its_budget(tmp_path, monkeypatch, budget_s):
+    # Runs of 0.4 s with 30% noise: undecided for long, so only the budget stops the race.
+    noisy = lambda env, n: 0.4 * (1.0 + (0.3 if n % 2 else -0.3)) * (0.99 if env else 1.0)
+    fps = {k: dict(v, wall_s=0.4) for k, v in stored("msgchurn")["fingerprints"].items()}
+    clock = FakeClock()
+    ui = FakeUI(clock, fps, monkeypatch)
+    run = TuneRun(TuneOptions(tmp_path / "t.db", budget_s=budget_s, verify=False),
+                  [Workload("fake", ["fake"], executor=FakeExecutor(noisy, noise=0.05, clock=clock))],
+                  defaults.TUNE, "fake", ui, clock=clock)
+    out = run.run()
+    assert out.race_id is not None and clock.now <= budget_s, (clock.now, budget_s)

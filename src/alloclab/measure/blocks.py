@@ -24,6 +24,7 @@ class MoreBlocks:
         load) and any --fingerprint runs, which are not measured blocks."""
         s = self.settings
         started = self.clock()
+        self._budget_started = started
         warm = [j for j in jobs if j.warmup]
         yield from warm
         measured = [j for j in jobs if not j.warmup]
@@ -63,13 +64,16 @@ class MoreBlocks:
         blocks = sorted({j.block for j in measured})
         warm_blocks = max(1, measured[0].block)
         block_s = max(warm_s / warm_blocks, 1e-9)
-        left = s.max_seconds - (self.clock() - started)
+        # Kept for the profile of what stays open at the end: a block's runs, perf's cost beside them.
+        reserve_s = PROFILE_COST * block_s if s.auto_profile else 0.0
+        left = s.max_seconds - reserve_s - (self.clock() - started)
         fits = int(left // block_s)
         if fits >= len(blocks):
             return measured
         keep = max(2, fits)
+        kept = f" less {reserve_s:.0f} s kept for a profile" if reserve_s else ""
         plan = (f"{len(blocks)} runs x {len(self.variants)} variants x {block_s / len(self.variants):.1f} s a run "
-                f"= {len(blocks) * block_s:.0f} s > the {s.max_seconds:g} s budget")
+                f"= {len(blocks) * block_s:.0f} s > the {s.max_seconds:g} s budget{kept}")
         if keep >= len(blocks):
             return measured
         self.progress.note(f"{plan}: the first look sized down to {keep} runs per variant"
@@ -127,6 +131,7 @@ class MoreBlocks:
                 self.progress.note(f"stopped at --max-runs {measured} with comparisons still undecided")
                 return
             elapsed = self.clock() - started
+            self._pace_s = block_s
             if elapsed + block_s + reserve_s > s.max_seconds:
                 self._stopped = "budget"
                 self.progress.note(f"stopped by the {s.max_seconds:g} s budget after {measured} runs per variant, "

@@ -298,7 +298,15 @@ class Runner(MoreBlocks):
             status = "complete"
             if s.until_decided and s.auto_profile and self._open_at_end:
                 from alloclab.measure import auto_profile
-                auto_profile.profile_open(self, self._open_at_end)
+                from alloclab.measure.blocks import PROFILE_COST
+                # A run per variant of each open workload, perf's cost beside it: within the budget.
+                need = PROFILE_COST * getattr(self, "_pace_s", 0.0) * len(self._open_at_end) / max(1, len(self.workloads))
+                left = s.max_seconds - (self.clock() - getattr(self, "_budget_started", self.clock()))
+                if need <= left:
+                    auto_profile.profile_open(self, self._open_at_end)
+                else:
+                    self.progress.note(f"no profile beside the undecided comparisons: it would take about {need:.0f} s, "
+                                       f"and {max(0.0, left):.0f} s of the budget are left")
         except KeyboardInterrupt:
             status = "interrupted"
             if self.exp_id is None:

@@ -6,6 +6,8 @@ picked. The choices were made by stats/tune_answer.py; the words are this module
 
 from __future__ import annotations
 
+import math
+
 from rich.console import Console
 from rich.markup import escape
 
@@ -153,8 +155,10 @@ def _screened_line(s: dict) -> str:
     for e in s.get("estimates", []):
         several = len({x["workload"] for x in s["estimates"]}) > 1
         lo, hi, r = e["low"], e["high"], e["ratio"]
-        by_axis.setdefault(e["axis"], []).append(f"{e['workload'] + ': ' if several else ''}{(r - 1) * 100:+.1f}% "
-                                                 f"[{(lo - 1) * 100:+.1f}, {(hi - 1) * 100:+.1f}]")
+        # One screen run has no interval: its estimate alone.
+        interval = f" [{(lo - 1) * 100:+.1f}, {(hi - 1) * 100:+.1f}]" if math.isfinite(lo) and math.isfinite(hi) else ""
+        by_axis.setdefault(e["axis"], []).append(f"{e['workload'] + ': ' if several else ''}{(r - 1) * 100:+.1f}%"
+                                                 f"{interval}")
     words = ", ".join(f"{axis}: " + "; ".join(texts) for axis, texts in by_axis.items()) or "no estimate"
     lost = (f"; its interval lies wholly on the worse side after {s['runs']} screen runs"
             if s.get("worse_throughout") else "")

@@ -61,6 +61,8 @@ def baseline_of(workloads: list, catalog: cat.Catalog | None = None) -> Baseline
     program = _program(workloads)
     if program is None:
         return Baseline(system, cat.BASELINE)
+    # As the user named it: redis-server, not the redis-check-rdb its link resolves to.
+    named = Path(workloads[0].argv[0]).name if getattr(workloads[0], "argv", None) else None
     linked = linked_allocator(program, catalog)
     if linked is not None:
         a = linked.allocator
@@ -68,16 +70,16 @@ def baseline_of(workloads: list, catalog: cat.Catalog | None = None) -> Baseline
         same = installed is not None and Path(installed).resolve() == linked.path
         # The same object the program links, preloaded: found first, and proved by verification.
         spec = f"{a.name}@{a.name} (linked)" if same else f"{linked.path}@{a.name} (linked)"
-        return Baseline(parse_variant(spec, catalog), a.name, LINKED, linked.name, cat.version_of(a, linked.path),
-                        linked.soname, linked.via or "")
+        return Baseline(parse_variant(spec, catalog), a.name, LINKED, named or linked.name,
+                        cat.version_of(a, linked.path), linked.soname, linked.via or "")
     exe = real_executable(program)
     facts = elf_facts(exe)
     for a in catalog.allocators.values():
         bundled = sorted(set(a.prefixed_symbols) & facts.defined)
         if bundled:
-            return Baseline(system, cat.BASELINE, BUNDLED, shown_name(program, exe), "", ", ".join(bundled),
-                            a.name)
-    return Baseline(system, cat.BASELINE, SYSTEM, shown_name(program, exe) if facts.is_elf else program.name)
+            return Baseline(system, cat.BASELINE, BUNDLED, named or shown_name(program, exe), "",
+                            ", ".join(bundled), a.name)
+    return Baseline(system, cat.BASELINE, SYSTEM, named or shown_name(program, exe))
 
 
 def plain_variants(names: tuple[str, ...], baseline: Baseline) -> list:
