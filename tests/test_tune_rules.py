@@ -29,7 +29,7 @@ def test_every_rule_loads_with_its_fields():
 
 
 def test_trim_churn_fires_with_a_pad_above_the_measured_swing_and_the_allocators_join():
-    r = _glibc(trim_bytes_per_s=200.0 * MiB, trim_refault_share=0.99, trim_turnover=50.0, heap_swing=28.0 * MiB,
+    r = _glibc(trim_bytes_per_s=200.0 * MiB, trim_regrown_share=0.99, trim_turnover=50.0, heap_swing=28.0 * MiB,
                trim_bytes=4e9, faults=1e6)
     r.words["trim_how"] = "27,832 brk calls"
     rx, rules = _fired({"glibc": r})
@@ -48,7 +48,7 @@ def test_trim_churn_reads_a_threads_arena_trimmed_with_madvise_and_regrown_in_fa
           "syscall_bytes": {"brk_grown": 135168, "brk_shrunk": 0, "madvise_released": 2.6e9}}
     r = reading("glibc", "glibc", fp)
     assert r.get("trim_bytes") == 2.6e9 and r.get("arena_trim_bytes") == 2.6e9 and r.get("brk_trim_bytes") == 0
-    assert r.get("trim_refault_share") == 1.0 and r.get("trim_turnover") > 2
+    assert r.get("trim_refault_share") == 1.0 and r.get("trim_regrown_share") == 1.0 and r.get("trim_turnover") > 2
     rx, _ = _fired({"glibc": r}, ("mimalloc",))
     pad = next(c for c in rx.candidates if c.rule == "glibc-trim-churn")
     assert pad.spec == "glibc:MALLOC_TOP_PAD_=1M", pad.spec
@@ -62,14 +62,14 @@ def test_trim_churn_reads_a_threads_arena_trimmed_with_madvise_and_regrown_in_fa
 
 
 def test_pads_follow_the_measured_growth():
-    small = prescribe({"glibc": _glibc(trim_bytes_per_s=50.0 * MiB, trim_refault_share=1.0, trim_turnover=10.0, heap_swing=3.0 * MiB)}, [])
-    large = prescribe({"glibc": _glibc(trim_bytes_per_s=50.0 * MiB, trim_refault_share=1.0, trim_turnover=10.0, heap_swing=30.0 * MiB)}, [])
+    small = prescribe({"glibc": _glibc(trim_bytes_per_s=50.0 * MiB, trim_regrown_share=1.0, trim_turnover=10.0, heap_swing=3.0 * MiB)}, [])
+    large = prescribe({"glibc": _glibc(trim_bytes_per_s=50.0 * MiB, trim_regrown_share=1.0, trim_turnover=10.0, heap_swing=30.0 * MiB)}, [])
     assert small.candidates[0].spec == "glibc:MALLOC_TOP_PAD_=8M"
     assert large.candidates[0].spec == "glibc:MALLOC_TOP_PAD_=64M"
 
 
 def test_a_quiet_program_fires_nothing():
-    rx, rules = _fired({"glibc": _glibc(trim_bytes_per_s=0.0, trim_refault_share=0.0, big_bytes_per_s=0.0,
+    rx, rules = _fired({"glibc": _glibc(trim_bytes_per_s=0.0, trim_regrown_share=0.0, big_bytes_per_s=0.0,
                                         overhead_peak=1.0 * MiB, overhead_peak_share=0.1)})
     assert rx.fired == [] and rx.candidates == []
     assert "glibc-trim-churn" in rx.silent
@@ -116,7 +116,7 @@ def test_rules_of_the_allocation_rate_alone_are_told_apart_from_a_mechanism():
     rx, _ = _fired({"glibc": busy, "tcmalloc": Reading("tcmalloc", "tcmalloc", {"threads": 63.0,
                                                                                 "allocs_per_s": 218000.0})})
     assert set(rx.fired) == {"allocator-bound", "tcmalloc-thread-cache"} and rx.rate_only
-    churn = _glibc(allocs_per_s=241000.0, trim_bytes_per_s=200.0 * MiB, trim_refault_share=0.99, trim_turnover=50.0,
+    churn = _glibc(allocs_per_s=241000.0, trim_bytes_per_s=200.0 * MiB, trim_regrown_share=0.99, trim_turnover=50.0,
                    heap_swing=28.0 * MiB)
     rx, _ = _fired({"glibc": churn})
     assert "glibc-trim-churn" in rx.fired and "allocator-bound" in rx.fired and not rx.rate_only
@@ -124,7 +124,7 @@ def test_rules_of_the_allocation_rate_alone_are_told_apart_from_a_mechanism():
 
 
 def test_a_missing_reading_fails_the_condition_rather_than_guessing():
-    rx, _ = _fired({"glibc": _glibc(trim_refault_share=1.0)})   # no system-call counts: no trim rate
+    rx, _ = _fired({"glibc": _glibc(trim_regrown_share=1.0)})   # no system-call counts: no trim rate
     assert "glibc-trim-churn" not in rx.fired
 
 
@@ -168,7 +168,7 @@ def test_a_version_specific_spelling_is_chosen_from_the_installed_version():
 
 
 def test_a_refused_candidate_is_kept_with_its_reason_not_raced():
-    r = _glibc(trim_bytes_per_s=200.0 * MiB, trim_refault_share=1.0, trim_turnover=25.0, heap_swing=8.0 * MiB)
+    r = _glibc(trim_bytes_per_s=200.0 * MiB, trim_regrown_share=1.0, trim_turnover=25.0, heap_swing=8.0 * MiB)
     rx = prescribe({"glibc": r}, [], check=lambda spec: "not known to this glibc" if "TOP_PAD" in spec else None)
     assert rx.candidates[0].refused == "not known to this glibc"
 

@@ -149,6 +149,7 @@ def reading(allocator: str, label: str, fp: Fingerprint | dict, cpus: int | None
         # page: its regrowth shows in the page faults, not in any call's bytes.
         arena_trimmed = released if "madvise" in _trims_with(allocator) else 0.0
         trimmed = brk_trimmed + arena_trimmed
+        refault = min(1.0, fp.minflt * PAGE / trimmed) if fp.minflt is not None and trimmed else None
         # The heap given back and regrown in one unit of work: the run's bytes trimmed per allocation
         # call, times the calls of one unit in the client's measured window (the run's calls include
         # the server's start and the warm-up, whose transactions the window does not count: the
@@ -166,8 +167,8 @@ def reading(allocator: str, label: str, fp: Fingerprint | dict, cpus: int | None
                     # freed, and 16 arenas trimmed once each give back 16 times the most live.
                     trim_turnover=_share(trimmed, _kib(mem.peak_anon_kb) or peak_live),
                     # Pages faulted in per page trimmed, at most 1: the trimmed heap regrown.
-                    trim_refault_share=min(1.0, fp.minflt * PAGE / trimmed) if fp.minflt is not None and trimmed
-                    else None,
+                    trim_refault_share=refault,
+                    trim_regrown_share=_regrown(brk_trimmed, grown, arena_trimmed, refault),
                     big_unmapped_share=unmapped / big_bytes if big_bytes else None,
                     trim_bytes_per_s=trimmed / wall if wall else None,
                     mmap_churn_bytes_per_s=unmapped / wall if wall else None,
@@ -180,6 +181,19 @@ def reading(allocator: str, label: str, fp: Fingerprint | dict, cpus: int | None
     rest, rest_where, rest_metric = _rest(fp)
     v |= _known(**_rest_values(rest, fp.hist))
     return Reading(allocator, label, v, per, where, rest_where, rest_metric, words)
+
+
+def _regrown(brk_trimmed: float, brk_grown: float, arena_trimmed: float, refault: float | None) -> float | None:
+    """The share of the trimmed heap that grew back, weighed by where it was trimmed: the main heap's
+    by brk's own growth (a heap that grew at least as much as it gave back regrew it), a thread
+    arena's by the page faults (it grows with mprotect, which no call's bytes show)."""
+    trimmed = brk_trimmed + arena_trimmed
+    if not trimmed:
+        return None
+    brk_part = min(1.0, brk_grown / brk_trimmed) if brk_trimmed else 0.0
+    if arena_trimmed and refault is None:
+        return None
+    return (brk_trimmed * brk_part + arena_trimmed * (refault or 0.0)) / trimmed
 
 
 def _trims_with(allocator: str) -> tuple[str, ...]:
