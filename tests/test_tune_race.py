@@ -95,9 +95,9 @@ def test_a_screen_is_planned_only_when_the_full_race_would_not_fit():
     # A program of 1.6 s with 7 candidates and 173 s left: every candidate reaches the first look
     # (8 x 7 x 1.6 s = 90 s); the race is not sized as if each ran to its 300th run.
     assert screen.plan(7, 1, 1.6, 173.0, first_look=6, warmup=1) is None
-    # How many reach the first look after a screen: (warm-up + 6 runs) x 2 workloads x 22 s = 308 s each.
+    # How many reach the first look after a screen: (warm-up + 6 runs + a profile) x 2 workloads x 22 s = 374 s each.
     assert screen.race_slots(2, 22.0, 1130.0, first_look=6, warmup=1) == 2
-    assert screen.race_slots(1, 0.5, 600.0, first_look=6, warmup=1) == 170
+    assert screen.race_slots(1, 0.5, 600.0, first_look=6, warmup=1) == 140
     assert screen.race_slots(2, 22.0, 300.0, first_look=6, warmup=1) == 1   # at least one
 
 
@@ -232,3 +232,16 @@ def test_the_speed_pick_runs_on_while_its_memory_cost_is_open_and_others_race(tm
     e, runs = _leader_race(tmp_path / "x", RaceJudge(),
                            peak_kb=lambda env: 5_120 if "MALLOC_ARENA_MAX" in env else 10_240)
     assert runs[2] == 4 and runs[1] > 4, runs
+
+
+def test_where_the_budget_cannot_take_every_candidate_to_the_next_look_the_own_fix_goes_on():
+    from alloclab.tune.race import narrowed
+    open_ = {0: {1, 2, 3, 4, 5, 6}, 1: {1, 2, 3, 4, 5, 6}}
+    most = {1: 1.3, 2: 1.05, 3: 1.6, 4: 1.02, 5: 1.1, 6: 1.2}
+    # 300 s left, 16 s a run, from 4 runs to 7: k candidates with the default cost 3 x 2 x 16 x (k + 1) s.
+    assert narrowed(open_, (300.0, 16.0, 4, 7), own={2}, most=most) == {2, 3}   # the own fix, the most to gain
+    keep = narrowed(open_, (500.0, 16.0, 4, 7), own={2}, most=most)
+    assert keep == {2, 3, 1, 6}, keep
+    assert narrowed(open_, (50.0, 16.0, 4, 7), own={2}, most=most) == {2}   # one at least: the own fix
+    # Room for all of them: nothing closes.
+    assert narrowed(open_, (1e6, 16.0, 4, 7), own={2}, most=most) == set(range(1, 7))

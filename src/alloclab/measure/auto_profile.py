@@ -48,6 +48,14 @@ def profile_open(exp: Measuring, workload_idxs: set[int]) -> None:
     if why:
         exp.progress.note(f"no profile beside the undecided comparisons: {why}")
         return
+    from alloclab.measure.blocks import PROFILE_COST
+    # A run per variant of each open workload, perf's cost beside it: within the budget, or none.
+    need = PROFILE_COST * getattr(exp, "_pace_s", 0.0) * len(workload_idxs) / max(1, len(exp.workloads))
+    left = exp.settings.max_seconds - (exp.clock() - getattr(exp, "_budget_started", exp.clock()))
+    if need > left:
+        exp.progress.note(f"no profile beside the undecided comparisons: it would take about {need:.0f} s, and "
+                          f"{max(0.0, left):.0f} s of the budget are left")
+        return
     profilable = set()
     for wi in sorted(workload_idxs):
         try:

@@ -96,7 +96,7 @@ class MoreBlocks:
         base = 0
         open_: dict[int, set[int]] = {wi: set(range(1, len(self.variants))) for wi in range(len(self.workloads))}
         measured, block_s, t_block = design.looks[0], getattr(self, "_pace_s", 0.0), self.clock()
-        run_s = 0.0   # a run's share of the last block's time
+        run_s = block_s / max(1, len(self.cells))   # a run's share of the last block's time
         bounded: set[tuple[int, int]] = set()   # closed as futile: no answer beyond their interval
         self._stopped = "max-runs"
         while True:
@@ -110,6 +110,9 @@ class MoreBlocks:
                 left_s = s.max_seconds - reserve_s - (self.clock() - started)
                 reachable = (min(design.looks[-1], measured + int(max(0.0, left_s) / block_s)) if block_s > 0
                              else design.looks[-1])
+                # What a racing judge may narrow the race to: the time left, a run's cost, the next look.
+                following = next((k for k in design.looks if k > measured), None)
+                self.judge.budget = (max(0.0, left_s), run_s, measured, following) if following else None
                 still = self.judge.open_comparisons(self.recorder.experiment,
                                                     {wi for wi, vs in open_.items() if vs}, s.margin,
                                                     reachable=reachable)
@@ -153,7 +156,8 @@ class MoreBlocks:
         """Stored with the experiment, so that its analysis says "dropped below the leader" for
         these comparisons rather than a verdict or a bound."""
         for vi, leader in dropped.items():
-            self.progress.note(f"look at {measured} runs: {self.variants[vi].label} dropped, below {leader}")
+            self.progress.note(f"look at {measured} runs: {self.variants[vi].label} dropped, "
+                               + (f"below {leader}" if leader else "for the budget (the own fix and the leaders go on)"))
         self.config["dropped"] = [*self.config.get("dropped", []),
                                   *([wi, vi, leader, measured] for vi, leader in sorted(dropped.items()))]
         self.recorder.set_config(self.config)

@@ -13,10 +13,8 @@ from pathlib import Path
 from typing import Callable, Protocol
 
 from alloclab import defaults
-from alloclab.measure import machine
+from alloclab.measure import forward, machine, readback, verify
 from alloclab.plan.schedule import Job, Planner
-from alloclab.measure import forward, readback
-from alloclab.measure import verify
 from alloclab.measure.padding import PAD_VAR, env_size, pad_env
 from alloclab.errors import AlloclabError, Interrupted
 from alloclab.measure.run import RunInterrupted, RunResult
@@ -28,7 +26,6 @@ from alloclab.workloads.command import Workload
 from alloclab.measure.executors import executor_of
 from alloclab.measure.blocks import MoreBlocks
 from alloclab.plan.design import Design
-
 from alloclab.store.db import Store
 from alloclab.store.records import Recorder
 
@@ -59,9 +56,7 @@ class Settings:
     # Until decided: where a primary comparison stays open, one profiled run per variant of its
     # workload before the set-up is torn down (measure/auto_profile.py), within the budget.
     auto_profile: bool = False
-    # Runs made to see whether the program fails (tune's plain check): failures are the answer, and a
-    # first block that fails throughout is stored, not refused.
-    failures_expected: bool = False
+    failures_expected: bool = False   # runs made to see whether it fails (tune's plain check): none refused
     extra_config: dict = field(default_factory=dict)   # e.g. the sweep structure, for reports
 
     def __post_init__(self) -> None:
@@ -298,15 +293,7 @@ class Runner(MoreBlocks):
             status = "complete"
             if s.until_decided and s.auto_profile and self._open_at_end:
                 from alloclab.measure import auto_profile
-                from alloclab.measure.blocks import PROFILE_COST
-                # A run per variant of each open workload, perf's cost beside it: within the budget.
-                need = PROFILE_COST * getattr(self, "_pace_s", 0.0) * len(self._open_at_end) / max(1, len(self.workloads))
-                left = s.max_seconds - (self.clock() - getattr(self, "_budget_started", self.clock()))
-                if need <= left:
-                    auto_profile.profile_open(self, self._open_at_end)
-                else:
-                    self.progress.note(f"no profile beside the undecided comparisons: it would take about {need:.0f} s, "
-                                       f"and {max(0.0, left):.0f} s of the budget are left")
+                auto_profile.profile_open(self, self._open_at_end)
         except KeyboardInterrupt:
             status = "interrupted"
             if self.exp_id is None:

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-import math
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
@@ -18,6 +17,7 @@ from alloclab.stats import decide, estimates as stats, processes
 from alloclab.stats.findings import PER_VARIANT_FINDINGS, cell_findings
 from alloclab.store.db import Experiment
 from alloclab.stats.processes import Wrapped
+from alloclab.stats.stopping import Stop, block_key, measured_blocks, stop_of as _stop, stopped_as
 from alloclab.store.model import Run, StoredMetric, Verification
 from alloclab.workloads.primary import primary_metric, primary_metrics
 
@@ -114,11 +114,6 @@ def bootstrap_size(*ns: int) -> int:
     return int(min(2000, max(400, BOOTSTRAP_BUDGET // max(1, max(ns)))))
 
 
-def block_key(r: Run) -> tuple:
-    """What pairs runs: the block they ran in (on the host that ran it, for fleet runs)."""
-    return (r.extra.get("host"), r.block)
-
-
 def _values(runs: list[Run], metric: str) -> tuple[list[float], list[tuple]]:
     vals, blocks = [], []
     for r in runs:
@@ -126,11 +121,6 @@ def _values(runs: list[Run], metric: str) -> tuple[list[float], list[tuple]]:
             vals.append(r.metrics[metric])
             blocks.append(block_key(r))
     return vals, blocks
-
-
-def measured_blocks(runs: list[Run]) -> int:
-    """Blocks a variant took part in (failed runs too): the look a comparison is at."""
-    return len({block_key(r) for r in runs})
 
 
 def comparison(base: Cell, cand: Cell, higher_is_better: bool, *, design: decide.Design, blocks: int,
@@ -253,53 +243,6 @@ def _row(d: StoredMetric, cell_runs: dict, blocks_of: dict, facts: dict[int, Run
     return MetricRow(d.name, d.unit, bool(d.higher_is_better), d.source, bool(d.primary), cells)
 
 
-@dataclass(frozen=True)
-class Stop:
-    """Why a sequential experiment stopped adding blocks (the runner's config, key `stopped`: decided,
-    bounded, budget, max-runs), after how many, and whether this analysis asks what its looks asked
-    (the same baseline and margin), so that what its looks closed can be told from the runs."""
-    reason: str | None
-    blocks: int
-    same_question: bool
-    dropped: frozenset = frozenset()   # (workload, variant) a racing judge closed below a leader
-
-
-def _stop(exp: Experiment, base: int, margin: float) -> Stop | None:
-    """None while the experiment may still add runs (running, interrupted, or fixed --runs)."""
-    c = exp.config
-    if exp.row.status != "complete" or not c.until_decided:
-        return None
-    done = c.runs_done or max((measured_blocks(exp.cell_runs(w.idx, vi))
-                                               for w in exp.workloads for vi in range(len(exp.variants))), default=0)
-    # The runner judges against the first variant at the margin it was given.
-    same = base == 0 and math.isclose(margin, float(c.margin if c.margin is not None else defaults.MARGIN),
-                                      abs_tol=1e-12)
-    dropped = frozenset((wi, vi) for wi, vi, *_ in c.dropped)
-    return Stop(c.stopped, int(done), same, dropped)
-
-
-def stopped_as(stop: Stop | None, primary: bool, blocks: int, looks: tuple | list) -> str | None:
-    """How an undecided comparison whose candidate ran `blocks` blocks was ended, as far as the runs
-    tell: "bounded" (closed by the futility rule: its interval is the bound it is), "budget" or
-    "max-runs" (still open when that stopped the experiment), None (nothing to say beyond undecided).
-
-    The runner closes a variant at a look once each of its primary comparisons is decided or futile
-    (stats/looks.py), and then runs it no more: an undecided primary comparison whose candidate
-    stopped at a look before the end was futile there. One that ran to the end was open at the
-    stop, unless the stop itself was "bounded" (every comparison left was futile at the last look).
-    A metric the runner did not judge (not primary), or a question it did not ask (another baseline
-    or margin), was never closed as futile: it is stopped by the budget or --max-runs, or plainly
-    undecided."""
-    if stop is None:
-        return None
-    judged = primary and stop.same_question
-    if blocks < stop.blocks:
-        return "bounded" if judged and blocks in looks else None
-    if stop.reason == "bounded":
-        return "bounded" if judged else None
-    return stop.reason if stop.reason in ("budget", "max-runs") else None
-
-
 def _judge(pending: list[tuple], base: int, design, margin: float, stop: Stop | None,
            reachable: int | None) -> None:
     """Each comparison judged once its family's size is known (the families span workloads)."""
@@ -311,8 +254,10 @@ def _judge(pending: list[tuple], base: int, design, margin: float, stop: Stop | 
                                   family_size=sizes[key], margin=margin, reachable=reachable)
         if c.comparison.verdict != "undecided" or c.comparison.futile:
             continue   # decided, or futile by the rule itself at this analysis: a bound
-        if stop is not None and stop.same_question and judged and (wi, c.variant_idx) in stop.dropped:
-            c.comparison = dataclasses.replace(c.comparison, stopped="leader", more_runs=None)
+        if stop is not None and stop.same_question and judged and (wi, c.variant_idx) in stop.dropped | stop.for_budget:
+            leader = (wi, c.variant_idx) in stop.dropped   # below a leader, else closed for the budget
+            c.comparison = dataclasses.replace(c.comparison, stopped="leader" if leader else "budget",
+                                               more_runs=None if leader else c.comparison.more_runs)
             continue
         how = stopped_as(stop, judged, blocks, design.looks)
         # A bound only where the rule could have closed it: an interval it calls informative.

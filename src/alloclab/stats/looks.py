@@ -18,8 +18,11 @@ class Judge:
         # Per workload, the variants the last look closed as futile: the runner says "bounded",
         # not "decided", when they are what ended the experiment.
         self.futile: dict[int, set[int]] = {}
-        # Per workload, the variants a racing judge (tune/race.py) closed below a leader, and its label.
+        # Per workload, the variants a racing judge (tune/race.py) closed below a leader, and its label
+        # ("" where it closed them for the budget: still open, not ruled out).
         self.dropped: dict[int, dict[int, str]] = {}
+        # Set by the runner before each look: (seconds left, a run's cost, runs so far, the next look).
+        self.budget: tuple[float, float, int, int] | None = None
 
     def open_comparisons(self, experiment, workload_idxs: set[int], margin: float,
                          reachable: int | None = None) -> dict[int, set[int]]:

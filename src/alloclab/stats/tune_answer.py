@@ -230,7 +230,7 @@ class _Answerer:
         a, cand = self.a, self.cand(vi)
         own = _own_metric(cand)
         effects = _effects(a, best.primary, vi) + _effects(a, _has(RSS), vi) + (_effects(a, own, vi) if own else ())
-        dropped = {v: (leader, runs) for _, v, leader, runs in a.experiment.config.dropped}
+        dropped = {v: (leader, runs) for _, v, leader, runs in a.experiment.config.dropped if leader}
         leader, runs = dropped.get(vi, (None, None))
         speed_v = {e.comparison.verdict for e in _effects(a, best.primary, vi)}
         memory = [_effects(a, m, vi) for m in (_has(RSS), _has(END_ANON), own) if m is not None]

@@ -67,6 +67,21 @@ def could_hold_least(w: WorkloadResult, vi: int, base: int) -> bool:
 
 
 class RaceJudge(Judge):
+    def _narrow(self, a, out: dict[int, set[int]], experiment) -> None:
+        """Where the budget left cannot take every open candidate to the next look, the others close
+        for the budget (open in the answer, with their intervals), so that what is kept gets decided."""
+        if self.budget is None:
+            return
+        specs = {vi: v.spec for vi, v in enumerate(experiment.variants)}
+        own = {vi for vi, spec in specs.items() if spec in own_fixes(experiment)}
+        most = {vi: max(_most(w, vi) for w in a.workloads) for vi in set().union(*out.values())} if out else {}
+        keep = narrowed(out, self.budget, own, most)
+        for w in a.workloads:
+            for vi in sorted(out.get(w.idx, set()) - keep):
+                out[w.idx].discard(vi)
+                self.dropped.setdefault(w.idx, {})[vi] = ""
+
+
     def __init__(self, max_rss_increase: float | None = None) -> None:
         super().__init__()
         self.max_rss_increase = max_rss_increase
@@ -86,8 +101,43 @@ class RaceJudge(Judge):
                 if leader is not None and not could_hold_least(w, vi, a.baseline_idx):
                     out[w.idx].discard(vi)
                     self.dropped.setdefault(w.idx, {})[vi] = a.labels[leader]
+        self._narrow(a, out, experiment)
         pick = speed_pick(a, self.max_rss_increase)
         for w in a.workloads:
             if pick is not None and out.get(w.idx, set()) - {pick} and cost_open(w, pick):
                 out[w.idx].add(pick)
         return out
+
+
+def _most(w: WorkloadResult, vi: int) -> float:
+    """The most `vi` may gain in a workload, on its speed or on any memory metric: where it could
+    still be an answer."""
+    names = [r.name for r in ([w.primary()] if w.primary() else [])] + memory_metrics(w)
+    return max((c.gain_bounds[1] for n in names if (c := w.comparison(n, vi)) is not None), default=0.0)
+
+
+def own_fixes(experiment) -> set[str]:
+    """The specs of the fixes of the default's own mechanisms (the rules that read the allocator the
+    default runs), as the race's record names them."""
+    from alloclab.catalog.tune_rules import load_rules
+
+    rec = experiment.config.tune
+    if rec is None:
+        return set()
+    reads = (rec.baseline or {}).get("allocator", "glibc")
+    own = {r.name for r in load_rules() if r.reads == reads}
+    return {c.spec for c in rec.candidates if c.rule in own and ":" in c.spec}
+
+
+def narrowed(open_: dict[int, set[int]], budget, own: set[int], most: dict[int, float]) -> set[int]:
+    """The candidates the race keeps where the budget left cannot take every open one to the next
+    look: the own fixes first, then those that may gain the most, as many as reach it (one at least)."""
+    left_s, run_s, measured, following = budget
+    vis = set().union(*open_.values()) if open_ else set()
+    workloads = sum(1 for vs in open_.values() if vs)
+    need = lambda k: (following - measured) * (k + 1) * workloads * run_s
+    if len(vis) <= 1 or run_s <= 0 or need(len(vis)) <= left_s:
+        return vis
+    order = sorted(vis & own) + sorted(vis - own, key=lambda vi: -most.get(vi, 0.0))
+    keep = [vi for k, vi in enumerate(order, 1) if need(k) <= left_s] or order[:1]
+    return set(keep)

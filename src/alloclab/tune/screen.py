@@ -16,6 +16,7 @@ import math
 import statistics
 from dataclasses import dataclass
 
+from alloclab.measure.blocks import PROFILE_COST
 from alloclab.stats.analysis import Analysis
 from alloclab.store.config_model import Candidate
 from alloclab.workloads.metrics import PEAK_RSS as RSS, PHASE_RSS
@@ -49,15 +50,17 @@ def plan(n_candidates: int, n_workloads: int, run_s: float, left_s: float, first
     if n_candidates <= 2 or (run_s <= 0 and not force):
         return None
     block_s = max((n_candidates + 1) * n_workloads * run_s, 1e-9)
-    race_s = (max(warmup, 1) + first_look) * block_s
+    # The warm-up block, the first look's, and the time the race keeps for the profile of what stays
+    # open (measure/blocks.py): what the first look of every candidate takes.
+    race_s = (max(warmup, 1) + first_look + PROFILE_COST) * block_s
     runs = max(1, min(MAX_SCREEN_RUNS, int(SCREEN_SHARE * left_s // block_s)))
     if force:
         return ScreenPlan(runs, "--screen always")
     if race_s <= FIT * left_s:
         return None
     return ScreenPlan(runs, f"racing all {n_candidates} candidates to their first look would take about "
-                            f"{duration(race_s)} ({first_look} runs and a warm-up of {n_candidates + 1} variants x "
-                            f"{n_workloads} workload(s) x {run_s:.1f} s, a fingerprint run's time) of the "
+                            f"{duration(race_s)} ({first_look} runs, a warm-up and a profile of {n_candidates + 1} "
+                            f"variants x {n_workloads} workload(s) x {run_s:.1f} s, a fingerprint run's time) of the "
                             f"{duration(left_s)} left")
 
 
@@ -66,9 +69,9 @@ def duration(s: float) -> str:
 
 
 def race_slots(n_workloads: int, run_s: float, left_s: float, first_look: int, warmup: int) -> int:
-    """How many candidates the race can take to its first look in the budget left (its warm-up block
-    and first look, beside the default), at least one."""
-    per_candidate = (max(warmup, 1) + first_look) * n_workloads * max(run_s, 1e-9)
+    """How many candidates the race can take to its first look in the budget left (its warm-up block,
+    first look and profile, beside the default), at least one."""
+    per_candidate = (max(warmup, 1) + first_look + PROFILE_COST) * n_workloads * max(run_s, 1e-9)
     return max(1, int(left_s // per_candidate) - 1)
 
 
