@@ -99,6 +99,10 @@ def test_a_screen_is_planned_only_when_the_full_race_would_not_fit():
     assert screen.race_slots(2, 22.0, 1130.0, first_look=6, warmup=1) == 2
     assert screen.race_slots(1, 0.5, 600.0, first_look=6, warmup=1) == 140
     assert screen.race_slots(2, 22.0, 300.0, first_look=6, warmup=1) == 1   # at least one
+    # PostgreSQL: 17 s a run, 2 client counts, 1176 s left after the screen: the pad and the default to
+    # the recipe's 12 runs first (8 more x 2 x 2 x 17 s = 544 s), then one more candidate to its first look.
+    assert screen.race_slots(2, 17.0, 1176.0, first_look=4, warmup=1, own=1, own_runs=12) == 1
+    assert screen.race_slots(2, 17.0, 1176.0, first_look=4, warmup=1) == 4
 
 
 def test_the_screen_keeps_the_leaders_and_the_race_decides_on_its_own_runs(tmp_path):

@@ -68,11 +68,16 @@ def duration(s: float) -> str:
     return f"{s:.0f} s" if s < 120 else f"{s / 60:.1f} min"
 
 
-def race_slots(n_workloads: int, run_s: float, left_s: float, first_look: int, warmup: int) -> int:
+def race_slots(n_workloads: int, run_s: float, left_s: float, first_look: int, warmup: int, own: int = 0,
+               own_runs: int = 0) -> int:
     """How many candidates the race can take to its first look in the budget left (its warm-up block,
-    first look and profile, beside the default), at least one."""
-    per_candidate = (max(warmup, 1) + first_look + PROFILE_COST) * n_workloads * max(run_s, 1e-9)
-    return max(1, int(left_s // per_candidate) - 1)
+    first look and profile, beside the default), at least one, once the `own` fixes of the default's
+    mechanisms and the default have what takes them on to `own_runs` runs (the decision comes first;
+    the others race where the budget allows)."""
+    run_s = max(run_s, 1e-9)
+    beyond = (own + 1) * max(0, own_runs - first_look) * n_workloads * run_s if own else 0.0
+    per_candidate = (max(warmup, 1) + first_look + PROFILE_COST) * n_workloads * run_s
+    return max(1, int((left_s - beyond) // per_candidate) - 1)
 
 
 def _comparisons(a: Analysis, vi: int, metrics_of):

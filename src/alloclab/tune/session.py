@@ -224,7 +224,11 @@ class TuneRun:
         spent = self.clock() - t
         # What a run costs, measured: the race's cap is sized from it, not from the fingerprint runs.
         self.pace_s = spent / max(1, sp.runs * (len(candidates) + 1) * len(self.workloads))
-        slots = screening.race_slots(len(self.workloads), self.pace_s, left - spent, first, warmup)
+        own = [c for c in candidates if c.rule in own_rules and ":" in c.spec]
+        # The own fixes are to be decided (to the file's cap of runs, or the first looks a command's
+        # budget fits); the others race to their first look where the budget allows.
+        slots = screening.race_slots(len(self.workloads), self.pace_s, left - spent, first, warmup, len(own),
+                                     min(d.max_runs, 4 * first))
         if opts.screen == "always":   # asked for: the finalists alone race, at most two besides the own fixes
             slots = min(slots, screening.ALWAYS_SLOTS)
         chosen = screening.finalists(build_results(store.load(screen_id), min_effect=opts.min_effect).analysis,
