@@ -1,0 +1,214 @@
+"""Reading glibc's heaps in a running process: its state in one short stop (main_arena, mp_, the
+arenas and their heaps, the threads' tcache pointers), then the cached chunks' lists and the heaps
+themselves in bounded slices, the process running between them.
+
+The state and the slices are read at different moments of a process that keeps running: whatever
+changed in between fails a check (walk.py, arena.py) and is counted as unread, never guessed."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from alloclab.catalog.glibc_layout import GlibcLayout
+from alloclab.measure.inspect import arena as ar
+from alloclab.measure.inspect import mapped as mp
+from alloclab.measure.inspect.libc import Libc
+from alloclab.measure.inspect.memory import PAGE, PRESENT, Memory, Unreadable
+from alloclab.measure.inspect.pacing import SLICE_BYTES, Pacer
+from alloclab.measure.inspect.procfs import Mapping
+from alloclab.measure.inspect.ptrace import Freezer
+from alloclab.measure.inspect.tls import thread_vars
+from alloclab.measure.inspect.walk import HeapWalk
+
+
+class NotGlibcHeap(Exception):
+    """main_arena could not be found: the walk cannot start (the caller falls back to smaps)."""
+
+
+@dataclass
+class HeapRegion:
+    lo: int                   # the mapping the heap is in (residency is counted over it)
+    hi: int
+    walk: HeapWalk | None
+    present: np.ndarray | None = None    # per page of [lo, hi), from pagemap
+    overhead: int = 0          # heap_info, and the arena itself in an arena's first heap
+
+
+@dataclass
+class ArenaRead:
+    arena: ar.Arena
+    heaps: list[HeapRegion] = field(default_factory=list)
+    threads: list[int] = field(default_factory=list)
+
+
+@dataclass
+class GlibcState:
+    main_at: int
+    main_by: str
+    mp_at: int | None
+    params: ar.Params | None
+    arenas: list[ArenaRead]
+    cached: ar.Cached
+    tcache_by: str
+    mapped: mp.Mapped
+    sps: list[int]
+    stopped: bool
+    bss: dict[int, tuple[int, int]] = field(default_factory=dict)
+
+
+def _align_chunk(at: int, alignment: int) -> int:
+    """glibc's first chunk in a region: moved up until its user pointer (at + 16) is aligned."""
+    mis = (at + 16) % alignment
+    return at + (alignment - mis if mis else 0)
+
+
+def _locate(layout: GlibcLayout, libc: Libc, mem: Memory, heap: Mapping | None) -> tuple[int, str, int | None]:
+    """main_arena and mp_: from the debug symbols, checked; else by content."""
+    data_regions = [(m.lo, m.hi, mem.read(m.lo, m.size)) for m in libc.writable()]
+    main = libc.symbols.get("main_arena")
+    by = f"debug symbols ({libc.symbols_from})"
+    if main is not None:
+        state = mem.read(main, layout.size("malloc_state"))
+        if ar.bins_back_home(layout, mem, main, state) != layout.nbins - 1:
+            main = None
+    if main is None:
+        by = "content (no debug symbols)" if "main_arena" not in libc.symbols else "content (the symbols did not check out)"
+        for lo, hi, data in data_regions:
+            main = ar.find_main_arena(layout, mem, (lo, hi), data)
+            if main is not None:
+                break
+    if main is None:
+        raise NotGlibcHeap()
+    heap_start = heap.lo if heap is not None else None
+    mp_at = libc.symbols.get("mp_")
+    if mp_at is not None:
+        p = ar.params(layout, mem.read(mp_at, layout.size("malloc_par")))
+        if not ar.plausible_params(layout, p, heap_start):
+            mp_at = None
+    if mp_at is None:
+        for lo, hi, data in data_regions:
+            mp_at = ar.find_mp(layout, (lo, hi), data, heap_start)
+            if mp_at is not None:
+                break
+    return main, by, mp_at
+
+
+def _heaps(layout: GlibcLayout, arenas: list[ar.Arena], params: ar.Params | None, maps: list[Mapping],
+           mem: Memory) -> list[ArenaRead]:
+    hi_size, ms_size = layout.size("heap_info"), layout.size("malloc_state")
+    hmax = ar.heap_max(layout, params)
+    heap_map = next((m for m in maps if m.path == "[heap]"), None)
+    out = []
+    for a in arenas:
+        r = ArenaRead(a)
+        if a.main:
+            home = a.address + layout.at("malloc_state", "bins") - 16
+            if heap_map is not None and a.top != home and heap_map.lo <= a.top < heap_map.hi \
+                    and not a.flags & ar.NONCONTIGUOUS:
+                base = params.sbrk_base if params is not None and params.sbrk_base else heap_map.lo
+                start = _align_chunk(base, layout.alignment)
+                r.heaps.append(HeapRegion(heap_map.lo, heap_map.hi, HeapWalk(start, a.top, layout.min_chunk,
+                                                                             layout.tcache_struct_chunk)))
+        else:
+            ar.thread_heaps(layout, mem, a, hmax)
+            for h, size, _ in a.heaps:
+                m = next((m for m in maps if m.lo == h), None)
+                if m is None:
+                    continue
+                first = (h + hi_size + ms_size) if a.address == h + hi_size else h + hi_size
+                start = _align_chunk(first, layout.alignment)
+                stop = a.top if h <= a.top < h + size else h + size
+                r.heaps.append(HeapRegion(m.lo, m.hi, HeapWalk(start, stop, layout.min_chunk,
+                                                               layout.tcache_struct_chunk), overhead=start - h))
+        out.append(r)
+    return out
+
+
+def _walk(mem: Memory, freezer: Freezer, region: HeapRegion, anchors: list[int]) -> None:
+    w = region.walk
+    w.anchors = sorted(a for a in anchors if w.start < a <= w.stop)
+    with freezer.paused():
+        e = mem.entries(region.lo, region.hi)
+    region.present = (e & np.uint64(PRESENT)) != 0 if e is not None else None
+    top_word = None
+    buffer = bytearray(min(SLICE_BYTES, region.hi - region.lo))
+    while not w.done and w.pos < w.stop:
+        lo = w.pos & ~(PAGE - 1)
+        hi = min(region.hi, lo + SLICE_BYTES)
+        if w.pos + 16 > hi:
+            w.unread += w.stop - w.pos
+            break
+        with freezer.paused():
+            e = mem.entries(lo, hi)
+            sl = mem.slice(lo, hi, e, buffer)
+        if e is not None and region.present is not None:
+            a = (lo - region.lo) // PAGE
+            region.present[a:a + len(e)] = (e & np.uint64(PRESENT)) != 0
+        w.feed(sl)
+        if w.pos == w.stop and w.stop + 16 <= sl.hi:
+            i = (w.stop - sl.lo) // 8
+            top_word = None if sl.unknown(w.stop) else int(np.frombuffer(sl.data, dtype=np.uint64)[i + 1])
+    if not w.done:
+        if top_word is None and w.pos == w.stop and not mem.swapped(w.stop):
+            with freezer.paused():
+                try:
+                    top_word = mem.word(w.stop + 8)
+                except Unreadable:
+                    top_word = None
+        w.finish_at_top(top_word)
+
+
+def read(pid: int, maps: list[Mapping], libc: Libc, layout: GlibcLayout, mem: Memory, freezer: Freezer,
+         bss: dict[int, tuple[int, int]]) -> GlibcState:
+    heap_map = next((m for m in maps if m.path == "[heap]"), None)
+    with Pacer(freezer) as pacer:
+        main, by, mp_at = _locate(layout, libc, mem, heap_map)
+        params = ar.params(layout, mem.read(mp_at, layout.size("malloc_par"))) if mp_at else None
+        arenas = _heaps(layout, ar.ring(layout, mem, main), params, maps, mem)
+        key = mem.word(libc.symbols["tcache_key"]) if "tcache_key" in libc.symbols else None
+        regs = dict(pacer.stop.regs) if pacer.stop else {}
+        main_first = arenas[0].heaps[0].walk.start if arenas[0].heaps else 0
+        offsets = {k: libc.symbols[k] for k in ("tcache", "thread_arena") if k in libc.tls}
+        tv = thread_vars(mem, regs, pid, main_first, main, offsets)
+        sps = [r.sp for r in regs.values()]
+    spans = [(h.walk.start, h.walk.stop + 16) for r in arenas for h in r.heaps] + \
+        [(h, h + s) for r in arenas for h, s, _ in r.arena.heaps]
+
+    def inside(addr: int) -> bool:
+        return any(lo <= addr < hi for lo, hi in spans)
+
+    cached = ar.Cached()
+    limit = params.tcache_count if params is not None else 0xFFFF
+    with Pacer(freezer) as pacer:
+        for r in arenas:
+            ar.fastbins(layout, mem, r.arena, cached, inside, pacer.tick)
+        if tv is not None:
+            how = tv.how
+            for tid, chunk in tv.tcache.items():
+                pacer.tick()
+                if chunk and chunk not in cached.tcaches:
+                    ar.tcache(layout, mem, chunk, key, cached, inside, limit)
+            for r in arenas:
+                r.threads = sorted(t for t, a in tv.arena.items() if a == r.arena.address)
+        else:
+            how = None
+    anchors = sorted(cached.chunks) + [r.arena.top for r in arenas]
+    for r in arenas:
+        for h in r.heaps:
+            _walk(mem, freezer, h, anchors)
+    if tv is None:
+        # No registers (a process traced by someone else): every in-use chunk of a tcache's size
+        # whose content checks out is one.
+        how = "content: in-use chunks of a tcache's size whose counts and links check out"
+        with Pacer(freezer) as pacer:
+            for r in arenas:
+                for h in r.heaps:
+                    for chunk in h.walk.tcache_like:
+                        pacer.tick()
+                        ar.tcache(layout, mem, chunk, key, cached, inside, limit)
+    skip = {h.lo for r in arenas for h in r.heaps}
+    with Pacer(freezer) as pacer:
+        mapped = mp.find(mem, maps, skip, bss, pacer.tick)
+    return GlibcState(main, by, mp_at, params, arenas, cached, how, mapped, sps, freezer.enabled, bss)

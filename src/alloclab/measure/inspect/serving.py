@@ -1,0 +1,51 @@
+"""Which allocator serves a process's malloc, told from outside: what the loader would bind
+malloc to. A preloaded library that defines it comes first (alloclab's forwarding preload hands it
+to glibc's), then the program's own malloc (an allocator built into it), then an allocator library
+it loads, then glibc's. The libraries are the catalog's (catalog/allocators.toml)."""
+
+from __future__ import annotations
+
+import os
+import re
+from pathlib import Path
+
+from alloclab.catalog import allocators as cat
+from alloclab.catalog.elf import elf_facts
+from alloclab.measure.inspect.procfs import Mapping, environ, exe, in_root
+
+FORWARD = "alloclab-glibc-forward"
+
+
+def _by_soname() -> dict[str, str]:
+    out: dict[str, str] = {}
+    for a in cat.load_catalog().allocators.values():
+        for lib in a.libraries:
+            out.setdefault(lib, a.same_as or a.name)
+    return out
+
+
+def serving(pid: int, maps: list[Mapping]) -> tuple[str, str]:
+    """(allocator name, how it was told)."""
+    sonames = _by_soname()
+    mapped = {os.path.basename(m.path): m.path for m in maps if m.path.startswith("/")}
+    try:
+        preload = [p for p in re.split(r"[: ]+", environ(pid).get("LD_PRELOAD", "")) if p]
+    except PermissionError:
+        preload = []
+    for p in preload:
+        base = os.path.basename(p)
+        if FORWARD in base and base in mapped:
+            return "glibc", f"alloclab's forwarding preload ({p}) hands malloc to glibc's"
+        if base in sonames and base in mapped:
+            return sonames[base], f"preloaded ({p})"
+    program = exe(pid)
+    facts = elf_facts(Path(in_root(pid, program)))
+    if facts.is_elf and "malloc" in facts.exported:
+        for a in cat.load_catalog().allocators.values():
+            if a.prefixed_symbols and set(a.prefixed_symbols) & facts.defined:
+                return a.name, f"built into {program} (its {sorted(set(a.prefixed_symbols) & facts.defined)[0]})"
+        return "unknown", f"{program} defines its own malloc"
+    for base, path in mapped.items():
+        if base in sonames:
+            return sonames[base], f"linked ({path})"
+    return "glibc", "glibc's own malloc (no other allocator is loaded)"
