@@ -66,7 +66,7 @@ def _rest(fp: Fingerprint) -> tuple[MemorySplit | None, str, str]:
     return books.at("end"), "at its end", END_METRIC
 
 
-def _rest_values(sp: MemorySplit | None, hist: list[SizeClass]) -> dict[str, float | None]:
+def rest_values(sp: MemorySplit | None, hist: list[SizeClass]) -> dict[str, float | None]:
     """The split's parts as readings (rest_*), and glibc's thresholds and arenas as they stood."""
     if sp is None:
         return {}
@@ -160,7 +160,7 @@ def reading(allocator: str, label: str, fp: Fingerprint | dict, cpus: int | None
                     madvise_turnover=_share(released, peak_live),
                     heap_swing=swing if units or trimmed else None)
     rest, rest_where, rest_metric = _rest(fp)
-    v |= _known(**_rest_values(rest, fp.hist))
+    v |= _known(**rest_values(rest, fp.hist))
     return Reading(allocator, label, v, per, where, rest_where, rest_metric)
 
 

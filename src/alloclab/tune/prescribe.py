@@ -90,10 +90,11 @@ def gives_enough(rule: Rule, reading: Reading, default: Reading | None) -> bool:
 
 
 def prescribe(readings: dict[str, Reading], allocators: list[str], versions: dict[str, str] | None = None,
-              rules: tuple[Rule, ...] | None = None, check=None) -> Prescription:
+              rules: tuple[Rule, ...] | None = None, check=None, default: Reading | None = None) -> Prescription:
     """Candidates from the rules that fire. `allocators`: the plain allocators to race when a rule
     names {allocators} (the installed ones other than the baseline); `check(spec)` returns why the
-    installed allocator refuses a spec (None when it takes it)."""
+    installed allocator refuses a spec (None when it takes it). `default`: what a memory rule's gain
+    is weighed against (the baseline's reading; an inspected process is its own)."""
     rules = rules if rules is not None else load_rules()
     versions = versions or {}
     out: list[Candidate] = []
@@ -104,7 +105,7 @@ def prescribe(readings: dict[str, Reading], allocators: list[str], versions: dic
         if reading is None:
             continue
         if not all(c.holds(reading.get(c.reading)) for c in rule.when) or \
-                not gives_enough(rule, reading, readings.get(BASELINE)):
+                not gives_enough(rule, reading, default or readings.get(BASELINE)):
             silent.append(rule.name)
             continue
         values = _values(rule, reading)
