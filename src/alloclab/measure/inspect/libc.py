@@ -16,8 +16,9 @@ from alloclab.catalog.elf import elf_facts
 from alloclab.measure.inspect import refusals
 from alloclab.measure.inspect.procfs import Mapping, exe, in_root
 
-GLIBC_FILE = re.compile(r"/libc(?:-\d+\.\d+)?\.so(?:\.6)?$")
-MUSL_FILE = re.compile(r"/(?:ld-musl-[^/]*\.so\.1|libc\.musl[^/]*)$")
+GLIBC_FILE = re.compile(r"/libc(?:\.so\.6|-\d+\.\d+\.so)$")
+# musl's loader is its libc: Debian maps it as /usr/lib/x86_64-linux-musl/libc.so, Alpine as ld-musl-*.
+MUSL_FILE = re.compile(r"(?:/ld-musl-[^/]*\.so\.1|-linux-musl/libc\.so|/libc\.musl[^/]*)$")
 BANNER = re.compile(rb"GNU C Library [^\n]{0,120}?release version (\d+\.\d+)")
 MACHINES = {62: "x86_64", 183: "aarch64"}
 # The symbols read from the debug file: objects in libc's data, and thread-local variables
@@ -45,11 +46,11 @@ class Libc:
 
 
 def find(pid: int, maps: list[Mapping]) -> Libc:
+    musl = next((m for m in maps if MUSL_FILE.search(m.path)), None)
+    if musl is not None:
+        raise refusals.musl(pid, musl.path)
     glibc = [m for m in maps if GLIBC_FILE.search(m.path)]
     if not glibc:
-        musl = next((m for m in maps if MUSL_FILE.search(m.path)), None)
-        if musl is not None:
-            raise refusals.musl(pid, musl.path)
         program = exe(pid)
         raise refusals.static(pid, program) if _static(pid, program) else refusals.unknown_layout(
             pid, program, None, "?", [])
