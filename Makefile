@@ -9,9 +9,11 @@ DEB_BENCH_PACKAGES := hyperfine
 # Real programs the recipes and end-to-end tests drive, Chromium for the HTML report test,
 # heaptrack, whose counts the fingerprint's are checked against, and strace, which counts the
 # fingerprint's system calls where perf's syscall tracepoints are unavailable (a VM, a container).
+# `alloclab inspect`'s tests: glibc's debug symbols (main_arena and mp_ by name; their content is
+# tested too) and musl's compiler (a musl process, refused).
 DEB_TEST_PACKAGES := postgresql postgresql-contrib redis-server redis-tools qemu-utils chromium valgrind \
 	sqlite3 xz-utils git perl python3 ceph-mon ceph-osd ceph-common librbd1 fio qemu-block-extra heaptrack \
-	strace $(DEB_BENCH_PACKAGES)
+	strace libc6-dbg musl-tools $(DEB_BENCH_PACKAGES)
 DB ?= demo.db
 
 .PHONY: setup setup-test setup-bench setup-deb setup-deb-test setup-deb-all setup-deb-bench venv demo test bench clean

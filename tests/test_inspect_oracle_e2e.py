@@ -113,3 +113,20 @@ def test_the_terminal_answer_names_the_rule_and_its_lines(program, cli, tmp_path
     assert "run:     MALLOC_TRIM_THRESHOLD_=" in text and "Environment=\"MALLOC_TRIM_THRESHOLD_=" in text
     assert f"race it: alloclab tune -- {program}" in text
     assert "Inspection stored in" in text
+
+
+def test_a_heap_that_changes_under_the_walk_is_read_and_left_intact(program, cli, tmp_path):
+    # While it is read, the program keeps replacing its blocks (and checks each one's bytes before
+    # freeing it): whatever changed between the reads fails the walk's checks and is counted as
+    # unread, never guessed; the program finds nothing of its own altered.
+    p = pause(program, "churn", tmp_path / "info.xml", MIB)
+    try:
+        got = inspection(cli("inspect", str(p.pid), "-f", "json"))
+    finally:
+        out, err, rc = p.go()
+    assert rc == 0 and out.decode().endswith("altered: 0\n"), (out, err)
+    assert worst_gap_ms(err) <= 100, err
+    snap = got[0]["snapshot"]
+    assert snap["unread"] >= 0 and "unread" in snap["split"]["books"]
+    parts = snap["split"]["parts"]
+    assert parts["live"] > 8 << 20, parts

@@ -20,6 +20,9 @@
  *            arena and free all but the last piece (glibc-arena-free)
  *   control  MIB of pieces, all kept: nothing to give back
  *   blocks   MIB of 100-byte blocks, all kept (the speed target: 1024)
+ *   churn    as control, and while it pauses its main thread keeps replacing random blocks by new
+ *            ones of random sizes, checking each block's bytes before it frees it: a heap that
+ *            changes under the walk. It prints the blocks it kept and how many it found altered.
  * Every mode ends by freeing 40 small blocks of three sizes: the first of each size go to the
  * thread's tcache, the rest to the fastbins (the walk counts both as caches). */
 #include <pthread.h>
@@ -105,6 +108,15 @@ static void *worker(void *arg) {
     return NULL;
 }
 
+static volatile int go;
+static void *wait_line(void *arg) {
+    (void)arg;
+    char line[16];
+    if (read(0, line, sizeof line) < 0) {}
+    go = 1;
+    return NULL;
+}
+
 int main(int argc, char **argv) {
     if (argc < 3) { fprintf(stderr, "usage: inspectee MODE INFO_FILE [MIB] [THREADS]\n"); return 2; }
     const char *mode = argv[1];
@@ -163,13 +175,13 @@ int main(int argc, char **argv) {
             while (done < i + 1) pthread_cond_wait(&cond, &lock);
             pthread_mutex_unlock(&lock);
         }
-    } else if (!strcmp(mode, "control") || !strcmp(mode, "blocks")) {
+    } else if (!strcmp(mode, "control") || !strcmp(mode, "blocks") || !strcmp(mode, "churn")) {
         int blocks = !strcmp(mode, "blocks");
         size_t used = 0;
         while (used < want) {
             size_t sz = blocks ? 100 : 256 + rnd() % 1792;
             char *p = malloc(sz);
-            memset(p, (int)(used & 0x7f) + 1, sz);
+            memset(p, (int)(nkept & 0x7f) + 1, sz);
             hold(p, sz);
             used += sz + (blocks ? 12 : 0);
         }
@@ -183,6 +195,25 @@ int main(int argc, char **argv) {
     watching = 1;
     static const char paused[] = "paused\n";
     if (write(2, paused, sizeof paused - 1) < 0) return 4;
+    if (!strcmp(mode, "churn")) {
+        pthread_t r;
+        pthread_create(&r, NULL, wait_line, NULL);
+        unsigned long altered = 0;
+        while (!go) {
+            size_t i = rnd() % nkept, sz = 256 + rnd() % 1792;
+            for (size_t j = 0; j < kept_len[i]; j++) altered += kept[i][j] != (char)((i & 0x7f) + 1);
+            free(kept[i]);
+            kept[i] = malloc(sz);
+            kept_len[i] = sz;
+            memset(kept[i], (int)(i & 0x7f) + 1, sz);
+        }
+        pthread_join(r, NULL);
+        watching = 0;
+        printf("blocks: %zu\naltered: %lu\n", nkept, altered);
+        fflush(stdout);
+        fprintf(stderr, "heartbeat worst gap while paused: %.3f ms\n", worst_ns / 1e6);
+        return 0;
+    }
     char line[16];
     if (read(0, line, sizeof line) < 0) return 4;
     watching = 0;

@@ -64,6 +64,10 @@ def _align_chunk(at: int, alignment: int) -> int:
     return at + (alignment - mis if mis else 0)
 
 
+def _page_up(at: int) -> int:
+    return (at + PAGE - 1) & ~(PAGE - 1)
+
+
 def _locate(layout: GlibcLayout, libc: Libc, mem: Memory, heap: Mapping | None) -> tuple[int, str, int | None]:
     """main_arena and mp_: from the debug symbols, checked; else by content."""
     data_regions = [(m.lo, m.hi, mem.read(m.lo, m.size)) for m in libc.writable()]
@@ -105,12 +109,14 @@ def _heaps(layout: GlibcLayout, arenas: list[ar.Arena], params: ar.Params | None
         r = ArenaRead(a)
         if a.main:
             home = a.address + layout.at("malloc_state", "bins") - 16
-            if heap_map is not None and a.top != home and heap_map.lo <= a.top < heap_map.hi \
+            # The maps were read before the stop: a heap grown since ends at the top's end now.
+            end = _page_up(a.top + a.top_size)
+            if heap_map is not None and a.top != home and heap_map.lo <= a.top < max(heap_map.hi, end) \
                     and not a.flags & ar.NONCONTIGUOUS:
                 base = params.sbrk_base if params is not None and params.sbrk_base else heap_map.lo
                 start = _align_chunk(base, layout.alignment)
-                r.heaps.append(HeapRegion(heap_map.lo, heap_map.hi, HeapWalk(start, a.top, layout.min_chunk,
-                                                                             layout.tcache_struct_chunk)))
+                r.heaps.append(HeapRegion(heap_map.lo, max(heap_map.hi, end),
+                                          HeapWalk(start, a.top, layout.min_chunk, layout.tcache_struct_chunk)))
         else:
             ar.thread_heaps(layout, mem, a, hmax)
             for h, size, _ in a.heaps:
@@ -120,8 +126,9 @@ def _heaps(layout: GlibcLayout, arenas: list[ar.Arena], params: ar.Params | None
                 first = (h + hi_size + ms_size) if a.address == h + hi_size else h + hi_size
                 start = _align_chunk(first, layout.alignment)
                 stop = a.top if h <= a.top < h + size else h + size
-                r.heaps.append(HeapRegion(m.lo, m.hi, HeapWalk(start, stop, layout.min_chunk,
-                                                               layout.tcache_struct_chunk), overhead=start - h))
+                r.heaps.append(HeapRegion(m.lo, max(m.hi, _page_up(h + size)),
+                                          HeapWalk(start, stop, layout.min_chunk, layout.tcache_struct_chunk),
+                                          overhead=start - h))
         out.append(r)
     return out
 
