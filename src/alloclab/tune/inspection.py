@@ -33,12 +33,22 @@ def reading(snap: Snapshot) -> Reading | None:
     return Reading(snap.allocator, snap.allocator, values, rest_where=REST_WHERE)
 
 
+def command(snap: Snapshot) -> str:
+    """Its command line as a shell line (a rewritten process title leaves empty arguments behind)."""
+    argv = list(snap.cmdline)
+    while argv and not argv[-1]:
+        argv.pop()
+    return shlex.join(argv) if argv else snap.exe
+
+
 def race_command(snap: Snapshot) -> str:
+    from alloclab.measure.inspect.snapshot import program_names
     from alloclab.workloads.experiment_file import inspect_recipe
-    recipe = inspect_recipe(os.path.basename(snap.exe.removesuffix(" (deleted)")))
-    if recipe is not None:
-        return f"alloclab tune recipe:{recipe[0]}"
-    return "alloclab tune -- " + (shlex.join(snap.cmdline) if snap.cmdline else snap.exe)
+    for name in program_names(snap.exe, snap.cmdline):
+        recipe = inspect_recipe(name)
+        if recipe is not None:
+            return f"alloclab tune recipe:{recipe[0]}"
+    return "alloclab tune -- " + command(snap)
 
 
 def _others(allocator: str) -> list[str]:
@@ -67,13 +77,13 @@ def answer(snap: Snapshot) -> Answer:
     if r is None:
         return out
     rx = prescribe({snap.allocator: r}, _others(snap.allocator), rules=memory_rules(), default=r)
-    command = shlex.join(snap.cmdline) if snap.cmdline else snap.exe
+    line = command(snap)
     by_rule: dict[str, Finding] = {}
     for c in rx.candidates:
         if c.rule not in rx.fired:
             continue
         f = by_rule.setdefault(c.rule, Finding(c.rule, c.mechanism, c.why, c.expect))
-        f.settings.append(_setting(c.spec, command))
+        f.settings.append(_setting(c.spec, line))
     out.fired = list(by_rule.values())
     out.silent = [name for name in rx.silent]
     parts = snap.split.parts

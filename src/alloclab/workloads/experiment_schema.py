@@ -27,7 +27,7 @@ TOP = {"experiment": "table: name, description, variants, runs, ...", "params": 
        "inspect": "table: programs, channel (alloclab inspect of a running process of this program)"}
 # `alloclab inspect PID` of a process of a recipe's program: the programs it recognizes by name, and
 # the program's own channel to its allocator's books (measure/inspect/channels.py reads each kind).
-CHANNELS = ("redis", "postgres")
+CHANNELS = ("redis",)
 INSPECT = {"programs": "list of program names (the executable's file name)",
            "channel": f"the program's own channel to its allocator's books: {' | '.join(CHANNELS)}"}
 EXPERIMENT = {"name": "string", "description": "string", "variants": "list of variant specs",

@@ -26,7 +26,7 @@ from alloclab.store.inspect_model import Snapshot
 class Options:
     symbols: bool = True          # read main_arena and mp_ from the debug symbols where installed
     pagemap: bool = True          # residency from pagemap (else smaps, per mapping)
-    channel: object | None = None  # a program's own channel (channels.Channel), from a recipe or the program
+    channel: str | None = None    # a program's own channel (channels.py); default: its recipe's
 
 
 def _begin(pid: int) -> None:
@@ -52,6 +52,25 @@ def smaps_only(snap: Snapshot, pid: int, maps, why: str) -> None:
     snap.notes.append(why)
 
 
+def program_names(exe: str, cmdline: list[str]) -> list[str]:
+    """The names a process goes by: its executable's file, and the first word of its argv[0] (Debian's
+    redis-server is a link to redis-check-rdb, and rewrites its argv[0] as "redis-server HOST:PORT")."""
+    names = [os.path.basename(exe.removesuffix(" (deleted)"))]
+    if cmdline and cmdline[0].split():
+        names.append(os.path.basename(cmdline[0].split()[0]))
+    return names
+
+
+def _recipe_channel(snap: Snapshot) -> str | None:
+    """The channel a recipe names for this program (workloads/recipes/*.toml, [inspect])."""
+    from alloclab.workloads.experiment_file import inspect_recipe
+    for name in program_names(snap.exe, snap.cmdline):
+        found = inspect_recipe(name)
+        if found:
+            return found[1]
+    return None
+
+
 def inspect(pid: int, options: Options = Options(), t0: float | None = None) -> Snapshot:
     _begin(pid)
     started = time.perf_counter()
@@ -68,13 +87,14 @@ def inspect(pid: int, options: Options = Options(), t0: float | None = None) -> 
         snap.rollup = procfs.rollup(pid)
         snap.rss, snap.pss = snap.rollup.get("Rss", 0), snap.rollup.get("Pss", 0)
         snap.allocator, snap.allocator_how = serving(pid, maps)
-        if options.channel is not None and snap.allocator != "glibc":
+        if snap.allocator != "glibc":
             from alloclab.measure.inspect import channels
-            channels.read(snap, pid, maps, options.channel)
-        elif snap.allocator != "glibc":
-            smaps_only(snap, pid, maps, f"{snap.allocator}'s own split needs a call inside the process: a channel "
-                                        f"of the program's own (a recipe's, e.g. redis' MEMORY MALLOC-STATS) or "
-                                        f"--attach; shown here is what smaps says, the allocator's maps as held")
+            channel = options.channel or _recipe_channel(snap)
+            if not (channel and channels.read(snap, pid, maps, channel)):
+                smaps_only(snap, pid, maps, f"{snap.allocator}'s own split needs a call inside the process: a "
+                                            f"channel of the program's own (a recipe's, e.g. redis' MEMORY "
+                                            f"MALLOC-STATS) or --attach; shown here is what smaps says, the "
+                                            f"allocator's maps as held")
         else:
             lc = libc_mod.find(pid, maps)
             snap.libc, snap.glibc = lc.path, lc.version
