@@ -38,7 +38,8 @@ def read(snap: Snapshot, pid: int, maps: list[Mapping], libc: Libc, layout: Glib
             if m.lo < hi and lo < m.hi and m.is_anon:
                 bss[m.lo] = (max(lo, m.lo), min(hi, m.hi))
     state = glibc_read.read(pid, maps, libc, layout, mem, freezer, bss)
-    allocator = {h.lo for r in state.arenas for h in r.heaps} | state.mapped.mappings
+    allocator = [(h.lo, h.hi) for r in state.arenas for h in r.heaps] + \
+        [(at, at + size) for at, size in state.mapped.chunks]
     regions = classify(pid, maps, allocator, state.sps, resident_in)
     arenas = glibc_split.arena_figures(state)
     figures = {"arenas": len(arenas), "system": sum(a.system for a in arenas),

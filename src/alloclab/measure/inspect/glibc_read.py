@@ -99,11 +99,24 @@ def _locate(layout: GlibcLayout, libc: Libc, mem: Memory, heap: Mapping | None) 
     return main, by, mp_at
 
 
+def brk_heap(maps: list[Mapping]) -> Mapping | None:
+    """[heap], as one range: the kernel splits it into several mappings (a forked child's inherited
+    part and the part it grew itself)."""
+    parts = [m for m in maps if m.path == "[heap]"]
+    if not parts:
+        return None
+    hi = parts[0].hi
+    for m in parts[1:]:
+        if m.lo == hi:
+            hi = m.hi
+    return Mapping(parts[0].lo, hi, parts[0].perms, 0, 0, "[heap]")
+
+
 def _heaps(layout: GlibcLayout, arenas: list[ar.Arena], params: ar.Params | None, maps: list[Mapping],
            mem: Memory) -> list[ArenaRead]:
     hi_size, ms_size = layout.size("heap_info"), layout.size("malloc_state")
     hmax = ar.heap_max(layout, params)
-    heap_map = next((m for m in maps if m.path == "[heap]"), None)
+    heap_map = brk_heap(maps)
     out = []
     for a in arenas:
         r = ArenaRead(a)
@@ -169,7 +182,7 @@ def _walk(mem: Memory, freezer: Freezer, region: HeapRegion, anchors: list[int])
 
 def read(pid: int, maps: list[Mapping], libc: Libc, layout: GlibcLayout, mem: Memory, freezer: Freezer,
          bss: dict[int, tuple[int, int]]) -> GlibcState:
-    heap_map = next((m for m in maps if m.path == "[heap]"), None)
+    heap_map = brk_heap(maps)
     with Pacer(freezer) as pacer:
         main, by, mp_at = _locate(layout, libc, mem, heap_map)
         params = ar.params(layout, mem.read(mp_at, layout.size("malloc_par"))) if mp_at else None
@@ -215,7 +228,7 @@ def read(pid: int, maps: list[Mapping], libc: Libc, layout: GlibcLayout, mem: Me
                     for chunk in h.walk.tcache_like:
                         pacer.tick()
                         ar.tcache(layout, mem, chunk, key, cached, inside, limit)
-    skip = {h.lo for r in arenas for h in r.heaps}
+    skip = {m.lo for m in maps for r in arenas for h in r.heaps if h.lo <= m.lo < h.hi}
     with Pacer(freezer) as pacer:
         mapped = mp.find(mem, maps, skip, bss, pacer.tick)
     return GlibcState(main, by, mp_at, params, arenas, cached, how, mapped, sps, freezer.enabled, bss)

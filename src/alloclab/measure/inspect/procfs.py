@@ -141,5 +141,18 @@ def children(pid: int) -> list[int]:
 
 
 def in_root(pid: int, path: str) -> str:
-    """A path as the process sees it (its mount namespace, a container's), from here."""
-    return f"/proc/{pid}/root{path}" if path.startswith("/") else path
+    """A path as the process sees it (its mount namespace, a container's), from here; the path itself
+    where the process sees the same root as alloclab (then what is kept of a file, by its path,
+    is found again next time)."""
+    if not path.startswith("/"):
+        return path
+    return path if _same_root(pid) else f"/proc/{pid}/root{path}"
+
+
+def _same_root(pid: int) -> bool:
+    try:
+        mine, theirs = os.stat("/"), os.stat(f"/proc/{pid}/root/")
+        ns_mine, ns_theirs = os.readlink("/proc/self/ns/mnt"), os.readlink(f"/proc/{pid}/ns/mnt")
+    except OSError:
+        return False
+    return (mine.st_dev, mine.st_ino) == (theirs.st_dev, theirs.st_ino) and ns_mine == ns_theirs

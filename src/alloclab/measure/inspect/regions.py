@@ -7,6 +7,7 @@ bytes are smaps'; a .bss that the kernel merged with a neighbour is split off by
 
 from __future__ import annotations
 
+import struct
 from dataclasses import dataclass, field
 
 from alloclab.measure.inspect.memory import PAGE
@@ -29,30 +30,45 @@ class Regions:
                 "stacks": self.by_kind["stacks"], "file-backed": self.by_kind["libraries"]}
 
 
+def _load_segments(path: str) -> tuple[int, list[tuple[int, int, int, int]]] | None:
+    """An ELF file's type and its PT_LOAD segments (flags, vaddr, filesz, memsz), from its headers
+    alone (64-bit little-endian; anything else is left out)."""
+    try:
+        with open(path, "rb") as fh:
+            head = fh.read(64)
+            if head[:4] != b"\x7fELF" or head[4] != 2 or head[5] != 1:
+                return None
+            e_type, = struct.unpack_from("<H", head, 16)
+            phoff, = struct.unpack_from("<Q", head, 32)
+            phentsize, phnum = struct.unpack_from("<HH", head, 54)
+            fh.seek(phoff)
+            table = fh.read(phentsize * phnum)
+    except OSError:
+        return None
+    out = []
+    for i in range(phnum):
+        p_type, p_flags, _, p_vaddr, _, p_filesz, p_memsz, _ = struct.unpack_from("<IIQQQQQQ", table, i * phentsize)
+        if p_type == 1:   # PT_LOAD
+            out.append((p_flags, p_vaddr, p_filesz, p_memsz))
+    return e_type, out
+
+
 def _bss_ranges(pid: int, maps: list[Mapping]) -> list[tuple[int, int]]:
     """The .bss of every mapped ELF object past its file's pages: [lo, hi), page-rounded."""
-    from elftools.common.exceptions import ELFError
-    from elftools.elf.elffile import ELFFile
     out = []
     for path in dict.fromkeys(m.path for m in maps if m.path.startswith("/")):
         first = next((m for m in maps if m.path == path and m.offset == 0), None)
-        if first is None:
+        found = _load_segments(in_root(pid, path)) if first is not None else None
+        if not found or not found[1]:
             continue
-        try:
-            with open(in_root(pid, path), "rb") as fh:
-                elf = ELFFile(fh)
-                loads = [s.header for s in elf.iter_segments() if s.header.p_type == "PT_LOAD"]
-                if not loads:
-                    continue
-                base = first.lo - (loads[0].p_vaddr & ~(PAGE - 1)) if elf.header.e_type == "ET_DYN" else 0
-                for h in loads:
-                    if h.p_flags & 2 and h.p_memsz > h.p_filesz:   # PF_W
-                        lo = (base + h.p_vaddr + h.p_filesz + PAGE - 1) & ~(PAGE - 1)
-                        hi = (base + h.p_vaddr + h.p_memsz + PAGE - 1) & ~(PAGE - 1)
-                        if hi > lo:
-                            out.append((lo, hi))
-        except (OSError, ELFError, ValueError):
-            continue
+        e_type, loads = found
+        base = first.lo - (loads[0][1] & ~(PAGE - 1)) if e_type == 3 else 0   # ET_DYN: where it was put
+        for flags, vaddr, filesz, memsz in loads:
+            if flags & 2 and memsz > filesz:   # PF_W
+                lo = (base + vaddr + filesz + PAGE - 1) & ~(PAGE - 1)
+                hi = (base + vaddr + memsz + PAGE - 1) & ~(PAGE - 1)
+                if hi > lo:
+                    out.append((lo, hi))
     return out
 
 
@@ -73,9 +89,9 @@ def stack_of(maps: list[Mapping], sps: list[int]) -> set[int]:
     return out
 
 
-def classify(pid: int, maps: list[Mapping], allocator: set[int] | None, sps: list[int],
+def classify(pid: int, maps: list[Mapping], allocator: list[tuple[int, int]] | None, sps: list[int],
              resident_in=None) -> Regions:
-    """`allocator`: the starts of the mappings the walk found glibc's memory in; None: every
+    """`allocator`: the address ranges the walk found glibc's memory in; None: every
     anonymous mapping that is not a stack or a .bss is the allocator's (another allocator's maps
     cannot be told from the program's from outside). `resident_in(lo, hi)`: resident bytes of a
     range (pagemap), to split a .bss off a merged mapping."""
@@ -95,7 +111,7 @@ def classify(pid: int, maps: list[Mapping], allocator: set[int] | None, sps: lis
         elif allocator is None:
             kind = "allocator"
         else:
-            kind = "allocator" if m.lo in allocator else "own_maps"
+            kind = "allocator" if any(lo < m.hi and m.lo < hi for lo, hi in allocator) else "own_maps"
         part = 0
         if kind in ("allocator", "own_maps") and m.anon:
             for lo, hi in bss:
