@@ -23,6 +23,8 @@
  *   churn    as control, and while it pauses its main thread keeps replacing random blocks by new
  *            ones of random sizes, checking each block's bytes before it frees it: a heap that
  *            changes under the walk. It prints the blocks it kept and how many it found altered.
+ *   grow     as control, and while it pauses it keeps adding 64 KiB of 100-byte blocks every 20 ms
+ *            (up to MIB more): a process whose live memory grows between two samples.
  * Every mode ends by freeing 40 small blocks of three sizes: the first of each size go to the
  * thread's tcache, the rest to the fastbins (the walk counts both as caches). */
 #include <pthread.h>
@@ -175,7 +177,8 @@ int main(int argc, char **argv) {
             while (done < i + 1) pthread_cond_wait(&cond, &lock);
             pthread_mutex_unlock(&lock);
         }
-    } else if (!strcmp(mode, "control") || !strcmp(mode, "blocks") || !strcmp(mode, "churn")) {
+    } else if (!strcmp(mode, "control") || !strcmp(mode, "blocks") || !strcmp(mode, "churn") ||
+               !strcmp(mode, "grow")) {
         int blocks = !strcmp(mode, "blocks");
         size_t used = 0;
         while (used < want) {
@@ -195,6 +198,23 @@ int main(int argc, char **argv) {
     watching = 1;
     static const char paused[] = "paused\n";
     if (write(2, paused, sizeof paused - 1) < 0) return 4;
+    if (!strcmp(mode, "grow")) {
+        pthread_t r;
+        pthread_create(&r, NULL, wait_line, NULL);
+        size_t added = 0;
+        struct timespec pace = {0, 20000000};
+        while (!go) {
+            for (size_t k = 0; k < 655 && added < want && nkept < cap; k++, added += 100) {
+                char *b = malloc(100);
+                memset(b, 5, 100);
+                hold(b, 100);
+            }
+            nanosleep(&pace, NULL);
+        }
+        pthread_join(r, NULL);
+        printf("grew\n");
+        return 0;
+    }
     if (!strcmp(mode, "churn")) {
         pthread_t r;
         pthread_create(&r, NULL, wait_line, NULL);
