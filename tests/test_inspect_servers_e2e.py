@@ -45,6 +45,9 @@ def _anon(pid: int) -> int:
 def _adds_up(snap: dict, anon: int, share: float, floor: int) -> None:
     parts = snap["split"]["parts"]
     total = sum(parts.values())
+    # The figures, for `pytest -s` (docs/results/ records them).
+    print(f"\n{snap['exe']}: parts {total:,} against smaps_rollup {anon:,} ({100 * (total - anon) / anon:+.2f}%), "
+          f"{snap['pauses']} stops, longest {snap['pause_max_ms']} ms, read in {snap['read_s']} s; {parts}")
     assert abs(total - anon) <= max(share * anon, floor), (total, anon, parts, snap["split"]["unexplained"])
 
 
@@ -192,6 +195,9 @@ def _agrees(ours: dict, theirs, share: float = 0.10) -> None:
     for d in (a, b):
         d["free_inside+caches"] = d.pop("free_inside", 0) + d.pop("caches", 0)
     anon = max(ours["anon"], theirs.anon)
+    print(f"\nagainst the interposer's books: anon {ours['anon']:,} vs {theirs.anon:,}; "
+          + "; ".join(f"{k} {a.get(k, 0):,} vs {b.get(k, 0):,} ({100 * (a.get(k, 0) - b.get(k, 0)) / anon:+.2f}% of anon)"
+                      for k in sorted(set(a) | set(b))))
     assert abs(ours["anon"] - theirs.anon) <= share * anon, (ours["anon"], theirs.anon)
     for k in sorted(set(a) | set(b)):
         assert abs(a.get(k, 0) - b.get(k, 0)) <= share * anon, (k, a, b)

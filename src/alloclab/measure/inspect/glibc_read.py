@@ -183,8 +183,10 @@ def _walk(mem: Memory, freezer: Freezer, region: HeapRegion, anchors: list[int])
 def read(pid: int, maps: list[Mapping], libc: Libc, layout: GlibcLayout, mem: Memory, freezer: Freezer,
          bss: dict[int, tuple[int, int]]) -> GlibcState:
     heap_map = brk_heap(maps)
+    # Where main_arena and mp_ are does not change: found before the stop (a search by content takes
+    # tens of milliseconds), their contents read in it.
+    main, by, mp_at = _locate(layout, libc, mem, heap_map)
     with Pacer(freezer) as pacer:
-        main, by, mp_at = _locate(layout, libc, mem, heap_map)
         params = ar.params(layout, mem.read(mp_at, layout.size("malloc_par"))) if mp_at else None
         arenas = _heaps(layout, ar.ring(layout, mem, main), params, maps, mem)
         key = mem.word(libc.symbols["tcache_key"]) if "tcache_key" in libc.symbols else None
