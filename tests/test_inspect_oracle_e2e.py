@@ -130,3 +130,35 @@ def test_a_heap_that_changes_under_the_walk_is_read_and_left_intact(program, cli
     assert snap["unread"] >= 0 and "unread" in snap["split"]["books"]
     parts = snap["split"]["parts"]
     assert parts["live"] > 8 << 20, parts
+
+
+def test_a_process_already_traced_is_read_without_stopping(program, cli, tmp_path):
+    # strace holds it: alloclab cannot stop it (a process has one tracer) and reads it running; with
+    # no registers, the tcaches are found by their content. The heap is the same, so is the answer.
+    import subprocess
+    import time
+    from conftest import need_program
+    strace = need_program("strace")
+    p = pause(program, "arenas", tmp_path / "info.xml", MIB)
+    tracer = subprocess.Popen([strace, "-f", "-p", str(p.pid), "-o", "/dev/null"], stderr=subprocess.DEVNULL)
+    try:
+        deadline = time.monotonic() + 30
+        while open(f"/proc/{p.pid}/status").read().count(f"TracerPid:\t{tracer.pid}\n") == 0:
+            assert time.monotonic() < deadline, "strace did not attach"
+            time.sleep(0.02)
+        got = inspection(cli("inspect", str(p.pid), "-f", "json"))
+    finally:
+        tracer.terminate()
+        tracer.wait()
+        out, err, rc = p.go()
+    assert rc == 0
+    snap = got[0]["snapshot"]
+    assert snap["traced_by"] == tracer.pid and not snap["stopped"] and snap["pauses"] == 0, snap
+    assert any(f"already traced by process {tracer.pid}" in n for n in snap["notes"]), snap["notes"]
+    assert snap["tcache_by"].startswith("content")
+    arenas, _ = malloc_info(p.info)
+    for walked, oracle in zip(snap["arenas"], arenas):
+        assert close(walked["top"] + walked["free"], oracle["rest"]) and walked["fast"] == oracle["fast"]
+    # The four threads' tcaches (main and three workers) found by content.
+    assert sum(a["tcache_count"] for a in snap["arenas"]) > 0
+    assert "glibc-arena-free" in {f["rule"] for f in got[0]["answer"]["fired"]}
