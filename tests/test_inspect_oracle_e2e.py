@@ -162,3 +162,21 @@ def test_a_process_already_traced_is_read_without_stopping(program, cli, tmp_pat
     # The four threads' tcaches (main and three workers) found by content.
     assert sum(a["tcache_count"] for a in snap["arenas"]) > 0
     assert "glibc-arena-free" in {f["rule"] for f in got[0]["answer"]["fired"]}
+
+
+def test_without_pagemap_or_a_compiler_the_walk_is_the_same_and_residency_comes_from_smaps(program, cli, tmp_path):
+    # A production host: no C compiler on its PATH; and a kernel or container that hides pagemap
+    # (here: --no-pagemap). The walk reads the same heap; residency is each mapping's smaps share.
+    import os
+    p = pause(program, "pinned", tmp_path / "info.xml", MIB)
+    try:
+        env = {**os.environ, "PATH": "/nonexistent", "CC": "/nonexistent/cc"}
+        got = inspection(cli("inspect", str(p.pid), "-f", "json", "--no-pagemap", env=env))
+    finally:
+        p.go()
+    snap = got[0]["snapshot"]
+    assert snap["residency"] == "smaps"
+    assert any(n.startswith("no pagemap: residency is each mapping's share") for n in snap["notes"]), snap["notes"]
+    arenas, _ = malloc_info(p.info)
+    assert close(snap["arenas"][0]["top"] + snap["arenas"][0]["free"], arenas[0]["rest"])
+    assert "glibc-free-pinned" in {f["rule"] for f in got[0]["answer"]["fired"]}
