@@ -56,7 +56,7 @@ def main() -> None:
                 _, err = p.communicate(b"go\n")
                 ins = json.loads(r.stdout)["inspections"][0]
                 snap = ins["snapshot"]
-                gap = re.search(rb"worst gap while paused: ([\d.]+)", err).group(1).decode()
+                gap = re.search(rb"worst gap while paused: ([\d.]+ ms; held: [\d.]+)", err).group(1).decode()
                 print(f"{mode} {way}: {snap['pauses']} stops, longest {snap['pause_max_ms']} ms, heartbeat "
                       f"{gap} ms; fired: {', '.join(f['rule'] for f in ins['answer']['fired']) or 'none'}")
                 for k, (w, o) in enumerate(zip(snap["arenas"], malloc_info(info.read_text()))):

@@ -5,8 +5,9 @@ The target: a process with 1 GiB of glibc heap in 100-byte blocks (tests/program
 mode "blocks") is inspected within 5 s, with no pause above 100 ms. Each repetition starts the
 program, waits until its heap is built, runs the real CLI (`alloclab inspect PID -f json`, a fresh
 interpreter: its start is part of the figure) and lets the program go; it reports the command's
-wall time, the reading's own time (the snapshot's read_s), alloclab's longest stop and the longest
-gap the program's heartbeat thread (a 1 ms sleep in a loop) saw while it was read. Printed with
+wall time, the reading's own time (the snapshot's read_s), alloclab's longest stop, and the longest
+gap the program's heartbeat thread (a 1 ms sleep in a loop) saw while it was read, whole and less
+its waits for a CPU (the time it was held). Printed with
 the date, the host and its load: figures taken beside other work are noisy, and say so.
 
 Usage: python bench/inspect_speed.py [--mib 1024] [--repeat 3] [--no-symbols]
@@ -45,9 +46,10 @@ def one(exe: Path, mib: int, tmp: Path, symbols: bool) -> dict:
         snap = json.loads(r.stdout)["inspections"][0]["snapshot"]
     finally:
         out, err = p.communicate(b"go\n", timeout=120)
-    gap = float(re.search(rb"worst gap while paused: ([\d.]+) ms", err).group(1))
+    m = re.search(rb"worst gap while paused: ([\d.]+) ms; held: ([\d.]+) ms", err)
+    gap, held = float(m.group(1)), float(m.group(2))
     return {"wall_s": wall, "read_s": snap["read_s"], "pause_max_ms": snap["pause_max_ms"], "pauses": snap["pauses"],
-            "heartbeat_gap_ms": gap, "live_mib": snap["split"]["parts"]["live"] / 2**20,
+            "heartbeat_gap_ms": gap, "heartbeat_held_ms": held, "live_mib": snap["split"]["parts"]["live"] / 2**20,
             "blocks": int(re.search(rb"blocks: (\d+)", out).group(1))}
 
 
@@ -68,7 +70,7 @@ def main() -> None:
             f = one(exe, a.mib, tmp, not a.no_symbols)
             print(f"  #{k + 1}: {f['wall_s']:.2f} s the command ({f['read_s']:.2f} s reading), "
                   f"{f['pauses']} stops, longest {f['pause_max_ms']:.1f} ms; heartbeat's worst gap "
-                  f"{f['heartbeat_gap_ms']:.1f} ms; {f['blocks']:,} blocks, live {f['live_mib']:.0f} MiB")
+                  f"{f['heartbeat_gap_ms']:.1f} ms, held {f['heartbeat_held_ms']:.1f} ms; {f['blocks']:,} blocks, live {f['live_mib']:.0f} MiB")
         print(f"  load after: {os.getloadavg()[0]:.2f}")
 
 

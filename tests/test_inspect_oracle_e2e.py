@@ -3,8 +3,10 @@ print malloc_info() at the pause (tests/programs/inspectee.c), and the walk, rea
 matches it arena by arena within 1%: each arena's system bytes, its fastbins, its free chunks with
 its top (malloc_info's "rest"), and the mapped chunks. The right memory rule fires with the right
 setting, none for the control; the program continues and prints byte for byte what it prints
-uninspected, and its heartbeat thread saw no pause above 100 ms. Both ways of finding main_arena
-and mp_ are checked: the debug symbols (libc6-dbg) and their content (--no-symbols)."""
+uninspected; and, measured alone (a serial test: a busy machine makes every stop longer, since the
+stopped threads wait for a CPU to reach their stop), its heartbeat thread sees no pause above
+100 ms. Both ways of finding main_arena and mp_ are checked: the debug symbols (libc6-dbg) and their
+content (--no-symbols)."""
 
 from __future__ import annotations
 
@@ -62,7 +64,6 @@ def test_the_walk_matches_malloc_info_arena_by_arena(program, cli, tmp_path_fact
     finally:
         out, err, rc = p.go()
     assert rc == 0 and out == expected_out, (out, expected_out, err)
-    assert worst_gap_ms(err) <= 100, err
 
     (ins,) = got
     snap, answer = ins["snapshot"], ins["answer"]
@@ -83,7 +84,7 @@ def test_the_walk_matches_malloc_info_arena_by_arena(program, cli, tmp_path_fact
 
     which = "debug symbols" if way == "--symbols" else "content"
     assert any(f"main_arena found by {which}" in n for n in snap["notes"]), snap["notes"]
-    assert snap["stopped"] and 0 < snap["pause_max_ms"] <= 100
+    assert snap["stopped"] and snap["pauses"] > 0 and snap["pause_max_ms"] > 0
     # The parts add up to the anonymous RSS smaps gives.
     sp = snap["split"]
     assert abs(sp["unexplained"]) <= max(0.05 * sp["anon"], 2 << 20), sp
@@ -125,7 +126,6 @@ def test_a_heap_that_changes_under_the_walk_is_read_and_left_intact(program, cli
     finally:
         out, err, rc = p.go()
     assert rc == 0 and out.decode().endswith("altered: 0\n"), (out, err)
-    assert worst_gap_ms(err) <= 100, err
     snap = got[0]["snapshot"]
     assert snap["unread"] >= 0 and "unread" in snap["split"]["books"]
     parts = snap["split"]["parts"]
@@ -180,3 +180,22 @@ def test_without_pagemap_or_a_compiler_the_walk_is_the_same_and_residency_comes_
     arenas, _ = malloc_info(p.info)
     assert close(snap["arenas"][0]["top"] + snap["arenas"][0]["free"], arenas[0]["rest"])
     assert "glibc-free-pinned" in {f["rule"] for f in got[0]["answer"]["fired"]}
+    sp = snap["split"]
+    assert sp["parts"]["free_inside"] > 8 << 20 and sp["parts"]["live"] > 0, sp["parts"]
+    assert abs(sp["unexplained"]) <= max(0.05 * sp["anon"], 2 << 20), sp
+
+
+@pytest.mark.serial
+@pytest.mark.slow
+def test_no_pause_above_100_ms(program, cli, tmp_path):
+    # Each program's heartbeat thread (a 1 ms sleep in a loop) while alloclab reads it: the longest
+    # it was held stopped is within 100 ms. (alloclab's own count of a stop, from its first interrupt
+    # to its last detach, also holds the time the threads wait for a CPU to reach their stop.)
+    for mode in sorted(EXPECTED):
+        p = pause(program, mode, tmp_path / f"{mode}.xml", MIB)
+        try:
+            got = inspection(cli("inspect", str(p.pid), "-f", "json"))
+        finally:
+            _, err, rc = p.go()
+        assert rc == 0 and got[0]["snapshot"]["pauses"] > 0
+        assert worst_gap_ms(err) <= 100, (mode, err, got[0]["snapshot"]["pause_max_ms"])

@@ -166,7 +166,7 @@ def test_redis_under_glibc_after_a_fill_and_flushall_adds_up(cli, workdir):
         redis.close()
     snap = got[0]["snapshot"]
     assert snap["allocator"] == "glibc" and "forwarding preload" in snap["allocator_how"], snap["allocator_how"]
-    assert snap["source"].startswith("glibc's heaps") and snap["stopped"] and snap["pause_max_ms"] <= 100
+    assert snap["source"].startswith("glibc's heaps") and snap["stopped"] and snap["pauses"] > 0
     _adds_up(snap, anon, 0.05, 2 * MiB)
     # 20,000 values of 1000 B are gone: glibc keeps their chunks, free inside its heap or at its top.
     parts = snap["split"]["parts"]
@@ -294,7 +294,7 @@ def test_a_postgres_backend_after_a_query_over_many_partitions(cli, workdir):
     finally:
         pg.close()
     snap = got[0]["snapshot"]
-    assert snap["allocator"] == "glibc" and snap["stopped"] and snap["pause_max_ms"] <= 100
+    assert snap["allocator"] == "glibc" and snap["stopped"] and snap["pauses"] > 0
     assert got[0]["answer"]["race"] == "alloclab tune recipe:postgres-partitions"
     _adds_up(snap, anon, 0.05, 2 * MiB)
     assert snap["split"]["parts"]["live"] > 1 * MiB

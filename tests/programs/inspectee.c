@@ -4,7 +4,8 @@
  * checked against), says "paused" on stderr, and waits for a line on stdin. Then it reads back every
  * block it kept, prints a checksum of their bytes and their count on stdout (the same bytes whether
  * it was inspected or not: an inspection that wrote into it would change them), and on stderr the
- * longest gap its heartbeat thread saw while it paused (a 1 ms sleep in a loop).
+ * longest gap its heartbeat thread saw while it paused, and the longest it was held (stopped), not
+ * counting its waits for a CPU.
  *
  * Nothing it does between its start and the pause goes through stdio's buffers or anything else that
  * mallocs outside the state: the stream for malloc_info is opened first, over a static buffer, and
@@ -35,6 +36,7 @@
 #include <time.h>
 #include <unistd.h>
 #include <malloc.h>
+#include <fcntl.h>
 
 static void keep(void *p) { __asm__ volatile("" : : "r"(p) : "memory"); }
 
@@ -56,23 +58,42 @@ static void small_frees(void) {
     for (int i = 0; i < 40; i++) free(p[i]);
 }
 
-/* --- the heartbeat ---------------------------------------------------------------------------- */
+/* --- the heartbeat ----------------------------------------------------------------------------
+ * A 1 ms sleep in a loop; each beat's gap, less the time the thread waited for a CPU meanwhile
+ * (/proc/thread-self/schedstat's run delay): on a busy machine a thread waits for a CPU whoever
+ * inspects it, while a thread held stopped by a tracer waits on no run queue. So what is left is
+ * the time it was held, and the worst of it is what an inspection stopped it for. */
 static volatile int watching, stop_beat;
-static volatile long long worst_ns;
+static volatile long long worst_ns, worst_held_ns;
 static long long now_ns(void) {
     struct timespec t;
     clock_gettime(CLOCK_MONOTONIC, &t);
     return t.tv_sec * 1000000000LL + t.tv_nsec;
 }
+static long long run_delay_ns(void) {
+    char buf[128];
+    int fd = open("/proc/thread-self/schedstat", O_RDONLY);
+    if (fd < 0) return 0;
+    ssize_t n = read(fd, buf, sizeof buf - 1);
+    close(fd);
+    if (n <= 0) return 0;
+    buf[n] = 0;
+    unsigned long long cpu = 0, delay = 0;
+    if (sscanf(buf, "%llu %llu", &cpu, &delay) != 2) return 0;
+    return (long long)delay;
+}
 static void *beat(void *arg) {
     (void)arg;
-    long long last = now_ns();
+    long long last = now_ns(), last_delay = run_delay_ns();
     struct timespec ms = {0, 1000000};
     while (!stop_beat) {
         nanosleep(&ms, NULL);
-        long long t = now_ns();
+        long long t = now_ns(), delay = run_delay_ns();
+        long long held = (t - last) - (delay - last_delay);
         if (watching && t - last > worst_ns) worst_ns = t - last;
+        if (watching && held > worst_held_ns) worst_held_ns = held;
         last = t;
+        last_delay = delay;
     }
     return NULL;
 }
@@ -231,7 +252,8 @@ int main(int argc, char **argv) {
         watching = 0;
         printf("blocks: %zu\naltered: %lu\n", nkept, altered);
         fflush(stdout);
-        fprintf(stderr, "heartbeat worst gap while paused: %.3f ms\n", worst_ns / 1e6);
+        fprintf(stderr, "heartbeat worst gap while paused: %.3f ms; held: %.3f ms\n", worst_ns / 1e6,
+                worst_held_ns / 1e6);
         return 0;
     }
     char line[16];
@@ -242,7 +264,8 @@ int main(int argc, char **argv) {
         for (size_t j = 0; j < kept_len[i]; j++) sum = (sum ^ (unsigned char)kept[i][j]) * 1099511628211ull;
     printf("blocks: %zu\nchecksum: %016llx\n", nkept, sum);
     fflush(stdout);
-    fprintf(stderr, "heartbeat worst gap while paused: %.3f ms\n", worst_ns / 1e6);
+    fprintf(stderr, "heartbeat worst gap while paused: %.3f ms; held: %.3f ms\n", worst_ns / 1e6,
+            worst_held_ns / 1e6);
     stop_beat = 1;
     pthread_join(hb, NULL);
     if (!strcmp(mode, "arenas")) {

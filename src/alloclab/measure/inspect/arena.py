@@ -95,9 +95,12 @@ def bins_back_home(layout: GlibcLayout, mem: Memory, at: int, state: bytes) -> i
     return ok
 
 
-def find_main_arena(layout: GlibcLayout, mem: Memory, region: tuple[int, int], data: bytes) -> int | None:
-    """main_arena in libc's writable data [lo, hi) (its bytes `data`), by content."""
-    lo, hi = region
+def main_arena_candidates(layout: GlibcLayout, region: tuple[int, int], data: bytes) -> list[int]:
+    """Where main_arena may be in libc's writable data [lo, hi) (its bytes `data`), by content: a
+    malloc_state whose bins point back at themselves where empty (at least 8 of them), whose `next`
+    is itself or a thread arena. The bins that are not empty are checked in a stop
+    (bins_back_home): a running process changes them."""
+    lo, _ = region
     ms = layout.structs["malloc_state"]
     words = np.frombuffer(data[:len(data) // 8 * 8], dtype=np.uint64)
     addr = np.uint64(lo) + np.arange(len(words), dtype=np.uint64) * np.uint64(8)
@@ -107,22 +110,17 @@ def find_main_arena(layout: GlibcLayout, mem: Memory, region: tuple[int, int], d
     first = ms["bins"] // 8
     n = len(words) - ms["size"] // 8
     if n <= 0:
-        return None
-    # For each candidate start k: empty bins among its bins k+first, k+first+2, ...
+        return []
     counts = np.zeros(n, dtype=np.int32)
     for b in range(layout.nbins - 1):
         counts += empty[first + 2 * b:first + 2 * b + n]
-    found = []
+    out = []
     for k in np.flatnonzero(counts >= 8).tolist():
         at = lo + 8 * k
-        state = data[8 * k:8 * k + ms["size"]]
-        if at % 16 or bins_back_home(layout, mem, at, state) != layout.nbins - 1:
-            continue
-        nxt = _u(state, ms["next"])
-        if nxt != at and (nxt - layout.size("heap_info")) % layout.alignment:
-            continue
-        found.append(at)
-    return found[0] if len(found) == 1 else None
+        nxt = _u(data, 8 * k + ms["next"])
+        if at % 16 == 0 and (nxt == at or (nxt - layout.size("heap_info")) % layout.alignment == 0):
+            out.append(at)
+    return out
 
 
 def _tcache_bins_for(max_bytes: int) -> int:
@@ -224,7 +222,7 @@ def fastbins(layout: GlibcLayout, mem: Memory, a: Arena, cached: Cached, inside,
     """Each fastbin's list from its head (heads are plain, links mangled): every chunk of the bin's
     size, inside the arena's heaps, aligned. `budget()` lets the process run between slices."""
     for i, head in enumerate(a.fast_heads):
-        size, p, seen = 32 + 16 * i, head, 0
+        size, p = 32 + 16 * i, head
         while p:
             budget()
             if p & 15 or not inside(p) or p in cached.chunks:
@@ -243,7 +241,6 @@ def fastbins(layout: GlibcLayout, mem: Memory, a: Arena, cached: Cached, inside,
             cached.fast_chunks += 1
             cached.fast_bytes += size
             cached.fast_by_arena[a.address] = cached.fast_by_arena.get(a.address, 0) + size
-            seen += 1
             p = reveal(p + 16, _u(header, 8)) if layout.safe_linking else _u(header, 8)
 
 

@@ -38,8 +38,9 @@ def read(snap: Snapshot, pid: int, maps: list[Mapping], libc: Libc, layout: Glib
             if m.lo < hi and lo < m.hi and m.is_anon:
                 bss[m.lo] = (max(lo, m.lo), min(hi, m.hi))
     state = glibc_read.read(pid, maps, libc, layout, mem, freezer, bss)
-    allocator = [(h.lo, h.hi) for r in state.arenas for h in r.heaps] + \
-        [(at, at + size) for at, size in state.mapped.chunks]
+    heaps = [(h.lo, h.hi) for r in state.arenas for h in r.heaps]
+    n_heaps = len(heaps)
+    allocator = heaps + [(at, at + size) for at, size in state.mapped.chunks]
     regions = classify(pid, maps, allocator, state.sps, resident_in)
     arenas = glibc_split.arena_figures(state)
     figures = {"arenas": len(arenas), "system": sum(a.system for a in arenas),
@@ -56,13 +57,14 @@ def read(snap: Snapshot, pid: int, maps: list[Mapping], libc: Libc, layout: Glib
                            "n_mmaps": p.n_mmaps, "mmapped_mem": p.mmapped_mem}
         figures |= {k: snap.thresholds[k] for k in ("trim_threshold", "mmap_threshold", "thresholds_fixed",
                                                       "raised_by")}
-    sp, booked, books = glibc_split.split(state, layout, regions, regions.anon, figures, resident_in)
+    heap_anon = sum(m.anon for m in maps if any(lo <= m.lo < hi for lo, hi in allocator[:n_heaps]))
+    sp, booked, books = glibc_split.split(state, layout, regions, regions.anon, figures, resident_in, heap_anon)
     snap.split, snap.booked, snap.arenas = sp, booked, arenas
     snap.smaps = regions.categories()
     snap.mapped_count, snap.mapped_bytes = len(state.mapped.chunks), state.mapped.bytes
     snap.mapped_resident = books["mapped_resident"]
     snap.unread = books["unread"]
-    snap.located_by = state.main_by if state.mp_at or p is None else state.main_by
+    snap.located_by = state.main_by
     snap.tcache_by = state.tcache_by
     snap.source = "glibc's heaps, walked from outside"
     notes = [f"main_arena found by {state.main_by}; mp_ "

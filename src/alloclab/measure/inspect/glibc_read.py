@@ -7,6 +7,7 @@ changed in between fails a check (walk.py, arena.py) and is counted as unread, n
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -16,7 +17,7 @@ from alloclab.measure.inspect import arena as ar
 from alloclab.measure.inspect import mapped as mp
 from alloclab.measure.inspect.libc import Libc
 from alloclab.measure.inspect.memory import PAGE, PRESENT, Memory, Unreadable
-from alloclab.measure.inspect.pacing import SLICE_BYTES, Pacer
+from alloclab.measure.inspect.pacing import SLICE_BYTES, SLICE_S, Pacer
 from alloclab.measure.inspect.procfs import Mapping
 from alloclab.measure.inspect.ptrace import Freezer
 from alloclab.measure.inspect.tls import thread_vars
@@ -68,34 +69,32 @@ def _page_up(at: int) -> int:
     return (at + PAGE - 1) & ~(PAGE - 1)
 
 
-def _locate(layout: GlibcLayout, libc: Libc, mem: Memory, heap: Mapping | None) -> tuple[int, str, int | None]:
-    """main_arena and mp_: from the debug symbols, checked; else by content."""
+def _candidates(layout: GlibcLayout, libc: Libc, mem: Memory, heap: Mapping | None) -> tuple[list, list, str]:
+    """Where main_arena and mp_ may be (the debug symbols' address, else what their content
+    suggests), read before any stop: a search by content takes tens of milliseconds. The choice is
+    made in the stop (_choose), where the bins checked do not move."""
     data_regions = [(m.lo, m.hi, mem.read(m.lo, m.size)) for m in libc.writable()]
-    main = libc.symbols.get("main_arena")
-    by = f"debug symbols ({libc.symbols_from})"
-    if main is not None:
-        state = mem.read(main, layout.size("malloc_state"))
-        if ar.bins_back_home(layout, mem, main, state) != layout.nbins - 1:
-            main = None
-    if main is None:
-        by = "content (no debug symbols)" if "main_arena" not in libc.symbols else "content (the symbols did not check out)"
-        for lo, hi, data in data_regions:
-            main = ar.find_main_arena(layout, mem, (lo, hi), data)
-            if main is not None:
-                break
-    if main is None:
-        raise NotGlibcHeap()
     heap_start = heap.lo if heap is not None else None
-    mp_at = libc.symbols.get("mp_")
-    if mp_at is not None:
-        p = ar.params(layout, mem.read(mp_at, layout.size("malloc_par")))
-        if not ar.plausible_params(layout, p, heap_start):
-            mp_at = None
-    if mp_at is None:
-        for lo, hi, data in data_regions:
-            mp_at = ar.find_mp(layout, (lo, hi), data, heap_start)
-            if mp_at is not None:
-                break
+    mains = [libc.symbols["main_arena"]] if "main_arena" in libc.symbols else []
+    mps = [libc.symbols["mp_"]] if "mp_" in libc.symbols else []
+    by = f"debug symbols ({libc.symbols_from})" if mains else "content (no debug symbols)"
+    content_mains = [a for lo, hi, data in data_regions for a in ar.main_arena_candidates(layout, (lo, hi), data)]
+    content_mps = [a for lo, hi, data in data_regions for a in [ar.find_mp(layout, (lo, hi), data, heap_start)] if a]
+    return [(a, by) for a in mains] + [(a, "content (the symbols did not check out)" if mains else by)
+                                       for a in content_mains if a not in mains], mps + content_mps, by
+
+
+def _choose(layout: GlibcLayout, mem: Memory, heap: Mapping | None, mains: list, mps: list) -> tuple[int, str, int | None]:
+    """In the stop: the first candidate main_arena whose every bin checks out, and mp_."""
+    found = [(a, by) for a, by in mains
+             if ar.bins_back_home(layout, mem, a, mem.read(a, layout.size("malloc_state"))) == layout.nbins - 1]
+    symbol = [f for f in found if f[1].startswith("debug symbols")]
+    if not symbol and len(found) != 1:
+        raise NotGlibcHeap()
+    main, by = (symbol or found)[0]
+    heap_start = heap.lo if heap is not None else None
+    mp_at = next((a for a in mps if ar.plausible_params(layout, ar.params(layout, mem.read(a, layout.size("malloc_par"))),
+                                                        heap_start)), None)
     return main, by, mp_at
 
 
@@ -162,10 +161,12 @@ def _walk(mem: Memory, freezer: Freezer, region: HeapRegion, anchors: list[int])
             break
         with freezer.paused():
             e = mem.entries(lo, hi)
-            sl = mem.slice(lo, hi, e, buffer)
+            sl = mem.slice(lo, hi, e, buffer, until=time.perf_counter() + SLICE_S)
         if e is not None and region.present is not None:
             a = (lo - region.lo) // PAGE
             region.present[a:a + len(e)] = (e & np.uint64(PRESENT)) != 0
+        if sl.hi < hi and w.pos + 16 > sl.hi:
+            continue   # the stop ended before the next header: read again from it
         w.feed(sl)
         if w.pos == w.stop and w.stop + 16 <= sl.hi:
             i = (w.stop - sl.lo) // 8
@@ -183,18 +184,19 @@ def _walk(mem: Memory, freezer: Freezer, region: HeapRegion, anchors: list[int])
 def read(pid: int, maps: list[Mapping], libc: Libc, layout: GlibcLayout, mem: Memory, freezer: Freezer,
          bss: dict[int, tuple[int, int]]) -> GlibcState:
     heap_map = brk_heap(maps)
-    # Where main_arena and mp_ are does not change: found before the stop (a search by content takes
-    # tens of milliseconds), their contents read in it.
-    main, by, mp_at = _locate(layout, libc, mem, heap_map)
+    mains, mps, _ = _candidates(layout, libc, mem, heap_map)
     with Pacer(freezer) as pacer:
+        main, by, mp_at = _choose(layout, mem, heap_map, mains, mps)
         params = ar.params(layout, mem.read(mp_at, layout.size("malloc_par"))) if mp_at else None
         arenas = _heaps(layout, ar.ring(layout, mem, main), params, maps, mem)
         key = mem.word(libc.symbols["tcache_key"]) if "tcache_key" in libc.symbols else None
         regs = dict(pacer.stop.regs) if pacer.stop else {}
-        main_first = arenas[0].heaps[0].walk.start if arenas[0].heaps else 0
-        offsets = {k: libc.symbols[k] for k in ("tcache", "thread_arena") if k in libc.tls}
-        tv = thread_vars(mem, regs, pid, main_first, main, offsets)
-        sps = [r.sp for r in regs.values()]
+    # Each thread's tcache pointer stays as it is while the thread lives: read from its registers'
+    # thread pointer after the stop, which it would only lengthen.
+    main_first = arenas[0].heaps[0].walk.start if arenas[0].heaps else 0
+    offsets = {k: libc.symbols[k] for k in ("tcache", "thread_arena") if k in libc.tls}
+    tv = thread_vars(mem, regs, pid, main_first, main, offsets)
+    sps = [r.sp for r in regs.values()]
     spans = [(h.walk.start, h.walk.stop + 16) for r in arenas for h in r.heaps] + \
         [(h, h + s) for r in arenas for h, s, _ in r.arena.heaps]
 

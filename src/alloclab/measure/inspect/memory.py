@@ -18,6 +18,7 @@ from alloclab.measure.inspect.procfs import ProcessGone
 
 PAGE = os.sysconf("SC_PAGE_SIZE")
 PRESENT, SWAPPED = 1 << 63, 1 << 62
+READ_STEP = 1 << 20   # a paced slice is read this much at a time
 
 
 class Unreadable(Exception):
@@ -106,10 +107,15 @@ class Memory:
             raise Unreadable(lo)
         return np.frombuffer(raw, dtype=np.uint64)
 
-    def slice(self, lo: int, hi: int, entries: np.ndarray | None, buffer: bytearray | None = None) -> Slice:
+    def slice(self, lo: int, hi: int, entries: np.ndarray | None, buffer: bytearray | None = None,
+              until: float | None = None) -> Slice:
         """[lo, hi) (page-aligned): the present pages read, in runs; swapped and untouched ones not.
         `buffer`: at least hi - lo bytes to read into, made before the stop (making 16 MiB, page
-        faults and all, took longer than reading them)."""
+        faults and all, took longer than reading them). `until` (perf_counter): read in steps of
+        READ_STEP and end the slice early once it has passed, so that a stop stays short even
+        when the machine is busy; the slice then ends where the reading stopped."""
+        if until is not None and hi - lo > READ_STEP:
+            return self._paced(lo, hi, entries, buffer, until)
         n = (hi - lo) // PAGE
         data = buffer if buffer is not None and len(buffer) >= hi - lo else bytearray(hi - lo)
         if len(data) != hi - lo:
@@ -140,6 +146,22 @@ class Memory:
                 self._alive()
                 raise Unreadable(lo + a * PAGE + got)
         return Slice(lo, hi, data, swapped)
+
+
+    def _paced(self, lo: int, hi: int, entries, buffer, until: float) -> Slice:
+        import time
+        at = lo
+        parts: list[Slice] = []
+        while at < hi:
+            end = min(hi, at + READ_STEP)
+            sub = None if entries is None else entries[(at - lo) // PAGE:(end - lo) // PAGE]
+            view = None if buffer is None else memoryview(buffer)[at - lo:end - lo]
+            parts.append(self.slice(at, end, sub, view))
+            at = end
+            if time.perf_counter() > until:
+                break
+        data = memoryview(buffer)[:at - lo] if buffer is not None else b"".join(bytes(p.data) for p in parts)
+        return Slice(lo, at, data, np.concatenate([p.swapped for p in parts]))
 
 
 def resident_bytes(present: np.ndarray, base: int, lo: np.ndarray, hi: np.ndarray) -> np.ndarray:

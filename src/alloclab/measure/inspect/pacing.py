@@ -8,8 +8,8 @@ from contextlib import ExitStack
 
 from alloclab.measure.inspect.ptrace import Freezer, Stop
 
-SLICE_S = 0.02       # at most this long stopped per slice of small reads (links, structures)
-SLICE_BYTES = 16 << 20   # a heap slice: read in one stop (about 5-15 ms here)
+SLICE_S = 0.01       # at most about this long stopped per slice (a heap slice ends early past it)
+SLICE_BYTES = 8 << 20    # a heap slice: read in one stop (about 3-8 ms here)
 
 
 class Pacer:

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from alloclab.measure.inspect.memory import PAGE, Memory, Unreadable
+from alloclab.measure.inspect.memory import PAGE, SWAPPED, Memory, Unreadable
 
 TLS_WINDOW = 64 << 10     # how far below the main thread's pointer libc's TLS block may start
 
@@ -28,6 +28,13 @@ def _window(mem: Memory, tp: int) -> tuple[int, np.ndarray]:
     """The words below the thread pointer that can be read, page by page (the block may start in a
     page that is mapped while the one below it is not)."""
     lo = tp - TLS_WINDOW
+    top, base = (tp & ~(PAGE - 1)) + PAGE, lo & ~(PAGE - 1)
+    try:
+        e = mem.entries(base, top)
+        if e is None or not (e & np.uint64(SWAPPED)).any():
+            return base, np.frombuffer(mem.read(base, top - base), dtype=np.uint64)
+    except Unreadable:
+        pass   # the window starts below the mapping: page by page, down from the thread pointer
     pages = []
     at = tp & ~(PAGE - 1)
     while at >= lo:

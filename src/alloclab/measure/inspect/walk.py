@@ -140,7 +140,6 @@ class HeapWalk:
                 if self.prev >= 0:
                     self._settle(self.prev, self.prev_size, bool(size_word & PREV_INUSE))
                 self.prev, self.fencepost, self.done = -1, True, True
-                self.unread += 0
                 self.pos = pos + 32
                 return
             if size_word & IS_MMAPPED or size < self.min_chunk or size & 15 or pos + size > self.stop:
