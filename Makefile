@@ -11,10 +11,11 @@ DEB_BENCH_PACKAGES := hyperfine
 # fingerprint's system calls where perf's syscall tracepoints are unavailable (a VM, a container).
 # The corpus of real programs that must keep their fate under alloclab (tests/test_corpus_e2e.py)
 # adds Ruby, Node.js, jq, g++ and Ceph's Python bindings; gdb reads a process's memory as it exits
-# for the tests' hand measurements.
+# for the tests' hand measurements. `alloclab inspect`'s tests: glibc's debug symbols (main_arena
+# and mp_ by name; their content is tested too) and musl's compiler (a musl process, refused).
 DEB_TEST_PACKAGES := postgresql postgresql-contrib redis-server redis-tools qemu-utils chromium valgrind \
 	sqlite3 xz-utils git perl python3 ceph-mon ceph-osd ceph-common librbd1 fio qemu-block-extra heaptrack \
-	strace ruby nodejs jq g++ python3-rados gdb $(DEB_BENCH_PACKAGES)
+	strace ruby nodejs jq g++ python3-rados gdb libc6-dbg musl-tools $(DEB_BENCH_PACKAGES)
 DB ?= demo.db
 
 .PHONY: setup setup-test setup-bench setup-deb setup-deb-test setup-deb-all setup-deb-bench venv demo test bench clean

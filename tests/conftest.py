@@ -154,7 +154,7 @@ def cli(tmp_path):
 
     def _cli(*args: str, timeout: float = 240, check: bool | None = None, env: dict | None = None) -> subprocess.CompletedProcess:
         proc = run_cli([*args[:1], *(["--db", str(db)] if args and args[0] in
-                                     ("compare", "report", "experiments", "suite", "run", "diff", "profile", "sweep", "tune") else []),
+                                     ("compare", "report", "experiments", "suite", "run", "diff", "profile", "sweep", "tune", "inspect") else []),
                         *args[1:]], timeout=timeout, env={**os.environ, "COLUMNS": "200", **(env or {})})
         if check:
             assert proc.returncode == 0, proc.stdout + proc.stderr

@@ -150,3 +150,9 @@ def makefile_packages(variable: str) -> list[str]:
 def test_make_test_installs_heaptrack():
     # test_fingerprint_e2e checks the fingerprint's counts against heaptrack's.
     assert "heaptrack" in makefile_packages("DEB_TEST_PACKAGES")
+
+
+def test_make_test_installs_what_inspects_tests_need():
+    # test_inspect_oracle_e2e and test_inspect_layout read glibc's debug symbols; test_inspect_refusals_e2e
+    # builds a musl program.
+    assert {"libc6-dbg", "musl-tools"} <= set(makefile_packages("DEB_TEST_PACKAGES"))

@@ -30,8 +30,8 @@ if TYPE_CHECKING:
 
 # The commands in the order a user needs them: tune answers the question, compare races what you
 # already know to try, run takes a server's recipe, report shows what was stored.
-COMMAND_ORDER = ("tune", "compare", "run", "report", "suite", "profile", "diff", "experiments", "sweep", "recipes",
-                 "allocators")
+COMMAND_ORDER = ("tune", "compare", "run", "inspect", "report", "suite", "profile", "diff", "experiments", "sweep",
+                 "recipes", "allocators")
 
 
 def reflow(text: str) -> str:

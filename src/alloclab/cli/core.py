@@ -43,7 +43,7 @@ def main() -> None:
 def _register_commands() -> None:
     """Import the modules whose commands register on `app`."""
     import importlib
-    for name in ("suite", "service", "profile", "reports", "sweep", "tune"):
+    for name in ("suite", "service", "profile", "reports", "sweep", "tune", "inspect"):
         importlib.import_module(f"alloclab.cli.{name}")
 
 

@@ -88,6 +88,8 @@ def _report(experiment, db, fmt, output, details, baseline, min_effect, max_rss_
     from alloclab.stats.results_cache import keep, results
 
     store = open_store(db)
+    if store.kind(experiment if experiment is not None else store.latest()) == "inspect":
+        return _report_inspection(store, experiment if experiment is not None else store.latest(), fmt, output)
     e = store.load(experiment)
     if output is None and fmt == "html" and sys.stdout.isatty():
         output = Path(f"alloclab-report-{e.id}.html")  # a page of SVG is no use on a terminal
@@ -105,6 +107,94 @@ def _report(experiment, db, fmt, output, details, baseline, min_effect, max_rss_
     for path in (written, export_json):
         if path:
             err.print(f"Report written to {path}", highlight=False)
+
+
+def _diff_inspections(pairs: list, fmt: str, output: Path | None) -> None:
+    import io
+
+    from rich.console import Console
+
+    from alloclab.report.inspect import render_diff
+    from alloclab.tune.inspection import diff as inspection_diff
+    diffs = [inspection_diff(x, y) for x, y in pairs]
+    if fmt == "json":
+        text = json.dumps(diffs, indent=1) + "\n"
+    elif fmt == "md":
+        raise AlloclabError("A diff of two inspections is shown as terminal or json, not md.")
+    elif output is None:
+        for d in diffs:
+            render_diff(d, console)
+        return
+    else:
+        buf = io.StringIO()
+        for d in diffs:
+            render_diff(d, Console(file=buf, width=160, color_system=None))
+        text = buf.getvalue()
+    if output is None:
+        typer.echo(text, nl=False)
+        return
+    output.write_text(text)
+    err.print(f"Diff written to {output}", highlight=False)
+
+
+def _report_inspection(store: Store, exp: int, fmt: str, output: Path | None) -> None:
+    """An inspection (`alloclab inspect`) as it was shown: terminal or JSON."""
+    from alloclab.report.inspect import render_json, render_terminal
+    items = store.inspections(exp)
+    if fmt not in ("terminal", "json"):
+        raise AlloclabError(f"Experiment {exp} is an inspection: its report is terminal or json, not {fmt}.")
+    if fmt == "json":
+        text = render_json(items, exp)
+    elif output is None:
+        render_terminal(items, console, exp)
+        return
+    else:
+        import io
+
+        from rich.console import Console
+        buf = io.StringIO()
+        render_terminal(items, Console(file=buf, width=160, color_system=None), exp)
+        text = buf.getvalue()
+    if output is None:
+        typer.echo(text, nl=False)
+        return
+    output.write_text(text)
+    err.print(f"Report written to {output}", highlight=False)
+
+
+def _inspection_pairs(store_a: Store, a: str, store_b: Store, b: str) -> list | None:
+    """Two inspections' snapshots to diff, or None where A and B are not both inspections: ID is an
+    inspection's last sample of each process, ID:N its N-th sample (from 0; -1 the last)."""
+    def pick(store: Store, ref: str):
+        head, _, nth = ref.partition(":")
+        if not head.isdigit() or store.kind(int(head)) != "inspect":
+            return None
+        items = store.inspections(int(head))
+        if not items:
+            raise AlloclabError(f"Inspection {head} holds no sample (it failed). Give another id.")
+        if nth:
+            try:
+                return [items[int(nth)].snapshot]
+            except (ValueError, IndexError):
+                raise AlloclabError(f"Inspection {head} has samples 0 to {len(items) - 1}; {ref} names none of "
+                                    f"them. Write ID:N with N in that range (-1: the last).") from None
+        last = {}
+        for i in items:
+            last[i.snapshot.pid] = i.snapshot
+        return list(last.values())
+    sa, sb = pick(store_a, a), pick(store_b, b)
+    if sa is None or sb is None:
+        if (sa is None) != (sb is None):
+            raise AlloclabError(f"{a} and {b} are not both inspections: `alloclab diff` compares two experiments "
+                                f"or two inspections (`alloclab experiments` lists which is which).")
+        return None
+    by_pid = {s.pid: s for s in sb}
+    pairs = [(x, by_pid[x.pid]) for x in sa if x.pid in by_pid]
+    if not pairs and len(sa) == 1 and len(sb) == 1:
+        pairs = [(sa[0], sb[0])]
+    if not pairs:
+        raise AlloclabError(f"Inspections {a} and {b} share no process: give one sample of each (ID:N).")
+    return pairs
 
 
 @app.command()
@@ -154,6 +244,10 @@ def diff(
     from alloclab.stats.diff import diff_experiments
 
     check_outputs(output=output)
+    if ":" in a or ":" in b or (a.isdigit() and b.isdigit()):
+        pairs = _inspection_pairs(open_store(db), a, open_store(db_b or db), b)
+        if pairs is not None:
+            return _diff_inspections(pairs, fmt, output)
 
     ea, eb = (_exported(ref) if ref.endswith(".json") else _load_ref(open_store(path), ref)
               for path, ref in ((db, a), (db_b or db, b)))

@@ -57,22 +57,27 @@ def command_text(argv: list[str] | None, info: dict | None = None) -> str:
     return text
 
 
-def how_to_apply(a: Analysis, variant_idx: int, argv: list[str] | None, info: dict | None = None) -> HowToApply:
-    e = a.experiment
-    v = e.variants[variant_idx]
-    env: dict[str, str] = dict(v.env)
-    base_env = e.variants[a.baseline_idx].env
-    unset = tuple(k for k in base_env if k not in env)
-    command = command_text(argv, info)
+def apply_lines(env: dict[str, str], unset: tuple[str, ...], command: str) -> tuple[str, str]:
+    """The shell line that runs `command` with `env` set (and `unset` removed), and the systemd
+    drop-in that does the same for a service."""
     parts = (["env", *(f"-u {k}" for k in unset)] if unset else []) + \
         [f"{k}={shlex.quote(val)}" for k, val in env.items()] + [command]
-    env_line = " ".join(parts)
     drop_in = ["# systemctl edit YOUR.service  (a drop-in in /etc/systemd/system/YOUR.service.d/)",
                "[Service]"]
     drop_in += [_systemd_value(k, val) for k, val in env.items()]
     drop_in += [f"UnsetEnvironment={k}" for k in unset]
     if not env and not unset:
         drop_in.append("# nothing to set: this is the default")
+    return " ".join(parts), "\n".join(drop_in)
+
+
+def how_to_apply(a: Analysis, variant_idx: int, argv: list[str] | None, info: dict | None = None) -> HowToApply:
+    e = a.experiment
+    v = e.variants[variant_idx]
+    env: dict[str, str] = dict(v.env)
+    base_env = e.variants[a.baseline_idx].env
+    unset = tuple(k for k in base_env if k not in env)
+    env_line, systemd = apply_lines(env, unset, command_text(argv, info))
     allocator = cat.load_catalog().allocators.get(v.allocator or "")
     build = None
     if allocator and allocator.build_option and allocator.build_option != "(default)":
@@ -80,4 +85,4 @@ def how_to_apply(a: Analysis, variant_idx: int, argv: list[str] | None, info: di
         tunables = {k: val for k, val in env.items() if k != "LD_PRELOAD"}
         if tunables:
             build += "; the tunables stay in the environment: " + " ".join(f"{k}={val}" for k, val in tunables.items())
-    return HowToApply(env_line, "\n".join(drop_in), build, unset)
+    return HowToApply(env_line, systemd, build, unset)

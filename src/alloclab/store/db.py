@@ -27,7 +27,8 @@ from alloclab.store.model import (ListedExperiment, ExperimentRow, Run, StoredMe
 from alloclab.store.run_record import RunRecord, now
 
 
-SCHEMA_VERSION = 1
+# 2: the inspections table (`alloclab inspect`: an experiment of kind "inspect" holds its samples).
+SCHEMA_VERSION = 2
 DEFAULT_DB = "alloclab.db"
 METRICS_PER_INSERT = 300
 
@@ -68,6 +69,9 @@ CREATE INDEX IF NOT EXISTS runs_by_cell ON runs (experiment_id, workload_idx, va
 CREATE TABLE IF NOT EXISTS metrics (
     run_id INTEGER NOT NULL REFERENCES runs(id), name TEXT NOT NULL, value REAL NOT NULL,
     PRIMARY KEY (run_id, name)) WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS inspections (
+    experiment_id INTEGER NOT NULL REFERENCES experiments(id), idx INTEGER NOT NULL,
+    pid INTEGER NOT NULL, t_s REAL NOT NULL, data TEXT NOT NULL, PRIMARY KEY (experiment_id, idx));
 CREATE TABLE IF NOT EXISTS profiles (
     experiment_id INTEGER NOT NULL, workload_idx INTEGER NOT NULL, variant_idx INTEGER NOT NULL,
     summary TEXT NOT NULL, PRIMARY KEY (experiment_id, workload_idx, variant_idx));
@@ -206,6 +210,23 @@ class Store:
         self.db.executemany("INSERT OR REPLACE INTO profiles VALUES (?,?,?,?)",
                             [(exp, wi, vi, json.dumps(summary)) for wi, vi, summary in summaries])
         self.db.commit()
+
+    def add_inspection(self, exp: int, idx: int, inspection) -> None:
+        """One process at one sample of `alloclab inspect` (store/inspect_model.py's Inspection)."""
+        snap = inspection.snapshot
+        self.db.execute("INSERT INTO inspections VALUES (?,?,?,?,?)",
+                        (exp, idx, snap.pid, snap.t_s, json.dumps(inspection.to_dict())))
+        self.db.commit()
+
+    def inspections(self, exp: int) -> list:
+        """The samples of an inspection, in the order taken; empty for any other experiment."""
+        from alloclab.store.inspect_model import Inspection
+        rows = self.db.execute("SELECT data FROM inspections WHERE experiment_id=? ORDER BY idx", (exp,))
+        return [Inspection.from_dict(json.loads(r[0])) for r in rows]
+
+    def kind(self, exp: int) -> str | None:
+        row = self.db.execute("SELECT kind FROM experiments WHERE id=?", (exp,)).fetchone()
+        return row[0] if row else None
 
     def finish(self, exp: int, status: str, summary: dict | None = None) -> None:
         self.db.execute("UPDATE experiments SET status=?, finished=?, summary=? WHERE id=?",

@@ -69,7 +69,7 @@ def _rest(fp: Fingerprint) -> tuple[MemorySplit | None, str, str]:
     return books.at("end"), "at its end", END_METRIC
 
 
-def _rest_values(sp: MemorySplit | None, hist: list[SizeClass]) -> dict[str, float | None]:
+def rest_values(sp: MemorySplit | None, hist: list[SizeClass]) -> dict[str, float | None]:
     """The split's parts as readings (rest_*), and glibc's thresholds and arenas as they stood."""
     if sp is None:
         return {}
@@ -179,7 +179,7 @@ def reading(allocator: str, label: str, fp: Fingerprint | dict, cpus: int | None
     if fp.minflt is not None:
         v["faults"] = float(fp.minflt)
     rest, rest_where, rest_metric = _rest(fp)
-    v |= _known(**_rest_values(rest, fp.hist))
+    v |= _known(**rest_values(rest, fp.hist))
     return Reading(allocator, label, v, per, where, rest_where, rest_metric, words)
 
 

@@ -91,12 +91,14 @@ def gives_enough(rule: Rule, reading: Reading, default: Reading | None) -> bool:
 
 
 def prescribe(readings: dict[str, Reading], allocators: list[str], versions: dict[str, str] | None = None,
-              rules: tuple[Rule, ...] | None = None, check=None, baseline: str = BASELINE) -> Prescription:
+              rules: tuple[Rule, ...] | None = None, check=None, baseline: str = BASELINE,
+              default: Reading | None = None) -> Prescription:
     """Candidates from the rules that fire. `allocators`: the plain allocators to race when a rule
     names {allocators} (the installed ones other than the baseline); `check(spec)` returns why the
     installed allocator refuses a spec (None when it takes it); `baseline`: the allocator whose
-    reading is the default's (glibc, or the allocator the program links), which a memory rule must
-    beat."""
+    reading is the default's (glibc, or the allocator the program links); `default`: what a memory
+    rule's gain is weighed against (that baseline's reading where not given; an inspected process
+    is its own)."""
     rules = rules if rules is not None else load_rules()
     versions = versions or {}
     out: list[Candidate] = []
@@ -109,7 +111,7 @@ def prescribe(readings: dict[str, Reading], allocators: list[str], versions: dic
         if reading is None:
             continue
         if not all(c.holds(reading.get(c.reading)) for c in rule.when) or \
-                not gives_enough(rule, reading, readings.get(baseline)):
+                not gives_enough(rule, reading, default or readings.get(baseline)):
             silent.append(rule.name)
             continue
         values = _values(rule, reading)

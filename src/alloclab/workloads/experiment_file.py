@@ -56,6 +56,18 @@ def resolve(target: str) -> ExperimentFile:
     return load(path)
 
 
+def inspect_recipe(program: str) -> tuple[str, str | None] | None:
+    """The recipe whose [inspect] names this program (an executable's file name), with its channel."""
+    for name in recipe_names():
+        try:
+            ef = load(recipes_dir() / f"{name}.toml")
+        except AlloclabError:
+            continue
+        if program in ef.inspect.get("programs", ()):
+            return name, ef.inspect.get("channel")
+    return None
+
+
 def param_options(items: list[str]) -> dict[str, str]:
     """--param NAME=VALUE options as a dict (checked against the file by ExperimentFile.with_params)."""
     out = {}

@@ -137,6 +137,7 @@ class ExperimentFile:
     max_runs: int | None = None       # until decided: at most this many runs per variant
     budget: str | None = None         # until decided: stop adding runs after this long ("25m")
     measured: str | None = None       # a default run's time and answer on a named machine (recipes)
+    inspect: dict = field(default_factory=dict)   # [inspect]: programs, channel (alloclab inspect)
 
     @property
     def recipe_dir(self) -> Path:

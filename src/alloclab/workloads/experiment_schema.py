@@ -23,7 +23,13 @@ _NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_-]*$")
 TOP = {"experiment": "table: name, description, variants, runs, ...", "params": "table of defaults",
        "files": "table: file name -> contents", "setup": "array of tables [[setup]]",
        "service": "table: the server under the variant", "client": "array of tables [[client]]",
-       "command": "array of tables [[command]] (command mode)", "teardown": "array of tables [[teardown]]"}
+       "command": "array of tables [[command]] (command mode)", "teardown": "array of tables [[teardown]]",
+       "inspect": "table: programs, channel (alloclab inspect of a running process of this program)"}
+# `alloclab inspect PID` of a process of a recipe's program: the programs it recognizes by name, and
+# the program's own channel to its allocator's books (measure/inspect/channels.py reads each kind).
+CHANNELS = ("redis",)
+INSPECT = {"programs": "list of program names (the executable's file name)",
+           "channel": f"the program's own channel to its allocator's books: {' | '.join(CHANNELS)}"}
 EXPERIMENT = {"name": "string", "description": "string", "variants": "list of variant specs",
               "runs": "integer (the first look of until-decided)", "max_runs": "integer",
               "budget": "duration such as \"25m\"", "warmup": "integer", "run_as": "user name",
@@ -93,8 +99,23 @@ def parse(path: str | Path) -> ExperimentFile:
         max_runs=c.typed(exp, "max_runs", ("experiment",), int, "an integer"),
         budget=c.typed(exp, "budget", ("experiment",), str, "a duration such as \"25m\""),
         measured=c.typed(exp, "measured", ("experiment",), str, "a string"))
+    ef.inspect = _inspect(c, data)
     _check_placeholders(c, ef, data)
     return ef
+
+
+def _inspect(c: Checker, data: dict) -> dict:
+    if "inspect" not in data:
+        return {}
+    t = c.table(data["inspect"], ("inspect",), INSPECT, ("programs",))
+    programs = c.typed(t, "programs", ("inspect",), list, "a list of program names")
+    if not programs or not all(isinstance(p, str) for p in programs):
+        raise c.error(("inspect", "programs"), "'inspect.programs' must be a non-empty list of strings.",
+                      'Write e.g. ["redis-server"].')
+    channel = c.typed(t, "channel", ("inspect",), str, "a string")
+    if channel is not None and channel not in CHANNELS:
+        raise c.error(("inspect", "channel"), f"unknown channel '{channel}'.", f"Known channels: {', '.join(CHANNELS)}.")
+    return {"programs": list(programs), "channel": channel}
 
 
 def _requires(c: Checker, exp: dict) -> list[Requirement]:

@@ -1,0 +1,141 @@
+"""`alloclab inspect PID`: where a running process's memory goes, read from outside, and which
+setting would give it back. Thin: options, the loop of samples, storing and printing; the reading
+is measure/inspect/, the answer tune/inspection.py, the words report/inspect.py."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+from typing import Optional
+
+import typer
+
+from alloclab.cli.app import DbOption, app, console, err
+from alloclab.errors import AlloclabError
+
+FORMATS = ("terminal", "json")
+
+
+def _targets(pids: list[int], children: bool) -> list[tuple[int, list[int]]]:
+    """Each PID, and with --children every process below it: (pid, its own children)."""
+    from alloclab.measure.inspect import procfs, refusals
+    out, seen = [], set()
+    for pid in pids:
+        try:
+            below = procfs.children(pid) if children else []
+        except procfs.ProcessGone:
+            raise refusals.no_such_process(pid) from None
+        for p in [pid, *below]:
+            if p not in seen:
+                seen.add(p)
+                out.append((p, below if p == pid else []))
+    return out
+
+
+@app.command(name="inspect")
+def inspect_command(
+    pids: list[int] = typer.Argument(..., metavar="PID...", help="The processes to read (their ids)."),
+    children: bool = typer.Option(False, "--children", help="Every process below each PID too (a server's tree), each with its PSS beside its RSS."),
+    watch: Optional[float] = typer.Option(None, "--watch", metavar="SECONDS", help="Read again every SECONDS, until Ctrl-C or --count."),
+    count: Optional[int] = typer.Option(None, "--count", help="With --watch: stop after this many samples."),
+    fmt: str = typer.Option("terminal", "--format", "-f", help="terminal or json."),
+    output: Optional[Path] = typer.Option(None, "--output", "-o", help="Write the answer to FILE (default: stdout)."),
+    symbols: bool = typer.Option(True, "--symbols/--no-symbols", help="Find glibc's main_arena and mp_ from the debug symbols where installed (libc6-dbg); --no-symbols finds them by content."),
+    pagemap: bool = typer.Option(True, "--pagemap/--no-pagemap", help="Residency from /proc/PID/pagemap; --no-pagemap takes each mapping's share of smaps."),
+    db: Path = DbOption,
+) -> None:
+    """Where a running process's memory goes, read from outside without a restart, and which setting
+    would give it back.
+
+    glibc's heaps are walked through /proc/PID/mem (ptrace attach rights: the same user, or
+    CAP_SYS_PTRACE), stopping the process for at most a few tens of milliseconds at a time and
+    writing nothing into it; jemalloc through the program's own channel (redis' MEMORY MALLOC-STATS),
+    others from smaps. The answer names the memory rules of tune that fire, their settings, and the
+    command that races them. Stored like an experiment: `alloclab report ID`, `alloclab diff A B`."""
+    from alloclab.measure.inspect.snapshot import Options, inspect
+    from alloclab.store.db import Store
+    from alloclab.store.inspect_model import Inspection
+    from alloclab.tune.inspection import answer
+
+    if fmt not in FORMATS:
+        raise AlloclabError(f"Unknown inspect format '{fmt}'; choose {' or '.join(FORMATS)}.")
+    if watch is not None and watch <= 0:
+        raise AlloclabError(f"--watch takes the seconds between samples, more than 0 (got {watch}).")
+    if count is not None and count < 1:
+        raise AlloclabError(f"--count takes the number of samples, at least 1 (got {count}).")
+    from alloclab.cli.outputs import check_outputs
+    check_outputs(output=output)
+    options = Options(symbols=symbols, pagemap=pagemap)
+    samples = count if count is not None else (None if watch else 1)
+    store: Store | None = None
+    exp = None
+    items: list[Inspection] = []
+    t0 = time.monotonic()
+    taken = 0
+    try:
+        while samples is None or taken < samples:
+            due = t0 + taken * (watch or 0)
+            if taken:
+                time.sleep(max(0.0, due - time.monotonic()))
+            batch = []
+            targets = _targets(pids, children)
+            for pid, below in targets:
+                try:
+                    snap = inspect(pid, options, t0)
+                except AlloclabError as exc:
+                    if pid in pids:
+                        raise
+                    err.print(f"[yellow]child {pid}: {exc}[/]", highlight=False)   # a child that went meanwhile
+                    continue
+                batch.append(Inspection(snap, answer(snap), below))
+            if store is None:
+                store, exp = _open(db, pids, children, watch)
+            for ins in batch:
+                store.add_inspection(exp, len(items), ins)
+                items.append(ins)
+            if fmt == "terminal" and output is None:
+                from alloclab.report.inspect import render_terminal
+                render_terminal(batch, console)
+            taken += 1
+    except KeyboardInterrupt:
+        if not items:
+            raise
+    finally:
+        if store is not None:
+            store.finish(exp, "complete" if items else "failed")
+    _write(items, exp, fmt, output)
+    if store is not None:
+        (console if fmt == "terminal" and output is None else err).print(
+            f"Inspection stored in {db} (experiment {exp}).", highlight=False)
+
+
+def _open(db: Path, pids: list[int], children: bool, watch: float | None):
+    from alloclab.measure import machine
+    from alloclab.store.db import Store
+    store = Store(db)
+    exp = store.new_experiment("inspect", "inspect " + " ".join(map(str, pids)),
+                               {"pids": pids, "children": children, "watch": watch}, machine.snapshot())
+    return store, exp
+
+
+def _write(items, exp, fmt: str, output: Path | None) -> None:
+    from alloclab.report.inspect import render_json, render_terminal
+    if fmt == "json":
+        text = render_json(items, exp)
+    elif output is not None:
+        import io
+
+        from rich.console import Console
+        buf = io.StringIO()
+        render_terminal(items, Console(file=buf, width=160, color_system=None))
+        text = buf.getvalue()
+    else:
+        return
+    if output is None:
+        typer.echo(text, nl=False)
+        return
+    try:
+        output.write_text(text)
+    except OSError as exc:
+        raise AlloclabError(f"Cannot write {output}: {exc.strerror}. Give a writable path with -o.") from None
+    err.print(f"Inspection written to {output}", highlight=False)

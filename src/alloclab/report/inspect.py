@@ -1,0 +1,125 @@
+"""`alloclab inspect`'s answer on the terminal and as JSON, and the diff of two inspections: renders
+the Inspection records (store/inspect_model.py) and tune/inspection.py's diff; computes nothing."""
+
+from __future__ import annotations
+
+import json
+
+from rich.console import Console
+from rich.table import Table
+
+from alloclab.report.fingerprint import PART_WORDS, _size
+from alloclab.store.fingerprint_model import PARTS
+from alloclab.store.inspect_model import Inspection, Snapshot
+
+
+def _parts_line(parts: dict[str, int]) -> str:
+    return ", ".join(f"{PART_WORDS[k]} {_size(parts[k])}" for k in PARTS if k in parts)
+
+
+def _how(s: Snapshot) -> list[str]:
+    out = [f"read from: {s.source}" + (f" in {s.read_s:.2f} s" if s.read_s else "")]
+    if s.stopped:
+        out.append(f"stopped {s.pauses} times, at most {s.pause_max_ms:.1f} ms ({s.pause_total_ms:.0f} ms in all)")
+    elif s.traced_by:
+        out.append(f"not stopped: already traced by process {s.traced_by}, read while it ran")
+    if s.residency:
+        out.append(f"residency from {s.residency}")
+    return out
+
+
+def _arena_table(s: Snapshot) -> Table:
+    t = Table(show_edge=False, pad_edge=False, box=None)
+    for col in ("arena", "threads", "heaps", "system", "top (resident)", "free inside", "fastbins", "tcache",
+                "in use", "unread"):
+        t.add_column(col, justify="left" if col == "arena" else "right")
+    for a in s.arenas:
+        t.add_row("main" if a.main else f"{a.address:#x}", str(len(a.threads)) if a.threads else "?", str(a.heaps),
+                  _size(a.system), f"{_size(a.top)} ({_size(a.top_resident)})",
+                  f"{_size(a.free)} ({a.free_count:,})", f"{_size(a.fast)} ({a.fast_count:,})",
+                  f"{_size(a.tcache)} ({a.tcache_count:,})", f"{_size(a.in_use)} ({a.in_use_count:,})",
+                  _size(a.unread))
+    return t
+
+
+def render_terminal(items: list[Inspection], console: Console, experiment: int | None = None) -> None:
+    for ins in items:
+        s, ans = ins.snapshot, ins.answer
+        head = f"[bold]Process {s.pid}[/]" + (f" at +{s.t_s:.1f} s" if s.t_s else "") + \
+            f": {' '.join(s.cmdline)[:120] or s.exe}"
+        console.print(head, highlight=False)
+        console.print(f"  allocator: {s.allocator} ({s.allocator_how})" +
+                      (f"; glibc {s.glibc}" if s.glibc else ""), highlight=False)
+        console.print("  " + "; ".join(_how(s)), highlight=False)
+        console.print(f"  RSS {_size(s.rss)}, PSS {_size(s.pss)}" +
+                      (f", swapped {_size(s.rollup['Swap'])}" if s.rollup.get("Swap") else ""), highlight=False)
+        if s.split is not None:
+            sp = s.split
+            console.print(f"  where its {_size(sp.anon)} of anonymous memory goes: {_parts_line(sp.parts)}"
+                          + (f", unexplained {_size(sp.unexplained)}" if abs(sp.unexplained) >= 1 << 20 else ""),
+                          highlight=False)
+            if s.booked:
+                console.print(f"  as address space: {_parts_line(s.booked)}", highlight=False)
+            if sp.other_parts and sp.parts.get("other"):
+                console.print("  other: " + ", ".join(f"{k.replace('_', ' ')} {_size(v)}"
+                                                      for k, v in sp.other_parts.items() if v), highlight=False)
+        if s.smaps and s.source == "smaps alone":
+            console.print("  smaps: " + ", ".join(f"{k} {_size(v)}" for k, v in s.smaps.items()), highlight=False)
+        if s.arenas:
+            console.print(_arena_table(s))
+        if s.mapped_count:
+            console.print(f"  mapped chunks: {s.mapped_count:,}, {_size(s.mapped_bytes)} "
+                          f"({_size(s.mapped_resident)} resident)", highlight=False)
+        th = s.thresholds
+        if th:
+            raised = f" (raised by the free of a {_size(th['raised_by'])} block)" if th.get("raised_by") else ""
+            console.print(f"  thresholds: trim {_size(th['trim_threshold'])}, mmap {_size(th['mmap_threshold'])}"
+                          f"{raised}, " + ("fixed by a setting" if th.get("thresholds_fixed") else "moving (glibc's default)")
+                          + f"; top pad {_size(th['top_pad'])}", highlight=False)
+        for note in s.notes:
+            console.print(f"  [dim]{note}[/]", highlight=False)
+        if ans.fired:
+            console.print("[bold]What would give it back[/]")
+        for f in ans.fired:
+            console.print(f"  [bold]{f.rule}[/]: {f.mechanism}", highlight=False)
+            console.print(f"    {f.why}", highlight=False)
+            for st in f.settings:
+                console.print(f"    run:     {st.env_line}", highlight=False, soft_wrap=True)
+                if st.systemd:
+                    console.print("    systemd: " + st.systemd.replace("\n", "\n             "), highlight=False)
+        for line in ans.said:
+            console.print(f"  {line}", highlight=False)
+        if not ans.fired:
+            console.print("  No memory rule fires on this snapshot: nothing held at rest that a setting gives back.",
+                          highlight=False)
+        console.print(f"  race it: {ans.race}", highlight=False)
+        if ins.children:
+            console.print(f"  its children: {', '.join(map(str, ins.children))}", highlight=False)
+        console.print()
+    if experiment is not None and len(items) > 1 and len({i.snapshot.pid for i in items}) < len(items):
+        console.print("[dim]A diff of the first and last sample: `alloclab diff` of two inspections.[/]")
+
+
+def render_json(items: list[Inspection], experiment: int | None) -> str:
+    return json.dumps({"experiment": experiment, "inspections": [i.to_dict() for i in items]}, indent=1) + "\n"
+
+
+def render_diff(d: dict, console: Console) -> None:
+    same = "one process" if d["same_process"] else "two different processes"
+    console.print(f"Process {d['a']['pid']} at {d['a']['when']} against {d['b']['pid']} at {d['b']['when']} "
+                  f"({same})", highlight=False)
+    t = Table(show_edge=False, box=None)
+    for col in ("part", "A", "B", "change"):
+        t.add_column(col, justify="left" if col == "part" else "right")
+    for r in d["parts"]:
+        t.add_row(PART_WORDS[r["part"]], _size(r["a"]), _size(r["b"]), _signed(r["change"]))
+    for k, words in (("anon", "anonymous RSS"), ("rss", "RSS"), ("pss", "PSS")):
+        v = d["totals"][k]
+        t.add_row(words, _size(v["a"]), _size(v["b"]), _signed(v["change"]))
+    console.print(t)
+    grew = d["grew_most"]
+    console.print(f"Grew most: {PART_WORDS[grew]}." if grew else "No part grew.", highlight=False)
+
+
+def _signed(n: int) -> str:
+    return ("+" if n > 0 else "-" if n < 0 else "") + _size(abs(n))
