@@ -76,7 +76,8 @@ def answer(snap: Snapshot) -> Answer:
     r = reading(snap)
     if r is None:
         return out
-    rx = prescribe({snap.allocator: r}, _others(snap.allocator), rules=memory_rules(), default=r)
+    rx = prescribe({snap.allocator: r}, _others(snap.allocator), rules=memory_rules(), default=r,
+                    beside=False)
     line = command(snap)
     by_rule: dict[str, Finding] = {}
     for c in rx.candidates:

@@ -92,13 +92,14 @@ def gives_enough(rule: Rule, reading: Reading, default: Reading | None) -> bool:
 
 def prescribe(readings: dict[str, Reading], allocators: list[str], versions: dict[str, str] | None = None,
               rules: tuple[Rule, ...] | None = None, check=None, baseline: str = BASELINE,
-              default: Reading | None = None) -> Prescription:
+              default: Reading | None = None, beside: bool = True) -> Prescription:
     """Candidates from the rules that fire. `allocators`: the plain allocators to race when a rule
     names {allocators} (the installed ones other than the baseline); `check(spec)` returns why the
     installed allocator refuses a spec (None when it takes it); `baseline`: the allocator whose
     reading is the default's (glibc, or the allocator the program links); `default`: what a memory
     rule's gain is weighed against (that baseline's reading where not given; an inspected process
-    is its own)."""
+    is its own); `beside`: whether the allocators as installed race beside whatever fired (a race's
+    question; an inspection names each rule's own setting)."""
     rules = rules if rules is not None else load_rules()
     versions = versions or {}
     out: list[Candidate] = []
@@ -142,7 +143,7 @@ def prescribe(readings: dict[str, Reading], allocators: list[str], versions: dic
                                      metric))
     # Another allocator may fix a mechanism that one of glibc's settings fixes: once any rule
     # fired, the plain allocators race too.
-    if fired:
+    if fired and beside:
         rest = [spec for spec in allocators if spec not in seen]
         against = cause or held
         out += (_plain_against(against, rest, check) if against is not None
