@@ -88,18 +88,15 @@ def compare(
 
     Variants may sweep a tunable: -a 'glibc:MALLOC_TOP_PAD_=128K..256M*4' or
     -a 'jemalloc:MALLOC_CONF=dirty_decay_ms:{0,1000,10000}'."""
-    from alloclab.plan import param_sweep, sweep
-    from alloclab.workloads.metrics import parse_metric_option
+    from alloclab.measure.targets import CommandTarget, workloads_for
+    from alloclab.plan import sweep
 
     flow.check_first(opts, until_precise=until_precise)
-    metrics = [parse_metric_option(m) for m in metric]
+    target = CommandTarget(command, param, metric, shell)
     specs, sweeps = sweep.plan_variants(opts.allocator, opts.ablate)
-    params = param_sweep.expand_params(param)
-    workloads = param_sweep.command_workloads(command, params, metrics, shell)
-    sweeps += param_sweep.param_sweeps(workloads, params.swept)
-    plan = flow.Plan("compare", " ".join(command), workloads, specs, sweeps,
-                     {"command": command, "param": param, "metric": metric, "shell": shell},
-                     defaults.COMPARE, until_precise=until_precise)
+    built = workloads_for(target, base=defaults.COMPARE)
+    plan = flow.Plan("compare", built.title, built.workloads, specs, sweeps + built.sweeps, target, built.defaults,
+                     until_precise=until_precise)
     flow.gate(flow.measure_and_show(opts, plan), opts)
 
 

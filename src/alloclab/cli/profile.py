@@ -65,11 +65,10 @@ def profile_command(
     """Profile CMD under each allocator variant: the allocator's share of CPU, kernel memory work, overhead."""
     from alloclab.measure import callgrind
     from alloclab.measure.profile import perf, record, summary
-    from alloclab.workloads.metrics import parse_metric_option
     from alloclab.measure.runner import Settings
     from alloclab.catalog.variants import parse_variants
     from alloclab.stats.results import build_results
-    from alloclab.workloads.command import command_workload
+    from alloclab.measure.targets import CommandTarget, workloads_for
 
     # Everything that can be refused is checked before the first run.
     access = perf.perf_access()
@@ -80,8 +79,7 @@ def profile_command(
                             f"measured runs are the baseline the sampling overhead is measured against.")
     if instructions:
         callgrind.valgrind()
-    metrics = [parse_metric_option(m) for m in metric]
-    workload = command_workload(command, metrics, shell)
+    [workload] = workloads_for(CommandTarget(command, metric=metric, shell=shell)).workloads
     variants = parse_variants(allocator)
     store = Store(db)
     err.print(f"Storing results in {store.path.resolve()}", highlight=False)

@@ -2,8 +2,7 @@
 
 from __future__ import annotations
 
-import dataclasses
-from typing import TYPE_CHECKING, Optional
+from typing import Optional
 
 import typer
 from rich.table import Table
@@ -16,12 +15,12 @@ from alloclab.cli.experiment_options import ExperimentOptions, budget_option, ex
 from alloclab.errors import AlloclabError
 from alloclab.catalog.variants import parse_variant
 
-if TYPE_CHECKING:  # loaded by the commands, not when `alloclab` starts
+def _default_variants(target: str) -> list:
+    """The variants of the file `target` whose allocator is installed, as read once (VariantSpec); the
+    others are named, not silently dropped."""
     from alloclab.workloads import experiment_file
 
-def _default_variants(ef: experiment_file.ExperimentFile) -> list:
-    """The file's variants whose allocator is installed, as read once (VariantSpec); the others are
-    named, not silently dropped."""
+    ef = experiment_file.resolve(target)
     catalog = cat.load_catalog()
     keep, skipped = [], []
     for spec in ef.variants:
@@ -50,40 +49,25 @@ def run_file(
 ) -> None:
     """Run an experiment file: a server under each allocator variant while a client drives load
     (or a command under each variant), with setup and teardown around it."""
-    from alloclab.workloads import experiment_file
-    from alloclab.measure.service import executors as service_executors
+    from alloclab.measure.targets import FileTarget, workloads_for
     from alloclab.plan import sweep
 
     flow.check_first(opts, keep=keep)
-    ef = experiment_file.resolve(target)
-    if not opts.fleet:  # a fleet's hosts are checked instead, each in its pre-flight check
-        ef.check_requirements()
-    params = ef.with_params(experiment_file.param_options(param))
-    if idle is not None:
-        if ef.service is None or idle < 0:
-            raise AlloclabError("--idle applies to a file with a [service], and cannot be negative.")
-        ef.service = dataclasses.replace(ef.service, idle=idle)
+    target = FileTarget(target, param, idle, client, keep)
     # -a may sweep a tunable (glibc:MALLOC_TOP_PAD_={0,8M,64M}) like compare's.
     variants, sweeps = sweep.plan_variants(opts.allocator, opts.ablate)
-    workloads, session = service_executors.workloads(ef, params, keep=keep, clients=client,
-                                                     note=lambda text: err.print(f"[yellow]{text}[/]", highlight=False))
-    plan = flow.Plan("run", ef.name, workloads, variants or _default_variants(ef), sweeps,
-                     {"target": target, "param": param, "idle": idle, "client": client}, file_defaults(ef))
+    # A fleet's hosts are checked instead of this one, each in its pre-flight check.
+    built = workloads_for(target, base=defaults.RUN, requirements=not opts.fleet,
+                          note=lambda text: err.print(f"[yellow]{text}[/]", highlight=False))
+    plan = flow.Plan("run", built.title, built.workloads, variants or _default_variants(target.target), sweeps,
+                     target, built.defaults)
     try:
         r = flow.measure_and_show(opts, plan)
     finally:
-        session.cleanup()  # also done by the runner; here for errors raised before it started
-    if keep and session.workdir is not None:
-        console.print(f"Working directory kept: {session.workdir}")
+        built.cleanup()  # also done by the runner; here for errors raised before it started
+    if keep and built.session.workdir is not None:
+        console.print(f"Working directory kept: {built.session.workdir}")
     flow.gate(r, opts)
-
-
-def file_defaults(ef: experiment_file.ExperimentFile) -> defaults.CommandDefaults:
-    """run's defaults where the file's [experiment] does not set them."""
-    d = defaults.RUN
-    return dataclasses.replace(d, first_look=ef.runs or d.first_look,
-                               max_runs=ef.max_runs if ef.max_runs is not None else d.max_runs,
-                               budget=ef.budget or d.budget, warmup=ef.warmup if ef.warmup is not None else d.warmup)
 
 
 @app.command()

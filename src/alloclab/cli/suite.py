@@ -50,18 +50,13 @@ def suite(
     if list_:
         print_catalog()
         return
-    from alloclab.plan import param_sweep, sweep
-    from alloclab.workloads import builtin
+    from alloclab.measure.targets import BuiltinTarget, workloads_for
+    from alloclab.plan import sweep
 
     flow.check_first(opts)
-    names = workload or list(builtin.registry())
-    for name in names:
-        builtin.get(name)  # unknown names fail before anything is compiled
-    params = param_sweep.expand_params(param)
-    workloads = param_sweep.builtin_workloads(names, params, quick)
+    target = BuiltinTarget(workload, param, quick)
     specs, sweeps = sweep.plan_variants(opts.allocator, opts.ablate)
-    sweeps += param_sweep.param_sweeps(workloads, params.swept)
-    plan = flow.Plan("suite", "suite: " + ", ".join(names) + (" (quick)" if quick else ""), workloads,
-                     specs or default_variants(), sweeps, {"workload": names, "param": param, "quick": quick},
-                     defaults.SUITE, summary=True)
+    built = workloads_for(target, base=defaults.SUITE)
+    plan = flow.Plan("suite", built.title, built.workloads, specs or default_variants(), sweeps + built.sweeps,
+                     target, built.defaults, summary=True)
     flow.gate(flow.measure_and_show(opts, plan), opts)

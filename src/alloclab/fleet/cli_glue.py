@@ -31,7 +31,7 @@ def check(fleet: Optional[str], mode: str, **unsupported) -> None:
                             f"run without --fleet for that, or drop the option.")
 
 
-def run(store, fleet: str, mode: str, require_all: bool, kind: str, inputs: dict, variant_specs: list,
+def run(store, fleet: str, mode: str, require_all: bool, kind: str, inputs, variant_specs: list,
         settings, note) -> int:
     from alloclab.catalog.variants import VariantSpec, parse_variants
     from alloclab.fleet.address import parse
