@@ -129,8 +129,10 @@ def test_every_format_of_a_real_experiment(real):
     rec = raw["recommendation"]
     assert rec["budget"] == -0.9 and rec["overall"]["pick"] is None
     assert "within the -90% peak-RSS budget: jemalloc is faster" in rec["overall"]["sentence"]
-    text = export(r, "terminal")
-    assert "\x1b[" not in text and "(baseline)" in text and "Use jemalloc" in text
+    text = export(r, "terminal")   # the short answer; its full tables with details
+    assert "\x1b[" not in text and "(baseline)" not in text and "Use jemalloc" in text
+    assert "jemalloc  better" in text and "Every variant verified" in text
+    assert "(baseline)" in export(r, "terminal", Options(details=True))
     html = export(r, "html")
     assert html.count("<svg ") == 5 and "Use jemalloc" in html
     # The RSS chart draws every measured run that lasted long enough for a sample.

@@ -162,16 +162,13 @@ def show(r: Results, db: Path, *, details: bool = False, exports: dict[str, Path
     """The results of an experiment just measured (stored in `db`): the terminal table, or the report
     in `report_format` on stdout; with `report_file`, the terminal table here and the report in that
     file."""
-    from alloclab.report import Options, format_for, jsonout, terminal, write_report
+    from alloclab.report import Options, format_for, jsonout, terminal_brief, write_report
 
     options = Options(details=details)
     fmt = report_format or (format_for(report_file) if report_file else "terminal")
     if report_file is not None or fmt == "terminal":
-        if details:
-            terminal.render(r, console, details=True)
-        else:   # a screen: one line a comparison; the full tables are in the reports and with --details
-            from alloclab.report import terminal_brief
-            terminal_brief.render(r, console)
+        # A screen: one line a comparison; the full tables with --details and in the other formats.
+        terminal_brief.render(r, console, details=details)
     if report_file is not None or fmt != "terminal":
         written = write_report(r, fmt, report_file, options, console=console)
         if written:

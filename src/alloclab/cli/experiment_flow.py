@@ -109,8 +109,8 @@ def _show_all(store: Store, exp_id: int, opts: ExperimentOptions, plan: Plan, va
          report_file=opts.report_file)
     if opts.fleet:
         render_hosts(r, console)
-    if plan.summary:
-        terminal.summary(r, console, brief=not opts.details)
+    if plan.summary and opts.details:   # its geomeans are for the tables, not the short answer
+        terminal.summary(r, console)
     if plan.sweeps:
         from alloclab.cli.sweep import render_stored_sweeps
         render_stored_sweeps(r)
