@@ -12,13 +12,14 @@ from rich.table import Table
 
 from alloclab import defaults
 from alloclab.cli.app import DbOption, app, console, err, min_effect_value, percent
-from alloclab.cli.outputs import check_outputs
+from alloclab.cli.outputs import check_outputs, output_format
 from alloclab.errors import AlloclabError
 from alloclab.fleet import hosts as fleet_hosts
-from alloclab.report import FORMATS, Options, write_report
+from alloclab.report import FORMATS, Options, check_format_option, write_report
 from alloclab.store.db import Store
 
 FORMAT_HELP = f"One of: {', '.join(FORMATS)}."
+DIFF_FORMATS = ("terminal", "md", "json")
 
 
 def open_store(db: Path) -> Store:
@@ -62,9 +63,9 @@ def _exported(path: str):
 def report(
     experiment: Optional[int] = typer.Argument(None, help="Experiment id (default: the latest)."),
     db: Path = DbOption,
-    fmt: str = typer.Option("terminal", "--format", "-f", help=FORMAT_HELP),
-    output: Optional[Path] = typer.Option(None, "--output", "-o", help="Write the report to FILE (default: stdout)."),
-    details: bool = typer.Option(False, "--details", help="Show every standard measure."),
+    fmt: Optional[str] = typer.Option(None, "--format", "-f", callback=check_format_option, show_default="terminal, or the suffix of -o's file", help=FORMAT_HELP),
+    output: Optional[Path] = typer.Option(None, "--output", "-o", show_default="stdout", help="Write the report to FILE, in the format its suffix names (.md, .html, .json, .csv, .txt) unless -f is given."),
+    details: bool = typer.Option(False, "--details", help="The full tables, with every standard measure (default: the short answer)."),
     baseline: Optional[str] = typer.Option(None, "--baseline", help="Variant label to compare against."),
     min_effect: Optional[float] = typer.Option(None, "--min-effect", parser=min_effect_value, metavar="PERCENT", help=f"Equivalence margin (default: the experiment's, else {defaults.percent_text(defaults.MARGIN)})."),
     max_rss_increase: Optional[float] = typer.Option(
@@ -73,6 +74,7 @@ def report(
 ) -> None:
     """Show a stored experiment as a terminal table, Markdown, HTML, JSON or CSV, with a recommendation."""
     check_outputs(output=output, export_json=export_json)
+    fmt = output_format(fmt, output)
     if fmt != "html":
         return _report(experiment, db, fmt, output, details, baseline, min_effect, max_rss_increase, export_json)
     from alloclab.report import pen   # (multiprocessing: imported for a page only)
@@ -141,15 +143,16 @@ def diff(
     b: str = typer.Argument(..., metavar="B", help="What to compare against A: the same kinds."),
     db: Path = DbOption,
     db_b: Optional[Path] = typer.Option(None, "--db-b", help="Database of B, when it was measured elsewhere."),
-    fmt: str = typer.Option("terminal", "--format", "-f", help="One of: terminal, md, json."),
-    output: Optional[Path] = typer.Option(None, "--output", "-o", help="Write to FILE (default: stdout)."),
+    fmt: Optional[str] = typer.Option(None, "--format", "-f", show_default="terminal, or the suffix of -o's file", help="One of: terminal, md, json."),
+    output: Optional[Path] = typer.Option(None, "--output", "-o", show_default="stdout", help="Write to FILE, in the format its suffix names (.md, .json, .txt) unless -f is given."),
     details: bool = typer.Option(False, "--details", help="Compare every standard measure."),
     min_effect: float = typer.Option(defaults.percent_text(defaults.MARGIN), "--min-effect", parser=min_effect_value, metavar="PERCENT", help="Equivalence margin of the comparisons."),
 ) -> None:
     """Compare two experiments of the same workload (another day, machine or allocator version): two
     ids, or two files exported with --export-json, as pyperf compare_to compares two result files."""
-    if fmt not in ("terminal", "md", "json"):
+    if fmt is not None and fmt not in DIFF_FORMATS:
         raise AlloclabError(f"Unknown diff format '{fmt}'; choose terminal, md or json.")
+    fmt = output_format(fmt, output, DIFF_FORMATS)
     from alloclab.report.diff import render_json, render_markdown, render_terminal
     from alloclab.stats.diff import diff_experiments
 
