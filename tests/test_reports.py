@@ -54,11 +54,11 @@ def real(build, tmp_path_factory):
     prog = build("churn")
     d = tmp_path_factory.mktemp("reports")
     db = d / "r.db"
-    first = alloclab(db, "compare", "--runs", "4", "-a", SLOW_BASELINE, "-a", "jemalloc", "-m", OPS,
+    first = alloclab(db, "compare", "--runs", "4", "-a", SLOW_BASELINE, "-a", "jemalloc", "--metric", OPS,
                      "--report-file", str(d / "compare.md"), "--", str(prog), *ROUNDS)
     # Another day, the same command: only needs to exist for `diff`, so kept short.
     second = alloclab(db, "compare", "--runs", "2", "--warmup", "0", "--no-verify", "-a", SLOW_BASELINE,
-                      "-a", "jemalloc", "-m", OPS, "--", str(prog), *ROUNDS)
+                      "-a", "jemalloc", "--metric", OPS, "--", str(prog), *ROUNDS)
     return {"db": db, "dir": d, "prog": prog, "first": first, "second": second}
 
 

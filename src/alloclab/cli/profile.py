@@ -47,8 +47,8 @@ def _bar(total: int):
 @app.command("profile", context_settings={"allow_interspersed_args": False})
 def profile_command(
     command: list[str] = typer.Argument(..., metavar="-- CMD [ARGS]...", help="The program to run, after --."),
-    allocator: list[str] = typer.Option([], "-a", "--allocator", help="Variant NAME[:VAR=VALUE,...]\\[@LABEL]; repeat. Default: every installed allocator."),
-    timed_runs: int = typer.Option(3, "--runs", "-n", help="Measured (unprofiled, timed) runs per variant first: the comparison table and the baseline of the sampling overhead."),
+    allocator: list[str] = typer.Option([], "-a", "--allocator", show_default="every installed allocator", help="Variant NAME[:VAR=VALUE,...][@LABEL]; repeat."),
+    timed_runs: int = typer.Option(3, "--runs", help="Measured (unprofiled, timed) runs per variant first: the comparison table and the baseline of the sampling overhead."),
     runs: int = typer.Option(3, "--profile-runs", help="Profiled runs per variant (the spread of the shares)."),
     # Before --runs meant measured runs in every command: the measured runs' old name, kept working.
     timed_runs_alias: Optional[int] = typer.Option(None, "--timed-runs", hidden=True),

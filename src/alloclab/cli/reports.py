@@ -11,7 +11,8 @@ import typer
 from rich.table import Table
 
 from alloclab import defaults
-from alloclab.cli.app import DbOption, app, console, err, min_effect_value, percent
+from alloclab.cli.app import (ListFormatOption, ReadDbOption as DbOption, app, console, err, min_effect_value,
+                              open_store, percent)
 from alloclab.cli.outputs import check_outputs, output_format
 from alloclab.errors import AlloclabError
 from alloclab.fleet import hosts as fleet_hosts
@@ -20,13 +21,6 @@ from alloclab.store.db import Store
 
 FORMAT_HELP = f"One of: {', '.join(FORMATS)}."
 DIFF_FORMATS = ("terminal", "md", "json")
-
-
-def open_store(db: Path) -> Store:
-    if not db.exists():
-        raise AlloclabError(f"No database at {db}. Give the path of one with --db (alloclab compare and "
-                            f"alloclab suite write alloclab.db in the current directory by default).")
-    return Store(db)
 
 
 def _load_ref(store: Store, ref: str):
@@ -61,15 +55,15 @@ def _exported(path: str):
 
 @app.command()
 def report(
-    experiment: Optional[int] = typer.Argument(None, help="Experiment id (default: the latest)."),
+    experiment: Optional[int] = typer.Argument(None, show_default="the latest", help="Experiment id."),
     db: Path = DbOption,
     fmt: Optional[str] = typer.Option(None, "--format", "-f", callback=check_format_option, show_default="terminal, or the suffix of -o's file", help=FORMAT_HELP),
     output: Optional[Path] = typer.Option(None, "--output", "-o", show_default="stdout", help="Write the report to FILE, in the format its suffix names (.md, .html, .json, .csv, .txt) unless -f is given."),
-    details: bool = typer.Option(False, "--details", help="The full tables, with every standard measure (default: the short answer)."),
+    details: bool = typer.Option(False, "--details", help="The full tables, with every standard measure, instead of the short answer."),
     baseline: Optional[str] = typer.Option(None, "--baseline", help="Variant label to compare against."),
-    min_effect: Optional[float] = typer.Option(None, "--min-effect", parser=min_effect_value, metavar="PERCENT", help=f"Equivalence margin (default: the experiment's, else {defaults.percent_text(defaults.MARGIN)})."),
+    min_effect: Optional[float] = typer.Option(None, "--min-effect", parser=min_effect_value, metavar="PERCENT", show_default=f"the experiment's, else {defaults.percent_text(defaults.MARGIN)}", help="Equivalence margin."),
     max_rss_increase: Optional[float] = typer.Option(
-        None, "--max-rss-increase", parser=percent, metavar="PERCENT", help="Memory budget of the recommendation, e.g. 10% (default: none)."),
+        None, "--max-rss-increase", parser=percent, metavar="PERCENT", show_default="none", help="Memory budget of the recommendation, e.g. 10%."),
     export_json: Optional[Path] = typer.Option(None, "--export-json", help="Also write the JSON report here."),
 ) -> None:
     """Show a stored experiment as a terminal table, Markdown, HTML, JSON or CSV, with a recommendation."""
@@ -112,11 +106,12 @@ def _report(experiment, db, fmt, output, details, baseline, min_effect, max_rss_
 @app.command()
 def experiments(
     db: Path = DbOption,
-    as_json: bool = typer.Option(False, "--json", help="Print the list as JSON."),
+    fmt: str = ListFormatOption,
+    as_json: bool = typer.Option(False, "--json", hidden=True),   # the older spelling of -f json
 ) -> None:
     """List stored experiments: id, date, command or recipe, variants, runs, host."""
     rows = open_store(db).listing()
-    if as_json:
+    if as_json or fmt == "json":
         console.print_json(json.dumps([r.to_dict() for r in rows]))
         return
     if not rows:

@@ -5,12 +5,12 @@ from __future__ import annotations
 from typing import Optional
 
 import typer
-from rich.table import Table
+from rich.markup import escape
 
 from alloclab import defaults
 from alloclab.catalog import allocators as cat
 from alloclab.cli import experiment_flow as flow
-from alloclab.cli.app import app, console, err
+from alloclab.cli.app import ListFormatOption, app, console, err
 from alloclab.cli.experiment_options import ExperimentOptions, budget_option, experiment_options, warmup_option
 from alloclab.errors import AlloclabError
 from alloclab.catalog.variants import parse_variant
@@ -37,13 +37,13 @@ def _default_variants(target: str) -> list:
 
 
 @app.command("run")
-@experiment_options(budget=budget_option(None, f"default: the file's, else {defaults.RUN.budget}"),
-                    warmup=warmup_option(None, f"default: the file's, else {defaults.WARMUP}"))
+@experiment_options(budget=budget_option(None, f"the file's, else {defaults.RUN.budget}"),
+                    warmup=warmup_option(None, f"the file's, else {defaults.WARMUP}"))
 def run_file(
     target: str = typer.Argument(..., metavar="FILE.toml|recipe:NAME", help="An experiment file, or recipe:NAME (see `alloclab recipes`)."),
-    param: list[str] = typer.Option([], "--param", "-p", help="Override a parameter of the file: NAME=VALUE; repeat."),
-    idle: Optional[float] = typer.Option(None, "--idle", help="Service mode: seconds of rest after the load before the last memory reading (default: the file's)."),
-    client: list[str] = typer.Option([], "--client", help="Run only this [[client]] (or [[command]]) of the file, by name; repeat. Default: all of them."),
+    param: list[str] = typer.Option([], "--param", help="Override a parameter of the file: NAME=VALUE; repeat."),
+    idle: Optional[float] = typer.Option(None, "--idle", show_default="the file's", help="Service mode: seconds of rest after the load before the last memory reading."),
+    client: list[str] = typer.Option([], "--client", show_default="all of them", help="Run only this [[client]] (or [[command]]) of the file, by name; repeat."),
     keep: bool = typer.Option(False, "--keep", help="Keep the working directory (data, logs) and print where it is."),
     *, opts: ExperimentOptions,
 ) -> None:
@@ -71,25 +71,40 @@ def run_file(
 
 
 @app.command()
-def recipes() -> None:
-    """List the shipped experiment recipes and what each needs installed."""
-    from alloclab.workloads import experiment_file
+def recipes(fmt: str = ListFormatOption) -> None:
+    """List the shipped recipes: what each runs and measures, and what it needs installed."""
+    import json
 
-    t = Table(title="Recipes", show_lines=True)
-    for col in ("recipe", "what it measures", "needs", "parameters (default)", "time (default run)"):
-        t.add_column(col)
-    missing_all: set[str] = set()
+    from alloclab.workloads import experiment_file
+    from alloclab.workloads.primary import primary_metric
+
+    rows = []
     for name in experiment_file.recipe_names():
         ef = experiment_file.resolve(experiment_file.RECIPE_PREFIX + name)
-        missing = ef.missing()
-        missing_all |= {r.package for r in missing}
-        needs = "\n".join(f"{r.program} ({r.package}): " + ("[green]found[/]" if r.present() else "[red]missing[/]")
-                          for r in ef.requires)
-        params = ", ".join(f"{k}={v}" for k, v in ef.params.items())
-        limits = f"until decided, budget {ef.budget or defaults.RUN.budget}" + (f", at most {ef.max_runs} runs" if ef.max_runs else "")
-        t.add_row(f"recipe:{name}", ef.description, needs, params,
-                  limits + "\n" + (f"measured: {ef.measured}" if ef.measured else "not measured with defaults yet"))
-    console.print(t)
+        measures = []
+        for load in ef.loads:
+            m = primary_metric(ef.metric_defs(load))
+            measures.append({"load": load.name, "metric": m.name if m else "wall_s", "unit": m.unit if m else "s"})
+        needs = {r.package: r.present() for r in ef.requires}
+        rows.append({"recipe": f"{experiment_file.RECIPE_PREFIX}{name}", "runs": ef.description.split(";")[0],
+                     "measures": measures, "server_memory": ef.service is not None,
+                     "needs": [{"package": pkg, "found": found} for pkg, found in needs.items()],
+                     "budget": ef.budget or defaults.RUN.budget, "max_runs": ef.max_runs})
+    if fmt == "json":
+        typer.echo(json.dumps(rows, indent=1))
+        return
+    missing_all = sorted({n["package"] for r in rows for n in r["needs"] if not n["found"]})
+    for r in rows:
+        console.print(f"[bold]{r['recipe']}[/]  {escape(r['runs'])}", highlight=False)
+        said = "; ".join(f"{m['load']}: {m['metric']} ({m['unit']})" for m in r["measures"])
+        console.print(f"  measures: {escape(said)}" + (", and the server's memory after each phase"
+                                                        if r["server_memory"] else ""), highlight=False)
+        missing = [n["package"] for n in r["needs"] if not n["found"]]
+        console.print("  needs: " + ", ".join(n["package"] for n in r["needs"])
+                      + (f" ([red]missing: {', '.join(missing)}[/])" if missing else " ([green]all found[/])"),
+                      highlight=False)
     if missing_all:
-        console.print(f"To install what is missing: apt-get install -y {' '.join(sorted(missing_all))}")
-    console.print("Run one with `alloclab run recipe:NAME`; override a parameter with --param NAME=VALUE.")
+        console.print(f"To install what is missing: apt-get install -y {' '.join(missing_all)}")
+    console.print("Run one with `alloclab run recipe:NAME` (until decided, within its budget), or tune it with "
+                  "`alloclab tune recipe:NAME`; override a parameter with --param NAME=VALUE. What each measured "
+                  "with its defaults: docs/results/recipes.md.", highlight=False)

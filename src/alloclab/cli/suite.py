@@ -40,9 +40,9 @@ def print_catalog() -> None:
 @app.command()
 @experiment_options(budget=budget_option(defaults.SUITE.budget), timeout=timeout_option(defaults.SUITE.timeout_s))
 def suite(
-    workload: list[str] = typer.Option([], "--workload", "-w", help="Built-in workload; repeat. Default: all."),
+    workload: list[str] = typer.Option([], "--workload", show_default="all", help="Built-in workload; repeat."),
     quick: bool = typer.Option(False, "--quick", help="Small sizes (about 0.2-0.5 s a run)."),
-    param: list[str] = typer.Option([], "--param", "-p", help="Workload parameter NAME=VALUE; lists (threads=1,2,4,8) and ranges (1..16*2) sweep."),
+    param: list[str] = typer.Option([], "--param", help="Workload parameter NAME=VALUE; lists (threads=1,2,4,8) and ranges (1..16*2) sweep."),
     list_: bool = typer.Option(False, "--list", help="List the built-in workloads and exit."),
     *, opts: ExperimentOptions,
 ) -> None:

@@ -138,7 +138,6 @@ class ExperimentFile:
     locator: KeyLocator = field(repr=False, default=None)
     max_runs: int | None = None       # until decided: at most this many runs per variant
     budget: str | None = None         # until decided: stop adding runs after this long ("25m")
-    measured: str | None = None       # a default run's time and answer on a named machine (recipes)
 
     @property
     def recipe_dir(self) -> Path:
