@@ -137,8 +137,10 @@ def test_ctrl_c_kills_children_and_keeps_partial_results(build, tmp_path, store_
     e = store_of(db).load()
     assert e.row.status == "interrupted"
     assert sum(r.status == "ok" for r in e.runs) >= 2
-    # The partial results are readable with the command the message gives.
+    # The partial results are readable with the command the message gives, their tables with --details.
     rep = run_cli(["report", "--db", str(db)])
+    assert rep.returncode == 0 and "experiment 1 (interrupted)" in rep.stdout
+    rep = run_cli(["report", "--db", str(db), "--details"])
     assert rep.returncode == 0 and "ops" in rep.stdout
 
 

@@ -108,7 +108,7 @@ def _show_all(store: Store, exp_id: int, opts: ExperimentOptions, plan: Plan, va
     show(r, store.path, details=opts.details, exports=opts.exports(), report_format=opts.report,
          report_file=opts.report_file)
     if opts.fleet:
-        render_hosts(r, console)
+        render_hosts(r, console, details=opts.details)
     if plan.summary and opts.details:   # its geomeans are for the tables, not the short answer
         terminal.summary(r, console)
     if plan.sweeps:
