@@ -35,6 +35,7 @@ def alloclab(*argv, cwd=None, ok=True):
 def demo(tmp_path_factory):
     d = tmp_path_factory.mktemp("neighbours")
     shutil.copyfile(FIXTURES / STORES["demo"], d / "demo.db")
+    shutil.copyfile(FIXTURES / STORES["redis"], d / "redis.db")   # small: what a diff of two needs
     return d
 
 
@@ -92,7 +93,7 @@ def test_json_is_dash_f_json_on_every_command_that_lists_or_reports(demo):
     assert {r["recipe"] for r in recipes} >= {"recipe:redis", "recipe:postgres-partitions"}
     assert all(r["measures"] and r["needs"] for r in recipes)
     assert json.loads(alloclab("report", "--db", "demo.db", "-f", "json", cwd=demo).stdout)["schema"] == 2
-    assert json.loads(alloclab("diff", "--db", "demo.db", "1", "1", "-f", "json", cwd=demo).stdout)["a"] == 1
+    assert json.loads(alloclab("diff", "--db", "redis.db", "1", "1", "-f", "json", cwd=demo).stdout)["a"] == 1
     p = alloclab("experiments", "--db", "demo.db", "-f", "yaml", cwd=demo, ok=False)
     assert p.returncode != 0 and "choose terminal or json" in p.stderr
 
@@ -108,11 +109,11 @@ def test_recipes_list_what_each_runs_measures_and_needs_in_short(demo):
 
 
 def test_diffs_legend_promises_what_its_cells_show(demo):
-    text = alloclab("diff", "--db", "demo.db", "1", "1", cwd=demo).stdout
+    text = alloclab("diff", "--db", "redis.db", "1", "1", cwd=demo).stdout
     table, legend = text.split("Each cell:")
     assert "p=" not in table and "p<" not in table   # a cell: the change, its interval, the verdict
     assert "The Mann-Whitney p values: -f md or -f json" in " ".join(legend.split())
-    assert "p=" in alloclab("diff", "--db", "demo.db", "1", "1", "-f", "md", cwd=demo).stdout
+    assert "p=" in alloclab("diff", "--db", "redis.db", "1", "1", "-f", "md", cwd=demo).stdout
 
 
 @pytest.mark.parametrize("argv, flag, long", [
@@ -124,10 +125,10 @@ def test_diffs_legend_promises_what_its_cells_show(demo):
     (["tune", "-m", "ops=ops: (\\d+)", "--", "true"], "-m", "--metric"),
     (["profile", "-n", "2", "--", "true"], "-n", "--runs"),
 ])
-def test_hyperfines_short_flags_are_refused_with_the_long_option_named(tmp_path, argv, flag, long):
+def test_hyperfines_short_flags_are_refused_with_the_long_option_named(helps, tmp_path, argv, flag, long):
     p = alloclab(*argv[:1], "--db", str(tmp_path / "x.db"), *argv[1:], cwd=tmp_path, ok=False)
     assert p.returncode != 0 and f"{flag} is no longer a short flag of alloclab" in p.stderr, p.stderr
     assert f"Write {long} instead" in p.stderr and "Traceback" not in p.stderr
     assert not (tmp_path / "x.db").exists()   # refused before anything ran
     # ... and no longer offered beside the long option
-    assert not re.search(rf"--[\w-]+\s+{flag}\s", alloclab(argv[0], "--help").stdout)
+    assert not re.search(rf"--[\w-]+\s+{flag}\s", helps[argv[0]])

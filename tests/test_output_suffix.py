@@ -20,11 +20,12 @@ pytestmark = pytest.mark.xdist_group("output-suffix")
 def demo(tmp_path_factory):
     d = tmp_path_factory.mktemp("suffix")
     shutil.copyfile(FIXTURES / STORES["demo"], d / "demo.db")
+    shutil.copyfile(FIXTURES / STORES["redis"], d / "redis.db")   # small: what a diff of two needs
     return d
 
 
-def alloclab(d, *argv):
-    p = run_cli(list(argv[:1]) + ["--db", str(d / "demo.db")] + list(argv[1:]), cwd=d, timeout=120)
+def alloclab(d, *argv, db="demo.db"):
+    p = run_cli(list(argv[:1]) + ["--db", str(d / db)] + list(argv[1:]), cwd=d, timeout=120)
     assert p.returncode == 0, p.stdout + p.stderr
     return p
 
@@ -50,10 +51,10 @@ def test_a_format_given_wins_over_the_suffix(demo):
 
 
 def test_diff_takes_the_format_from_the_suffix_and_names_what_it_cannot_write(demo):
-    alloclab(demo, "diff", "1", "1", "-o", "d.json")
+    alloclab(demo, "diff", "1", "1", "-o", "d.json", db="redis.db")
     assert json.loads((demo / "d.json").read_text())["a"] == 1
-    alloclab(demo, "diff", "1", "1", "-o", "d.md")
+    alloclab(demo, "diff", "1", "1", "-o", "d.md", db="redis.db")
     assert (demo / "d.md").read_text().startswith("#")
-    p = run_cli(["diff", "--db", str(demo / "demo.db"), "1", "1", "-o", "d.html"], cwd=demo, timeout=120)
+    p = run_cli(["diff", "--db", str(demo / "redis.db"), "1", "1", "-o", "d.html"], cwd=demo, timeout=120)
     assert p.returncode != 0 and "The file name d.html asks for html" in p.stderr
     assert "it writes terminal, md, json" in p.stderr and not (demo / "d.html").exists()
