@@ -16,7 +16,9 @@ DEB_BENCH_PACKAGES := hyperfine
 DEB_TEST_PACKAGES := postgresql postgresql-contrib redis-server redis-tools qemu-utils chromium valgrind \
 	sqlite3 xz-utils git perl python3 ceph-mon ceph-osd ceph-common librbd1 fio qemu-block-extra heaptrack \
 	strace ruby nodejs jq g++ python3-rados gdb libc6-dbg musl-tools $(DEB_BENCH_PACKAGES)
-DB ?= demo.db
+# Where `alloclab report`, `experiments` and `diff` look without --db: after `make demo` the README's
+# report commands run as written. An existing store there keeps its experiments; the demo is added.
+DB ?= alloclab.db
 
 .PHONY: setup setup-test setup-bench setup-deb setup-deb-test setup-deb-all setup-deb-bench venv demo test bench clean
 

@@ -46,7 +46,7 @@ def experiment_span(db: Path) -> float:
 def one(workers: int, exe: Path, args, tmp: Path, i: int) -> tuple[float, float]:
     db = tmp / f"w{workers}-{i}.db"
     cmd = [sys.executable, "-m", "alloclab.cli", "compare", "--db", str(db), "--fleet", f"local:{workers}",
-           "--fleet-mode", "split", "--runs", str(args.blocks), "-m", "ops=ops/s: (\\d+)"]
+           "--fleet-mode", "split", "--runs", str(args.blocks), "--metric", "ops=ops/s: (\\d+)"]
     for a in args.allocator:
         cmd += ["-a", a]
     cmd += ["--", str(exe), str(args.rounds), "32"]

@@ -87,7 +87,7 @@ def _only_comparison(store_of, db, metric: str, runs: int) -> stats.Comparison:
 
 @pytest.mark.e2e
 def test_same_allocator_under_two_labels_is_no_significant_difference(cli, store_of, simple):
-    p = cli("compare", "--details", "-a", "glibc@a", "-a", "glibc@b", "--runs", "7", "-m", NS, "--", *simple)
+    p = cli("compare", "--details", "-a", "glibc@a", "-a", "glibc@b", "--runs", "7", "--metric", NS, "--", *simple)
     assert p.returncode == 0, p.stderr
     c = _only_comparison(store_of, cli.db, "ns", 7)
     # Why not simply `verdict == "same"`: a correct test says "different" in 5% of A/A experiments
@@ -112,7 +112,7 @@ def test_injected_slowdown_is_worse_with_the_right_sign(cli, store_of, simple):
     # slow block on a shared CI machine then leaves the interval across 1.
     units = calibrated_extra_work(simple)
     p = cli("compare", "--details", "-a", "glibc@base", "-a", f"glibc:{EXTRA_VAR}={units}@slow", "--runs", "8",
-            "-m", NS, "-m", RATE, "--", *WRAPPER, *simple)
+            "--metric", NS, "--metric", RATE, "--", *WRAPPER, *simple)
     assert p.returncode == 0, p.stderr
     ns = _only_comparison(store_of, cli.db, "ns", 8)
     rate = _only_comparison(store_of, cli.db, "rate", 8)

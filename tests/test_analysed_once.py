@@ -38,7 +38,7 @@ def analyses(monkeypatch):
 def test_each_command_analyses_the_experiment_once(tmp_path, analyses, command):
     _register_commands()
     (tmp_path / "true.toml").write_text(TOML)
-    own = {"compare": ["compare"], "suite": ["suite", "-w", "threadcache", "--quick"],
+    own = {"compare": ["compare"], "suite": ["suite", "--workload", "threadcache", "--quick"],
            "run": ["run", str(tmp_path / "true.toml")]}[command]
     args = [*own, "-a", "glibc", "-a", "glibc:MALLOC_TOP_PAD_={0,64M}", "--runs", "2", "--warmup", "0",
             "--no-verify", "--fail-if-worse", "50%", "--db", str(tmp_path / "x.db")]

@@ -20,7 +20,7 @@ def test_an_open_comparison_is_profiled_inside_the_recipes_setup(cli, scratch, s
     # its two runs agree within about 0.1%, which qemu-img's timings never do. (tcmalloc against glibc
     # was decided on qcow2 at two blocks in one CI run: a real, large effect.)
     p = cli("run", "recipe:qemu-img", "-a", "glibc", "-a", "glibc@again", "--max-runs", "2", "--warmup", "0",
-            "--no-verify", "-p", "size=64M", "-p", "count=20000", timeout=300)
+            "--no-verify", "--param", "size=64M", "--param", "count=20000", timeout=300)
     assert p.returncode == 0, p.stdout + p.stderr
     exp = store_of(cli.db).load(None)
     a = analyze(exp, only_primary=True)

@@ -104,7 +104,7 @@ def test_glibcs_thresholds_are_those_glibc_acts_on(tmp_path, build, mode, env, m
 
 def test_a_timed_runs_anonymous_rss_at_its_end_is_the_programs_own(cli, build, store_of):
     p = cli("compare", "--runs", "2", "--warmup", "0", "--no-verify", "-a", "glibc",
-            "-a", "glibc:MALLOC_TRIM_THRESHOLD_=128K", "-m", "anon_kb=anon_kb: (\\d+):lower",
+            "-a", "glibc:MALLOC_TRIM_THRESHOLD_=128K", "--metric", "anon_kb=anon_kb: (\\d+):lower",
             "--", str(build("trimhold")), "12")
     assert p.returncode == 0, p.stdout + p.stderr
     e = store_of(cli.db).load()

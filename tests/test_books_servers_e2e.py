@@ -23,8 +23,8 @@ def test_the_split_adds_up_on_redis_under_the_four_allocators(cli, store_of, scr
     for name in ALLOCATORS[1:]:
         require_allocator(name)
     p = cli("run", "recipe:redis", *(x for a in ALLOCATORS for x in ("-a", a)), "--runs", "1", "--warmup", "0",
-            "--idle", "0", "--no-verify", "--fingerprint", "-p", "requests=500", "-p", "clients=5",
-            "-p", "keys=20000", "-p", "rest=0.1", timeout=300)
+            "--idle", "0", "--no-verify", "--fingerprint", "--param", "requests=500", "--param", "clients=5",
+            "--param", "keys=20000", "--param", "rest=0.1", timeout=300)
     assert p.returncode == 0, p.stdout + p.stderr
     e = store_of(cli.db).load()
     fps = {(e.workloads[wi].name, e.variants[vi].label): Fingerprint.of(f) for (wi, vi), f in e.fingerprints.items()}

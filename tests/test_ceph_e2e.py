@@ -22,8 +22,8 @@ from test_service_e2e import processes_with, require_programs, scratch, summary 
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow]
 
-RBD_SMALL = ["-p", "image_mb=32", "-p", "seconds=1", "-p", "ios=2048", "-p", "io_total=8M"]
-OSD_SMALL = ["-p", "image_mb=32", "-p", "seconds=1"]
+RBD_SMALL = ["--param", "image_mb=32", "--param", "seconds=1", "--param", "ios=2048", "--param", "io_total=8M"]
+OSD_SMALL = ["--param", "image_mb=32", "--param", "seconds=1"]
 
 
 def ceph_left(scratch: Path) -> list[str]:
@@ -102,7 +102,7 @@ def test_recipe_ceph_osd(cli, scratch):
 
 def test_a_failing_setup_step_stops_the_cluster(cli, scratch):
     require_programs(xf.resolve("recipe:ceph-rbd-client"))
-    p = cli("run", "recipe:ceph-rbd-client", "-a", "glibc", "--runs", "1", *RBD_SMALL, "-p", "image_mb=0",
+    p = cli("run", "recipe:ceph-rbd-client", "-a", "glibc", "--runs", "1", *RBD_SMALL, "--param", "image_mb=0",
             timeout=180)
     assert p.returncode == 2, p.stdout + p.stderr
     err = " ".join(p.stderr.split())
@@ -115,7 +115,7 @@ def test_ctrl_c_mid_run_stops_the_osd_the_monitor_and_fio(tmp_path, scratch):
     require_programs(xf.resolve("recipe:ceph-osd"))
     db = tmp_path / "int.db"
     proc = subprocess.Popen([*ALLOCLAB, "run", "--db", str(db), "recipe:ceph-osd", "-a", "glibc", "--runs", "3",
-                             "--warmup", "0", "--no-verify", *OSD_SMALL, "-p", "seconds=30"],
+                             "--warmup", "0", "--no-verify", *OSD_SMALL, "--param", "seconds=30"],
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     port = None
     deadline = time.monotonic() + 120

@@ -22,7 +22,7 @@ OPS = "ops=ops/s: (\\d+)"
 def test_compare_measures_every_installed_allocator(build, cli, store_of, tmp_path):
     prog = build("churn")
     out = tmp_path / "raw.json"
-    p = cli("compare", "--details", "--runs", "3", "-m", OPS, "--export-json", str(out), "--", str(prog), "300", "48")
+    p = cli("compare", "--details", "--runs", "3", "--metric", OPS, "--export-json", str(out), "--", str(prog), "300", "48")
     assert p.returncode == 0, p.stderr
     e = store_of(cli.db).load()
     assert e.row.status == "complete"
@@ -77,7 +77,7 @@ def test_command_not_found(cli):
 def test_failing_under_one_allocator_is_recorded_and_others_go_on(build, cli, store_of):
     require_allocator("jemalloc")
     prog = build("churn")
-    p = cli("compare", "--details", "--runs", "2", "-a", "glibc", "-a", "jemalloc", "-m", OPS, "--",
+    p = cli("compare", "--details", "--runs", "2", "-a", "glibc", "-a", "jemalloc", "--metric", OPS, "--",
             str(prog), "100", "1", "libjemalloc")
     assert p.returncode == 0, p.stderr
     e = store_of(cli.db).load()
@@ -90,7 +90,7 @@ def test_failing_under_one_allocator_is_recorded_and_others_go_on(build, cli, st
 
 def test_metric_that_matches_nothing_names_the_run_and_shows_output(build, cli):
     prog = build("churn")
-    p = cli("compare", "--runs", "1", "-a", "glibc", "-m", "iops=IOPS: (\\d+)", "--", str(prog), "10", "1")
+    p = cli("compare", "--runs", "1", "-a", "glibc", "--metric", "iops=IOPS: (\\d+)", "--", str(prog), "10", "1")
     assert p.returncode == 2
     assert "Metric 'iops'" in p.stderr and "matched nothing" in p.stderr
     assert "ops/s:" in p.stderr  # the output tail
@@ -115,7 +115,7 @@ def test_ctrl_c_kills_children_and_keeps_partial_results(build, tmp_path, store_
     prog = build("churn")
     db = tmp_path / "int.db"
     proc = subprocess.Popen([*ALLOCLAB, "compare", "--db", str(db), "--runs", "5", "--warmup", "0",
-                             "--no-verify", "-a", "glibc", "-m", OPS, "--", str(prog), "10", "1", "", "0.3"],
+                             "--no-verify", "-a", "glibc", "--metric", OPS, "--", str(prog), "10", "1", "", "0.3"],
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     # Wait until at least two runs are stored, then interrupt mid-run.
     deadline = time.monotonic() + 60
@@ -137,8 +137,10 @@ def test_ctrl_c_kills_children_and_keeps_partial_results(build, tmp_path, store_
     e = store_of(db).load()
     assert e.row.status == "interrupted"
     assert sum(r.status == "ok" for r in e.runs) >= 2
-    # The partial results are readable with the command the message gives.
+    # The partial results are readable with the command the message gives, their tables with --details.
     rep = run_cli(["report", "--db", str(db)])
+    assert rep.returncode == 0 and "experiment 1 (interrupted)" in rep.stdout
+    rep = run_cli(["report", "--db", str(db), "--details"])
     assert rep.returncode == 0 and "ops" in rep.stdout
 
 

@@ -23,7 +23,7 @@ def test_recipe_postgres_fingerprint_of_a_forked_server_run_as_postgres(cli, sto
     # One of the recipe's two clients (--client): the same server, set up and forked alike.
     p = cli("run", "recipe:postgres-partitions", "--client", "1 client", "-a", "glibc", "-a",
             "glibc:MALLOC_TOP_PAD_=64M", "--runs", "1", "--warmup", "0", "--no-verify", "--idle", "0", "--fingerprint",
-            "-p", "scale=1", "-p", "partitions=100", "-p", "duration=7", "-p", "warmup_s=1", "-p", "settle=0.3",
+            "--param", "scale=1", "--param", "partitions=100", "--param", "duration=7", "--param", "warmup_s=1", "--param", "settle=0.3",
             "--details", timeout=300)
     assert p.returncode == 0, p.stdout + p.stderr
     e = store_of(cli.db).load()

@@ -75,7 +75,7 @@ def _wait_for_runs(sessions: list[psutil.Process], n: int, timeout: float = 90) 
 def test_compare_on_two_local_workers_stores_both_hosts_and_reports_each(build, cli, store_of):
     require_allocator("tcmalloc")
     prog = build("churn")
-    p = cli("compare", "--fleet", "local:2", "-a", "glibc", "-a", "tcmalloc", "--runs", "6", "-m", OPS,
+    p = cli("compare", "--fleet", "local:2", "-a", "glibc", "-a", "tcmalloc", "--runs", "6", "--metric", OPS,
             "--", str(prog), "300", "16", check=True)
     assert "local workers share this machine's CPUs" in p.stderr and "not for timing" in p.stderr
     store = store_of(cli.db)
@@ -109,7 +109,7 @@ def test_compare_on_two_local_workers_stores_both_hosts_and_reports_each(build, 
 def test_split_mode_spreads_whole_blocks_over_identical_hosts(build, cli, store_of):
     prog = build("churn")
     cli("compare", "--fleet", "local:2", "--fleet-mode", "split", "-a", "glibc", "-a", "glibc@again", "--runs", "4",
-        "-m", OPS, "--", str(prog), "200", "8", check=True)
+        "--metric", OPS, "--", str(prog), "200", "8", check=True)
     e = store_of(cli.db).load()
     hosts = _hosts(e)
     assert len(hosts) == 2
@@ -128,7 +128,7 @@ def test_split_mode_spreads_whole_blocks_over_identical_hosts(build, cli, store_
 
 def test_an_error_on_every_host_is_one_clear_error(build, cli):
     prog = build("churn")
-    p = cli("compare", "--fleet", "local:2", "-a", "glibc", "--runs", "1", "-m", "iops=IOPS: (\\d+)",
+    p = cli("compare", "--fleet", "local:2", "-a", "glibc", "--runs", "1", "--metric", "iops=IOPS: (\\d+)",
             "--", str(prog), "10", "1")
     assert p.returncode == 2
     line = p.stderr.strip().splitlines()[-1]
@@ -140,7 +140,7 @@ def test_a_killed_worker_has_its_task_retried_and_the_other_host_loses_nothing(b
     prog = build("churn")
     db = tmp_path / "kill.db"
     proc = subprocess.Popen([*ALLOCLAB, "compare", "--db", str(db), "--fleet", "local:2", "-a", "glibc",
-                             "-a", "glibc@again", "--runs", "6", "-m", OPS, "--", str(prog), "10", "1", "", "0.1"],
+                             "-a", "glibc@again", "--runs", "6", "--metric", OPS, "--", str(prog), "10", "1", "", "0.1"],
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
     try:
         sessions = _wait_for_sessions(proc, 2)
@@ -172,7 +172,7 @@ def test_ctrl_c_stops_every_worker_session_and_keeps_the_runs_that_came_back(bui
     prog = build("churn")
     db = tmp_path / "int.db"
     proc = subprocess.Popen([*ALLOCLAB, "compare", "--db", str(db), "--fleet", "local:2", "-a", "glibc",
-                             "-a", "glibc@again", "--runs", "20", "-m", OPS, "--", str(prog), "10", "1", "", "0.1"],
+                             "-a", "glibc@again", "--runs", "20", "--metric", OPS, "--", str(prog), "10", "1", "", "0.1"],
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
     try:
         _wait_for_runs(_wait_for_sessions(proc, 2), 3)
@@ -218,7 +218,7 @@ def test_tcp_scheduler_preflight_leaves_out_a_worker_without_the_resource(build,
                      "--", str(prog), "100", "4")
         assert strict.returncode == 2
         assert "--fleet-require-all" in strict.stderr and "shared" in strict.stderr and "alloclab=1" in strict.stderr
-        p = cli("compare", "--fleet", address, "-a", "glibc", "-a", "glibc@again", "--runs", "2", "-m", OPS,
+        p = cli("compare", "--fleet", address, "-a", "glibc", "-a", "glibc@again", "--runs", "2", "--metric", OPS,
                 "--", str(prog), "100", "4", check=True)
         assert "worker shared left out" in p.stderr
         e = store_of(cli.db).load()

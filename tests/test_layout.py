@@ -278,3 +278,66 @@ def test_one_definition_of_each(pattern, home):
     found = [f"{p.relative_to(SRC)}:{i}" for p in modules() for i, line in enumerate(p.read_text().splitlines(), 1)
              if re.search(pattern, line)]
     assert found and all(f.startswith(home + ":") for f in found), found
+
+
+# One of each, found in the syntax tree rather than the text (a docstring may quote a formula):
+# where each is written, and a finder that sees it however it is spelled.
+
+def _share_bound_formulas(tree: ast.AST) -> list[int]:
+    """`1 / (1 - share)`: the rise of a rate that spent `share` of its CPU where an allocator acts."""
+    def one(node) -> bool:
+        return isinstance(node, ast.Constant) and node.value in (1, 1.0)
+    return [n.lineno for n in ast.walk(tree)
+            if isinstance(n, ast.BinOp) and isinstance(n.op, ast.Div) and one(n.left)
+            and isinstance(n.right, ast.BinOp) and isinstance(n.right.op, ast.Sub) and one(n.right.left)]
+
+
+# The functions that build workloads from a target's parts; `workloads` counts as one only as an
+# attribute of measure/service's executors module.
+WORKLOAD_BUILDERS = {"command_workloads", "builtin_workloads", "command_workload"}
+BUILDERS_HOME = {"plan/param_sweep.py", "workloads/command.py", "measure/service/executors.py"}
+
+
+def _workload_builds(tree: ast.AST) -> list[int]:
+    """Calls of a workload builder: what only the one target-to-workloads function may make."""
+    found = []
+    for n in ast.walk(tree):
+        if not isinstance(n, ast.Call):
+            continue
+        f = n.func
+        name = f.id if isinstance(f, ast.Name) else f.attr if isinstance(f, ast.Attribute) else None
+        executors = isinstance(f, ast.Attribute) and f.attr == "workloads" and "executors" in (_chain(f.value) or "")
+        if name in WORKLOAD_BUILDERS or executors:
+            found.append(n.lineno)
+    return found
+
+
+ONE_IN_THE_TREE = [
+    # the most an allocator could change a metric, from the CPU share it was given
+    (_share_bound_formulas, "tune/bound.py", set()),
+    # a target (a command, the built-in workloads, a file or recipe) turned into workloads
+    (_workload_builds, "measure/targets.py", BUILDERS_HOME),
+]
+
+
+@pytest.mark.parametrize("finder, home, also", ONE_IN_THE_TREE, ids=["share-bound", "target-to-workloads"])
+def test_one_of_each_in_the_tree(finder, home, also):
+    found = [f"{p.relative_to(SRC)}:{line}" for p in modules() if str(p.relative_to(SRC)) not in also
+             for line in finder(_parsed(p))]
+    assert found and all(f.startswith(home + ":") for f in found), (
+        f"written outside {home} (call the one there instead): " + ", ".join(f for f in found if not f.startswith(home)))
+
+
+def test_the_tree_finders_see_a_second_definition():
+    # Each finder must see its thing however it is spelled, or the test above could never fail.
+    assert _share_bound_formulas(ast.parse("x = 1 / (1 - top)\ny = 1.0/(1-s) - 1\nz = 1 / (2 - s)\n")) == [1, 2]
+    source = """
+from alloclab.plan import param_sweep
+from alloclab.measure.service import executors as service_executors
+def mine(t):
+    param_sweep.command_workloads(t.command, p, [], False)
+    builtin_workloads(t.names, p, True)
+    service_executors.workloads(ef, {})
+    store.workloads()
+"""
+    assert _workload_builds(ast.parse(source)) == [5, 6, 7]

@@ -24,7 +24,7 @@ def _target(tmp_path) -> list[str]:
     return [str(f)]
 
 
-@pytest.mark.parametrize("command", [["compare", "-a", "glibc", "--runs", "1"], ["suite", "-w", "threadcache"],
+@pytest.mark.parametrize("command", [["compare", "-a", "glibc", "--runs", "1"], ["suite", "--workload", "threadcache"],
                                      ["run"]])
 @pytest.mark.parametrize("option, fix", [(["--export-json", "/nonexistent/dir/x.json"], "mkdir -p /nonexistent/dir"),
                                          (["--report-file", "/nonexistent/r.html"], "mkdir -p /nonexistent"),

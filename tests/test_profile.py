@@ -404,7 +404,7 @@ def test_profile_command_stores_profiles_and_counts_instructions(build, cli, sto
     prog = build("churn")
     # 3000 rounds (~60 ms): long enough for the 20 ms RSS sampler to draw the RSS-over-time chart.
     p = cli("profile", "-a", "glibc", "-a", "tcmalloc-minimal", "--profile-runs", "2", "--runs", "2",
-            "--instructions", "-F", "1999", "-m", "ops=ops/s: (\\d+)", "--", str(prog), "3000", "8")
+            "--instructions", "-F", "1999", "--metric", "ops=ops/s: (\\d+)", "--", str(prog), "3000", "8")
     assert p.returncode == 0, p.stderr
     out = " ".join(p.stdout.split())
     assert re.search(r"Allocator share of CPU: glibc [\d.]+% \([\d.]+-[\d.]+\) -> tcmalloc-minimal [\d.]+%", out)

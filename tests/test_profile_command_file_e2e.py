@@ -14,7 +14,7 @@ pytestmark = [pytest.mark.e2e, pytest.mark.slow]
 def test_profile_a_command_recipe_after_its_setup(cli, scratch):
     require_programs(xf.resolve("recipe:qemu-img"))
     p = cli("run", "recipe:qemu-img", "-a", "glibc", "--runs", "1", "--warmup", "0", "--no-verify", "--profile",
-            "--profile-runs", "1", "-p", "size=64M", "-p", "count=20000", timeout=240)
+            "--profile-runs", "1", "--param", "size=64M", "--param", "count=20000", timeout=240)
     assert p.returncode == 0, p.stdout + p.stderr
     out = " ".join(p.stdout.split())
     for name in ("qemu-img: qcow2", "qemu-img: raw"):

@@ -22,7 +22,7 @@ def test_run_profile_samples_the_server_tree_not_the_client(cli, store_of, scrat
     if not shutil.which("perf"):
         missing_prerequisite(f"perf is not installed ({perf.PERF_INSTALL})")
     p = cli("run", "recipe:redis", "--client", "benchmark", "-a", "glibc", "-a", "jemalloc", "--runs", "1",
-            "--warmup", "0", "--idle", "0", "--no-verify", "-p", "requests=20000", "-p", "clients=5", "-p", "keys=2000", "-p", "rest=0.1",
+            "--warmup", "0", "--idle", "0", "--no-verify", "--param", "requests=20000", "--param", "clients=5", "--param", "keys=2000", "--param", "rest=0.1",
             "--profile", "--profile-runs", "1")
     assert p.returncode == 0, p.stdout + p.stderr
     assert "Where the CPU goes: redis" in p.stdout
@@ -78,8 +78,8 @@ def test_a_server_run_as_another_user_is_profiled_with_the_kernel(cli, store_of,
     if os.geteuid() != 0:
         pytest.skip("run_as applies only when alloclab runs as root")
     p = cli("run", "recipe:postgres-partitions", "--client", "1 client", "-a", "glibc", "--runs", "1", "--warmup",
-            "0", "--idle", "0", "--no-verify", "-p", "scale=1", "-p", "partitions=20", "-p", "duration=4",
-            "-p", "warmup_s=1", "-p", "settle=0.3",
+            "0", "--idle", "0", "--no-verify", "--param", "scale=1", "--param", "partitions=20", "--param", "duration=4",
+            "--param", "warmup_s=1", "--param", "settle=0.3",
             "--profile", "--profile-runs", "1", timeout=300)
     assert p.returncode == 0, p.stdout + p.stderr
     store = store_of(cli.db)

@@ -153,3 +153,22 @@ def test_the_readmes_quick_commands_run_as_written(tmp_path):
     assert "<svg" in (tmp_path / "report.html").read_text()
     assert (tmp_path / "mail.md").read_text().startswith("#")
     assert (tmp_path / "a.csv").read_text().splitlines()[0].count(",") >= 3
+
+
+@pytest.mark.e2e
+def test_after_make_demo_the_readmes_report_commands_run_as_written(tmp_path):
+    """`make demo` stores its suite where `alloclab report` looks without --db; the README's report
+    commands that read the latest experiment (report, experiments) then run as written. The store is
+    the stored demo, a real `make demo` run (tests/fixtures), put where the Makefile's command puts it."""
+    demo = subprocess.run(["make", "-n", "-o", "setup", "--no-print-directory", "demo"], cwd=ROOT,
+                          capture_output=True, text=True, check=True).stdout.split()
+    from alloclab.store.db import DEFAULT_DB
+    assert demo[1:4] == ["suite", "--db", DEFAULT_DB], demo   # the store a bare `alloclab report` opens
+    shutil.copyfile(ROOT / "tests" / "fixtures" / "demo-suite-trimmed.db", tmp_path / DEFAULT_DB)
+    section = README.read_text().split("## Reports")[1].split("\n## ")[0]
+    reading = [a for a in commands(section) if a[1] in ("report", "experiments")]
+    assert reading and "--db" not in [x for a in reading for x in a]
+    for argv in reading:
+        p = _run(argv, tmp_path)
+        assert p.returncode == 0, f"`{shlex.join(argv)}`:\n{p.stdout}{p.stderr}"
+    assert (tmp_path / "mail.md").read_text().startswith("## alloclab: suite: simple, oversized")

@@ -197,6 +197,8 @@ def test_settings_of_the_baseline_are_unset(tmp_path):
 
 
 def test_overall_needs_better_somewhere_and_worse_nowhere(tmp_path):
+    from alloclab.report.across import sentence
+
     two = (("prog 1", ["prog", "1"]), ("prog 2", ["prog", "2"]))
     vs = [variant("glibc", "glibc"),
           variant("jemalloc", "jemalloc", {"LD_PRELOAD": JEMALLOC}, speed={0: 1.2, 1: 1.1}, rss=1.02),
@@ -206,51 +208,79 @@ def test_overall_needs_better_somewhere_and_worse_nowhere(tmp_path):
     o = rec.overall
     assert o.scope == "overall" and o.pick == 1
     assert o.points[2].speed_verdict == "worse"
-    assert o.sentence.startswith("Use jemalloc for all 2 workloads: geomean of the primary-metric ratios x1.149")
-    assert "decided better in 2, worse in 0" in o.sentence
+    assert o.across.tallies[1].better == ("prog 1", "prog 2") and not o.across.tallies[1].worse
+    assert o.across.tallies[2].better == ("prog 1",) and o.across.tallies[2].worse == ("prog 2",)
+    # The line states the rule with the counts, and no mean: mimalloc wins no more workloads, so no clause.
+    line = sentence(o)
+    assert line == ("Use jemalloc for all 2 workloads. jemalloc is better on 2, worse on none, equivalent on none, "
+                    "undecided on none (the rule: better somewhere, worse nowhere, then better on the most).")
     assert o.apply.env_line == f"LD_PRELOAD={JEMALLOC} CMD"
 
 
+def test_a_variant_better_on_more_workloads_is_told_why_it_is_not_the_pick(tmp_path):
+    # mimalloc wins two workloads by far and loses the third; jemalloc wins one, by a little, and
+    # loses none. A mean of ratios would pick mimalloc (x1.5 * x1.5 * x0.9); the rule picks jemalloc
+    # and says why not mimalloc.
+    from alloclab.report.across import sentence
 
-def test_no_overall_pick_rests_on_a_mean_one_workload_carries(tmp_path):
-    # x10 in one workload and no change in two: the geomean (x2.15) is that workload's alone; leaving
-    # it out, the pick's mean is no gain. No single pick: the best per workload and the Pareto set.
+    three = (("prog 1", ["prog", "1"]), ("prog 2", ["prog", "2"]), ("prog 3", ["prog", "3"]))
+    vs = [variant("glibc", "glibc"),
+          variant("jemalloc", "jemalloc", {"LD_PRELOAD": JEMALLOC}, speed={0: 1.1, 1: 1.0, 2: 1.0}),
+          variant("mimalloc", "mimalloc", {"LD_PRELOAD": MIMALLOC}, speed={0: 1.5, 1: 1.5, 2: 0.9})]
+    o = recommend(analysis_of(tmp_path, vs, workloads=three)).overall
+    assert o.pick == 1 and o.points[2].speed > o.points[1].speed   # the larger mean is not the pick
+    assert [(r.variant_idx, [w.value for w in r.why]) for r in o.across.rivals] == [(2, ["worse"])]
+    line = sentence(o)
+    assert "jemalloc is better on 1, worse on none, equivalent on 2, undecided on none" in line
+    assert line.endswith("Better on more but not the pick: mimalloc (better on 2, worse on 1: ops in prog 3).")
+    assert "geomean" not in line and "x1." not in line
+
+
+def test_no_overall_pick_where_the_counts_tie(tmp_path):
+    # x10 in one workload for jemalloc, x1.3 in another for mimalloc, no change elsewhere: each is
+    # better on one and worse on none. A mean would crown jemalloc on one workload's x10; the counts
+    # do not tell them apart, so no single pick: the best per workload and the Pareto set instead.
+    from alloclab.report.across import sentence
+
     three = (("prog 1", ["prog", "1"]), ("prog 2", ["prog", "2"]), ("prog 3", ["prog", "3"]))
     vs = [variant("glibc", "glibc"),
           variant("jemalloc", "jemalloc", {"LD_PRELOAD": JEMALLOC}, speed={0: 10.0, 1: 1.0, 2: 1.0}, rss=1.0),
           variant("mimalloc", "mimalloc", {"LD_PRELOAD": MIMALLOC}, speed={0: 1.0, 1: 1.3, 2: 1.0}, rss=1.0)]
     rec = recommend(analysis_of(tmp_path, vs, workloads=three))
     o = rec.overall
-    # Both are decided no worse anywhere (each is better in one workload): no single one is the pick.
-    assert o.pick is None and o.sentence.startswith("jemalloc, mimalloc are decided no worse than glibc anywhere")
-    assert "rests on prog 1" in o.sentence and "Best per workload: prog 1: jemalloc; prog 2: mimalloc" in o.sentence
+    assert o.pick is None and o.across.tied == [1, 2] and not o.across.rivals
+    assert o.sentence.startswith("No single variant is picked for all 3 workloads: jemalloc and mimalloc are each")
+    assert "Best per workload: prog 1: jemalloc; prog 2: mimalloc" in o.sentence
     assert "Pareto set across the workloads" in o.sentence and "jemalloc, mimalloc" in o.sentence
+    assert sentence(o).endswith("Each is better on 1, worse on none, equivalent on 2, undecided on none (the rule: "
+                                "better somewhere, worse nowhere, then better on the most).")
 
 
-def test_the_stored_demos_cross_workload_lines_rest_on_no_single_workload(tmp_path):
-    # Whatever the demo's pick and geomeans are, each holds without any one workload: the same sign
-    # and the same pick among the variants it was chosen from, or the line says it does not.
+def test_the_stored_demos_line_across_workloads_follows_the_rule_from_the_verdicts(tmp_path):
+    # The pick, recomputed here from each workload's own verdicts: better on some workload's primary
+    # metric, worse on none, then the most wins; every variant that wins more is named with its losses.
     import shutil
-    from pathlib import Path
 
-    from alloclab.stats.dominance import geomean
+    from alloclab.report.across import sentence
     from alloclab.stats.results import build_results
     from alloclab.store.db import Store
     db = tmp_path / "demo.db"   # the store may write beside it: never open the checked-in copy
     shutil.copyfile(Path(__file__).parent / "fixtures" / "demo-suite-trimmed.db", db)
     r = build_results(Store(db).load(None), summary=True)
-    o, choices = r.recommendation.overall, r.recommendation.workloads
-    if o.pick is not None:
-        def gains(vi, skip):
-            return [c.points[vi].speed_ratio if c.higher_is_better else 1 / c.points[vi].speed_ratio
-                    for k, c in enumerate(choices) if k != skip]
-        eligible = [p.variant_idx for p in o.points if p.speed_verdict == "better" and p.usable]
-        for k in range(len(choices)):
-            assert geomean(gains(o.pick, k)) > 1
-            assert max(eligible, key=lambda vi: geomean(gains(vi, k))) == o.pick
-    else:
-        assert "rests on" in o.sentence
-    assert set(r.carried) <= {s.label for s in r.summary}
+    o, choices, labels = r.recommendation.overall, r.recommendation.workloads, r.analysis.labels
+    verdicts = {vi: [c.points[vi].speed_verdict for c in choices] for vi in range(len(labels))
+                if vi != r.analysis.baseline_idx}
+    eligible = {vi: (v.count("better"), -v.count("undecided")) for vi, v in verdicts.items()
+                if "better" in v and "worse" not in v}
+    best = max(eligible.values())
+    assert [vi for vi, rank in eligible.items() if rank == best] == [o.pick]
+    wins = verdicts[o.pick].count("better")
+    more = {vi for vi, v in verdicts.items() if v.count("better") > wins}
+    assert more and {x.variant_idx for x in o.across.rivals} == more
+    line = sentence(o)
+    for vi in more:
+        assert labels[vi] in line.split("Better on more but not the pick: ")[1]
+    assert f"{labels[o.pick]} is better on {wins}, worse on none" in line and "geomean" not in line
 
 
 @pytest.mark.parametrize("lone", [0, 1])

@@ -62,7 +62,7 @@ def report(build, tmp_path_factory) -> Path:
     d = tmp_path_factory.mktemp("html")
     variants = ["glibc", "jemalloc"] + (["mimalloc"] if "mimalloc" in installed_allocators() else [])
     out = d / "report.html"
-    p = run_cli(["compare", "--db", str(d / "h.db"), "--runs", "3", "-m", OPS,
+    p = run_cli(["compare", "--db", str(d / "h.db"), "--runs", "3", "--metric", OPS,
                  *[x for v in variants for x in ("-a", v)], "--report", "html", "--report-file", str(out),
                  "--", str(prog), "1500", "32"], timeout=180)
     assert p.returncode == 0, p.stdout + p.stderr

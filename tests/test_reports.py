@@ -54,11 +54,11 @@ def real(build, tmp_path_factory):
     prog = build("churn")
     d = tmp_path_factory.mktemp("reports")
     db = d / "r.db"
-    first = alloclab(db, "compare", "--runs", "4", "-a", SLOW_BASELINE, "-a", "jemalloc", "-m", OPS,
+    first = alloclab(db, "compare", "--runs", "4", "-a", SLOW_BASELINE, "-a", "jemalloc", "--metric", OPS,
                      "--report-file", str(d / "compare.md"), "--", str(prog), *ROUNDS)
     # Another day, the same command: only needs to exist for `diff`, so kept short.
     second = alloclab(db, "compare", "--runs", "2", "--warmup", "0", "--no-verify", "-a", SLOW_BASELINE,
-                      "-a", "jemalloc", "-m", OPS, "--", str(prog), *ROUNDS)
+                      "-a", "jemalloc", "--metric", OPS, "--", str(prog), *ROUNDS)
     return {"db": db, "dir": d, "prog": prog, "first": first, "second": second}
 
 
@@ -129,8 +129,10 @@ def test_every_format_of_a_real_experiment(real):
     rec = raw["recommendation"]
     assert rec["budget"] == -0.9 and rec["overall"]["pick"] is None
     assert "within the -90% peak-RSS budget: jemalloc is faster" in rec["overall"]["sentence"]
-    text = export(r, "terminal")
-    assert "\x1b[" not in text and "(baseline)" in text and "Use jemalloc" in text
+    text = export(r, "terminal")   # the short answer; its full tables with details
+    assert "\x1b[" not in text and "(baseline)" not in text and "Use jemalloc" in text
+    assert "jemalloc  better" in text and "Every variant verified" in text
+    assert "(baseline)" in export(r, "terminal", Options(details=True))
     html = export(r, "html")
     assert html.count("<svg ") == 5 and "Use jemalloc" in html
     # The RSS chart draws every measured run that lasted long enough for a sample.

@@ -67,7 +67,7 @@ def test_no_verification_and_no_warmup_means_no_warmup_block():
 def test_until_precise_adds_blocks_and_stops_at_the_cap(build, cli, store_of):
     prog = build("churn")
     p = cli("compare", "--runs", "3", "--warmup", "0", "--no-verify", "-a", "glibc",
-            "--until-precise", "0.01%", "--max-runs", "5", "-m", "ops=ops/s: (\\d+)", "--", str(prog), "50", "1")
+            "--until-precise", "0.01%", "--max-runs", "5", "--metric", "ops=ops/s: (\\d+)", "--", str(prog), "50", "1")
     assert p.returncode == 0, p.stderr
     e = store_of(cli.db).load()
     # 0.01% is out of reach: blocks are added up to the cap, then it says so.
@@ -102,7 +102,7 @@ def test_other_work_is_told_apart_from_the_workloads_own_threads(cli, store_of):
         return sorted(values)[1]
 
     # Runs long enough (>= 0.25 s) for /proc/stat's 10 ms ticks to tell.
-    args = ("suite", "-w", "threadcache", "-p", "ops=6000000", "--runs", "3", "--warmup", "0", "-a", "glibc")
+    args = ("suite", "--workload", "threadcache", "--param", "ops=6000000", "--runs", "3", "--warmup", "0", "-a", "glibc")
     cli(*args, check=True)
     alone = other_cpu()
     spin = [sys.executable, "-c", "while True: pass"]

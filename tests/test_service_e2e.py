@@ -283,7 +283,7 @@ def test_ctrl_c_mid_run_stops_server_and_client_and_removes_the_workdir(tmp_path
     path, token = toy(tmp_path)
     db = tmp_path / "int.db"
     proc = subprocess.Popen([*ALLOCLAB, "run", "--db", str(db), str(path), "-a", "glibc", "--runs", "3",
-                             "--warmup", "0", "--no-verify", "-p", "client_delay=30"],
+                             "--warmup", "0", "--no-verify", "--param", "client_delay=30"],
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     deadline = time.monotonic() + 60
     port = None
@@ -338,8 +338,8 @@ def test_recipe_postgres_partitions(cli, store_of, scratch):
     # duration 5: pgbench -P 1 prints 4 progress lines, 2 of them after the 2 the recipe skips. The
     # recipe's first client alone (--client), whose server and warm-up are the second's.
     p = cli("run", "recipe:postgres-partitions", "--client", "1 client", "-a", "glibc", "-a", "jemalloc", "--runs",
-            "1", "--idle", "0", "-p", "scale=1", "-p", "partitions=20", "-p", "duration=5", "-p", "warmup_s=1",
-            "-p", "settle=0.3",
+            "1", "--idle", "0", "--param", "scale=1", "--param", "partitions=20", "--param", "duration=5", "--param", "warmup_s=1",
+            "--param", "settle=0.3",
             timeout=240)
     assert p.returncode == 0, p.stdout + p.stderr
     e = store_of(cli.db).load()
@@ -375,7 +375,7 @@ def test_recipe_redis_reports_the_packaged_jemalloc(cli, store_of, scratch):
     require_programs(ef)
     require_allocator("jemalloc")
     p = cli("run", "recipe:redis", "-a", "glibc-linked", "-a", "jemalloc", "--runs", "1", "--idle", "0",
-            "-p", "requests=1000", "-p", "clients=10", "-p", "keys=20000", "-p", "rest=0.5", "-p", "settle=0.3",
+            "--param", "requests=1000", "--param", "clients=10", "--param", "keys=20000", "--param", "rest=0.5", "--param", "settle=0.3",
             "--details")
     assert p.returncode == 0, p.stdout + p.stderr
     e = store_of(cli.db).load()
@@ -418,7 +418,7 @@ def test_recipe_qemu_img_is_a_command_recipe(cli, store_of, scratch):
     require_programs(ef)
     require_allocator("jemalloc")
     p = cli("run", "recipe:qemu-img", "-a", "glibc", "-a", "jemalloc", "--runs", "1",
-            "-p", "size=64M", "-p", "count=20000")
+            "--param", "size=64M", "--param", "count=20000")
     assert p.returncode == 0, p.stdout + p.stderr
     e = store_of(cli.db).load()
     assert [w.name for w in e.workloads] == ["qemu-img: qcow2", "qemu-img: raw"]

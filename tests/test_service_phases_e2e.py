@@ -112,8 +112,8 @@ def test_phases_read_memory_after_each_action_under_real_allocators(tmp_path, sc
         starts = [p["t_start"] for p in s["phases"]]
         assert starts == sorted(starts) and all(p["t_end"] >= p["t_start"] for p in s["phases"])
     assert_torn_down(token, scratch, [summary(r)["server_port"] for r in e.runs])
-    # The report: the phases' metrics in the table, and the RSS timeline marks where each began.
-    p = cli("report")
+    # The report: the phases' metrics in the tables, and the RSS timeline marks where each began.
+    p = cli("report", "--details")
     assert p.returncode == 0, p.stdout + p.stderr
     for name in ("rss_after_half_mb", "rss_after_flush_mb", "rss_after_idle_mb", "returned_after_idle"):
         assert name in p.stdout

@@ -106,7 +106,7 @@ def test_bad_input_is_refused_before_anything_runs(args, says, cli, store_of):
 
 def test_suite_accepts_export_json_and_no_verify(cli, tmp_path):
     out = tmp_path / "suite.json"
-    p = cli("suite", "-w", "simple", "--quick", "--runs", "1", "--warmup", "0", "-a", "glibc",
+    p = cli("suite", "--workload", "simple", "--quick", "--runs", "1", "--warmup", "0", "-a", "glibc",
             "--no-verify", "--export-json", str(out))
     assert p.returncode == 0, p.stderr
     data = json.loads(out.read_text())

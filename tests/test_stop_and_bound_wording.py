@@ -18,7 +18,8 @@ import pytest
 
 from alloclab.measure.fake import FakeClock, FakeExecutor
 from alloclab.plan.design import Design
-from alloclab.report.bounds import bound_answers, gain_bound
+from alloclab.report.bounds import bound_answers
+from alloclab.tune.bound import gain_bound
 from alloclab.report.common import answers
 from alloclab.stats import decide
 from alloclab.stats.analysis import analyze

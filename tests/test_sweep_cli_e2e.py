@@ -10,7 +10,7 @@ pytestmark = pytest.mark.e2e
 def test_compare_sweeps_a_tunable_and_a_placeholder(build, cli, store_of):
     prog = build("churn")
     p = cli("compare", "--runs", "3", "-a", "glibc:MALLOC_TOP_PAD_={0,64M}", "--param", "live=1,4",
-            "-m", "ops=ops/s: (\\d+)", "--", str(prog), "50", "{live}")
+            "--metric", "ops=ops/s: (\\d+)", "--", str(prog), "50", "{live}")
     assert p.returncode == 0, p.stderr
     e = store_of(cli.db).load()
     assert [w.argv[-1] for w in e.workloads] == ["1", "4"]
@@ -21,7 +21,7 @@ def test_compare_sweeps_a_tunable_and_a_placeholder(build, cli, store_of):
 
 
 def test_suite_ablation_reports_contributions(cli, store_of):
-    p = cli("suite", "-w", "oversized", "--quick", "--runs", "3", "--param", "queries=10",
+    p = cli("suite", "--workload", "oversized", "--quick", "--runs", "3", "--param", "queries=10",
             "--ablate", "glibc:MALLOC_TOP_PAD_=64M,MALLOC_ARENA_MAX=2")
     assert p.returncode == 0, p.stderr
     e = store_of(cli.db).load()

@@ -143,7 +143,7 @@ def test_tune_bounds_before_racing_rules_that_read_only_the_allocation_rate(cli,
     # ~65,000 calls a second (three times the 20,000 of allocator-bound, so a CPU half as fast,
     # beside another process, still fires it) take well under 1% of the CPU: as on qemu-img bench, the bound rules every setting
     # out after one look, with no race. A rate metric takes the bound 1/(1 - share) - 1.
-    proc = cli("tune", "-m", r"ops=ops/s: (\d+)", "--", str(build("compute")), "150000000", "1500", timeout=300)
+    proc = cli("tune", "--metric", r"ops=ops/s: (\d+)", "--", str(build("compute")), "150000000", "1500", timeout=300)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert "Nothing to tune" in proc.stdout and "the rules that fired (allocator-bound" in proc.stdout, proc.stdout
     assert "read only that rate" in proc.stdout and "in the profiled runs" in proc.stdout

@@ -33,7 +33,7 @@ def _verdicts(store_of, db) -> dict[tuple[str, str], str]:
 def test_until_decided_stops_once_a_large_effect_is_decided(cli, store_of, simple):
     require_allocator("tcmalloc")
     # glibc's malloc+free pair costs about twice tcmalloc's here: decided at the first look or soon after.
-    p = cli("compare", "--details", "-a", "glibc", "-a", "tcmalloc", "-m", NS, "--budget", "90s", "--max-runs", "60",
+    p = cli("compare", "--details", "-a", "glibc", "-a", "tcmalloc", "--metric", NS, "--budget", "90s", "--max-runs", "60",
             "--", *simple)
     assert p.returncode == 0, p.stderr
     e = store_of(cli.db).load()
@@ -60,7 +60,7 @@ def test_four_verdicts_on_real_runs(cli, store_of, simple):
     # One look at 12 runs: a sequential experiment that stops at an early look judges the secondary
     # metrics at that look's small share of alpha (docs/statistics.md), where ±2% may not be shown.
     p = cli("compare", "--details", "-a", "tcmalloc", "-a", "glibc", "-a", "tcmalloc@tc-again", "--runs", "12",
-            "-m", NS, "--", *simple)
+            "--metric", NS, "--", *simple)
     assert p.returncode == 0, p.stderr
     v = _verdicts(store_of, cli.db)
     assert v[("ns", "glibc")] == "worse"
@@ -69,7 +69,7 @@ def test_four_verdicts_on_real_runs(cli, store_of, simple):
     assert v[("minflt", "tc-again")] == "equivalent"
     assert "≈ within ±2% [" in p.stdout   # the page faults' row: the full tables (--details)
     p = cli("compare", "-a", "glibc@a", "-a", "glibc@b", "--runs", "1", "--min-effect", "0%",
-            "-m", NS, "--", *simple)
+            "--metric", NS, "--", *simple)
     assert p.returncode == 0, p.stderr
     # The interval is printed for the undecided comparison too.
     assert _verdicts(store_of, cli.db)[("ns", "b")] == "undecided"
@@ -79,14 +79,14 @@ def test_four_verdicts_on_real_runs(cli, store_of, simple):
 
 def test_fail_if_worse_exit_codes(cli, simple):
     require_allocator("tcmalloc")
-    common = ["-m", NS, "--fail-if-worse", "5%", "--max-runs", "26", "--budget", "90s"]
+    common = ["--metric", NS, "--fail-if-worse", "5%", "--max-runs", "26", "--budget", "90s"]
     worse = cli("compare", "-a", "tcmalloc", "-a", "glibc", *common, "--", *simple, check=False)
     assert worse.returncode == 1, worse.stderr
     assert "decided worse" in worse.stderr and "glibc" in worse.stderr
     better = cli("compare", "-a", "glibc", "-a", "tcmalloc", *common, "--", *simple, check=False)
     assert better.returncode == 0, better.stderr
     # One run per variant gives no interval: undecided, whatever the noise.
-    open_ = cli("compare", "-a", "glibc@a", "-a", "glibc@b", "-m", NS, "--fail-if-worse", "5%", "--runs", "1",
+    open_ = cli("compare", "-a", "glibc@a", "-a", "glibc@b", "--metric", NS, "--fail-if-worse", "5%", "--runs", "1",
                 "--min-effect", "0%", "--", *simple, check=False)
     assert open_.returncode == 3, open_.stderr
     assert "undecided" in open_.stderr
@@ -97,7 +97,7 @@ def test_every_variant_of_a_block_gets_the_same_environment_size(cli, store_of):
     # The program reports the size of its own environment; a variant's LD_PRELOAD and settings
     # must not make it bigger than the baseline's.
     prog = ["/bin/sh", "-c", "env | wc -c"]
-    p = cli("compare", "-a", "glibc", "-a", "jemalloc:narenas=2", "--runs", "4", "-m", "envbytes=(\\d+)",
+    p = cli("compare", "-a", "glibc", "-a", "jemalloc:narenas=2", "--runs", "4", "--metric", "envbytes=(\\d+)",
             "--", *prog)
     assert p.returncode == 0, p.stderr
     e = store_of(cli.db).load()
@@ -114,7 +114,7 @@ def test_every_variant_of_a_block_gets_the_same_environment_size(cli, store_of):
 def test_verdicts_in_every_format(cli, store_of, simple, tmp_path):
     require_allocator("tcmalloc")
     out = tmp_path / "r.json"
-    p = cli("compare", "-a", "glibc", "-a", "tcmalloc", "--max-runs", "26", "-m", NS, "--report", "json",
+    p = cli("compare", "-a", "glibc", "-a", "tcmalloc", "--max-runs", "26", "--metric", NS, "--report", "json",
             "--report-file", str(out), "--", *simple)
     assert p.returncode == 0, p.stderr
     d = json.loads(out.read_text())

@@ -23,7 +23,7 @@ def statuses(store_of, db, workload_idx=0):
 
 def test_every_installed_allocator_is_verified_on_a_normal_program(build, cli, store_of):
     prog = build("churn")
-    p = cli("compare", "--details", "--runs", "1", "--warmup", "0", "-m", "ops=ops/s: (\\d+)", "--", str(prog), "200", "4")
+    p = cli("compare", "--details", "--runs", "1", "--warmup", "0", "--metric", "ops=ops/s: (\\d+)", "--", str(prog), "200", "4")
     assert p.returncode == 0, p.stderr
     got = statuses(store_of, cli.db)
     assert set(got) == set(installed_allocators())

@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING
 import typer
 from typer.core import TyperGroup
 from rich.console import Console
+from rich.markup import escape
 
 from alloclab import defaults
 from alloclab.defaults import seconds  # noqa: F401 (the CLI reads durations with it)
@@ -47,9 +48,57 @@ class _Commands(TyperGroup):
 
     def get_command(self, ctx, name: str):
         cmd = super().get_command(ctx, name)
-        if cmd is not None and cmd.help:
-            cmd.help = reflow(cmd.help)
+        if cmd is not None:
+            plain_help(cmd)
+            retire_short_flags(cmd)
         return cmd
+
+
+# Short flags that hyperfine, whose options alloclab's follow, gives another meaning: for one release
+# each is an error that names the long option (then it is free). flag -> (long option, hyperfine's).
+RETIRED = {"-n": ("--runs", "-n names a command (--command-name) and -r gives the runs"),
+           "-m": ("--metric", "-m is --min-runs"),
+           "-p": ("--param", "-p is --prepare"),
+           "-w": ("--workload", "-w is --warmup")}
+
+
+def retire_short_flags(cmd) -> None:
+    """Adds to a command, hidden, each retired flag whose long option it takes."""
+    from typer.core import TyperOption
+
+    if getattr(cmd, "_retired", False):
+        return
+    cmd._retired = True
+    longs = {o for p in cmd.params for o in getattr(p, "opts", [])}
+    for flag, (long, theirs) in RETIRED.items():
+        if long not in longs or flag in {o for p in cmd.params for o in p.opts}:
+            continue
+
+        def refuse(ctx, param, value, flag=flag, long=long, theirs=theirs):
+            if value:
+                raise AlloclabError(f"{flag} is no longer a short flag of alloclab: in hyperfine, whose options "
+                                    f"alloclab follows, {theirs}. Write {long} instead ({flag} {value[0]} is "
+                                    f"{long} {value[0]}).")
+        cmd.params.append(TyperOption(param_decls=[flag], type=str, multiple=True, hidden=True, expose_value=False,
+                                      callback=refuse))
+
+
+def plain_help(cmd) -> None:
+    """A command's help shown as written: typer reads it as rich markup, which would eat the
+    `[[client]]` of a file's table (and any other bracket), so every text is escaped here, once. A
+    default given in words (`show_default="the file's"`) is shown as typer shows a value,
+    `[default: X]` (typer itself would write `[default: (X)]`)."""
+    if getattr(cmd, "_plain_help", False):
+        return
+    cmd._plain_help = True
+    if cmd.help:
+        cmd.help = escape(reflow(cmd.help))
+    for p in cmd.params:
+        if getattr(p, "help", None):
+            p.help = escape(p.help)
+        if isinstance(getattr(p, "show_default", None), str):
+            p.help = (p.help + " " if p.help else "") + escape(f"[default: {p.show_default}]")
+            p.show_default = False
 
 
 app = typer.Typer(add_completion=False, no_args_is_help=True, cls=_Commands,
@@ -58,7 +107,29 @@ app = typer.Typer(add_completion=False, no_args_is_help=True, cls=_Commands,
 console = Console(width=None if sys.stdout.isatty() else 160)
 err = Console(stderr=True, width=None if sys.stderr.isatty() else 160)
 
-DbOption = typer.Option(DEFAULT_DB, "--db", help="SQLite database of results (created if missing).")
+# --db as each command uses it: a measuring command writes (and creates) the store, a reading one
+# only opens it and says so when it is not there.
+DbOption = typer.Option(DEFAULT_DB, "--db", help="SQLite database the results are added to (created if missing).")
+ReadDbOption = typer.Option(DEFAULT_DB, "--db", help="SQLite database of results to read (never created).")
+
+
+def open_store(db: Path) -> Store:
+    """The store a reading command (report, experiments, diff, sweep) opens: never created by it."""
+    if not db.exists():
+        raise AlloclabError(f"No database at {db}. Give the path of one with --db (alloclab compare, suite, run "
+                            f"and tune write alloclab.db in the current directory by default; so does make demo).")
+    return Store(db)
+
+
+def _check_list_format(value: str) -> str:
+    if value not in ("terminal", "json"):
+        raise AlloclabError(f"Unknown format '{value}' for a list: choose terminal or json (-f json for scripts).")
+    return value
+
+
+# The format of a command that lists (experiments, allocators, recipes), as the reports take it.
+ListFormatOption = typer.Option("terminal", "--format", "-f", callback=_check_list_format,
+                                help="terminal, or json for scripts.")
 
 
 def percent(text: str) -> float:
@@ -90,7 +161,7 @@ def min_effect_value(text: str) -> float:
 # compare's, suite's and run's are in cli/experiment_options.py.
 SeedOption = typer.Option(defaults.SEED, "--seed", help="Seed of the randomized run order.")
 NoVerifyOption = typer.Option(False, "--no-verify", help="Skip the untimed verification (LD_DEBUG bindings run, settings read back).")
-MetricOption = typer.Option([], "--metric", "-m", help="NAME=REGEX[:higher|lower] or NAME=json:KEY; repeat.")
+MetricOption = typer.Option([], "--metric", help="NAME=REGEX[:higher|lower] or NAME=json:KEY; repeat.")
 ShellOption = typer.Option(False, "--shell", help="Run the command through /bin/sh -c.")
 
 
@@ -162,16 +233,13 @@ def show(r: Results, db: Path, *, details: bool = False, exports: dict[str, Path
     """The results of an experiment just measured (stored in `db`): the terminal table, or the report
     in `report_format` on stdout; with `report_file`, the terminal table here and the report in that
     file."""
-    from alloclab.report import Options, format_for, jsonout, terminal, write_report
+    from alloclab.report import Options, format_for, jsonout, terminal_brief, write_report
 
     options = Options(details=details)
     fmt = report_format or (format_for(report_file) if report_file else "terminal")
     if report_file is not None or fmt == "terminal":
-        if details:
-            terminal.render(r, console, details=True)
-        else:   # a screen: one line a comparison; the full tables are in the reports and with --details
-            from alloclab.report import terminal_brief
-            terminal_brief.render(r, console)
+        # A screen: one line a comparison; the full tables with --details and in the other formats.
+        terminal_brief.render(r, console, details=details)
     if report_file is not None or fmt != "terminal":
         written = write_report(r, fmt, report_file, options, console=console)
         if written:

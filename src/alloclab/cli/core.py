@@ -16,7 +16,7 @@ from rich.table import Table
 from alloclab.catalog import allocators as cat
 from alloclab import defaults
 from alloclab.cli import experiment_flow as flow
-from alloclab.cli.app import MetricOption, ShellOption, app, console, err
+from alloclab.cli.app import ListFormatOption, MetricOption, ShellOption, app, console, err
 from alloclab.cli.experiment_options import RUNS_PANEL, ExperimentOptions, budget_option, experiment_options
 from alloclab.errors import AlloclabError
 
@@ -47,12 +47,56 @@ def _register_commands() -> None:
         importlib.import_module(f"alloclab.cli.{name}")
 
 
+# --- alloclab --version ---------------------------------------------------------------------------
+
+def _show_version(value: bool) -> None:
+    """alloclab's version, glibc's, and each installed allocator's as the catalog's probe reads it
+    from its library (what a bug report or a result's context needs), then exit."""
+    if not value:
+        return
+    from alloclab import __version__
+
+    lines = [("alloclab", __version__, ""), ("glibc", cat.glibc_version(), "")]
+    missing = []
+    for a in cat.load_catalog().allocators.values():
+        if a.is_system:
+            continue
+        path = cat.locate(a)
+        if path is None:
+            missing.append(a.name)
+        else:
+            lines.append((a.name, cat.version_of(a, path), str(path)))
+    width, vwidth = (max(len(line[k]) for line in lines) for k in (0, 1))
+    for name, version, where in lines:
+        typer.echo(f"{name:<{width}}  {version:<{vwidth}}  {where}".rstrip())
+    if missing:
+        typer.echo(f"not installed: {', '.join(missing)}")
+    raise typer.Exit()
+
+
+@app.callback()
+def _alloclab(version: bool = typer.Option(False, "--version", is_eager=True, callback=_show_version,
+                                           help="Print alloclab's version, glibc's and each installed allocator's, "
+                                                "and exit.")) -> None:
+    """Which memory allocator, and which tuning, is best for your program? Measured."""
+
+
 # --- allocators -------------------------------------------------------------------------------
 
 @app.command()
-def allocators() -> None:
+def allocators(fmt: str = ListFormatOption) -> None:
     """List the catalog: found or missing, version, library, tunables, release call."""
     catalog = cat.load_catalog()
+    if fmt == "json":
+        import json
+        found = {a.name: (a.is_system or path is not None, path) for a in catalog.allocators.values()
+                 for path in [cat.locate(a)]}
+        typer.echo(json.dumps([{"name": a.name, "found": found[a.name][0],
+                                "version": cat.version_of(a, found[a.name][1]) if found[a.name][0] else None,
+                                "library": str(found[a.name][1]) if found[a.name][1] else None,
+                                "package": a.package, "tunables": [t.name for t in a.tunables],
+                                "release_call": a.release_call} for a in catalog.allocators.values()], indent=1))
+        return
     t = Table(title="Allocators", show_lines=True)
     for col in ("name", "status", "version", "library", "tunables", "release to OS"):
         t.add_column(col)
@@ -80,7 +124,7 @@ def compare(
     command: list[str] = typer.Argument(..., metavar="-- CMD [ARGS]...", help="The program to run, after --."),
     metric: list[str] = MetricOption,
     shell: bool = ShellOption,
-    param: list[str] = typer.Option([], "--param", "-p", help="NAME=VALUES substituted for {NAME} in the command's arguments; lists (1,2,4) and ranges (1..16*2) sweep."),
+    param: list[str] = typer.Option([], "--param", help="NAME=VALUES substituted for {NAME} in the command's arguments; lists (1,2,4) and ranges (1..16*2) sweep."),
     until_precise: Optional[str] = typer.Option(None, "--until-precise", rich_help_panel=RUNS_PANEL, help="Instead of until decided: add interleaved blocks until every primary metric's median CI half-width is below this, e.g. 2%."),
     *, opts: ExperimentOptions,
 ) -> None:
@@ -88,18 +132,15 @@ def compare(
 
     Variants may sweep a tunable: -a 'glibc:MALLOC_TOP_PAD_=128K..256M*4' or
     -a 'jemalloc:MALLOC_CONF=dirty_decay_ms:{0,1000,10000}'."""
-    from alloclab.plan import param_sweep, sweep
-    from alloclab.workloads.metrics import parse_metric_option
+    from alloclab.measure.targets import CommandTarget, workloads_for
+    from alloclab.plan import sweep
 
     flow.check_first(opts, until_precise=until_precise)
-    metrics = [parse_metric_option(m) for m in metric]
+    target = CommandTarget(command, param, metric, shell)
     specs, sweeps = sweep.plan_variants(opts.allocator, opts.ablate)
-    params = param_sweep.expand_params(param)
-    workloads = param_sweep.command_workloads(command, params, metrics, shell)
-    sweeps += param_sweep.param_sweeps(workloads, params.swept)
-    plan = flow.Plan("compare", " ".join(command), workloads, specs, sweeps,
-                     {"command": command, "param": param, "metric": metric, "shell": shell},
-                     defaults.COMPARE, until_precise=until_precise)
+    built = workloads_for(target, base=defaults.COMPARE)
+    plan = flow.Plan("compare", built.title, built.workloads, specs, sweeps + built.sweeps, target, built.defaults,
+                     until_precise=until_precise)
     flow.gate(flow.measure_and_show(opts, plan), opts)
 
 

@@ -32,7 +32,7 @@ class Plan:
     workloads: list
     specs: list   # VariantSpec as read by plan_variants, or text (a file's variants, the defaults)
     sweeps: list[dict]
-    fleet_inputs: dict             # what a fleet's hosts rebuild the workloads from
+    target: object                 # what the workloads were built from (measure/targets.py): a fleet's hosts rebuild them
     defaults: CommandDefaults      # run's: its file's values where it has them
     until_precise: str | None = None
     summary: bool = False          # suite's summary across workloads, after the main table
@@ -88,7 +88,7 @@ def measure_and_show(opts: ExperimentOptions, plan: Plan) -> Results:
     err.print(f"Storing results in {store.path.resolve()}", highlight=False)
     if opts.fleet:
         exp_id = fleet_cli.run(store, opts.fleet, opts.fleet_mode, opts.fleet_require_all, plan.kind,
-                               plan.fleet_inputs, plan.specs, settings,
+                               plan.target, plan.specs, settings,
                                note=lambda text: err.print(text, highlight=False))
     else:
         exp_id = run_experiment(store, plan.workloads, variants, settings)
@@ -108,9 +108,9 @@ def _show_all(store: Store, exp_id: int, opts: ExperimentOptions, plan: Plan, va
     show(r, store.path, details=opts.details, exports=opts.exports(), report_format=opts.report,
          report_file=opts.report_file)
     if opts.fleet:
-        render_hosts(r, console)
-    if plan.summary:
-        terminal.summary(r, console, brief=not opts.details)
+        render_hosts(r, console, details=opts.details)
+    if plan.summary and opts.details:   # its geomeans are for the tables, not the short answer
+        terminal.summary(r, console)
     if plan.sweeps:
         from alloclab.cli.sweep import render_stored_sweeps
         render_stored_sweeps(r)

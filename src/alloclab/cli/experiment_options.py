@@ -42,16 +42,15 @@ def _check_report_format(value: str | None) -> str | None:
     return check_format_option(value)
 
 
-def budget_option(default: str | None, help_default: str = ""):
-    return typer.Option(default, "--budget", rich_help_panel=RUNS_PANEL,
-                        help="Until decided: stop adding runs after this long, e.g. 90s, 20m, 1h"
-                             + (f" ({help_default})." if help_default else "."))
+def budget_option(default: str | None, help_default: str | None = None):
+    """`help_default`: the default in words, where it is not one value (run's: the file's, else 25m)."""
+    return typer.Option(default, "--budget", rich_help_panel=RUNS_PANEL, show_default=help_default or True,
+                        help="Until decided: stop adding runs after this long, e.g. 90s, 20m, 1h.")
 
 
-def warmup_option(default: int | None = defaults.WARMUP, help_default: str = ""):
-    return typer.Option(default, "--warmup", rich_help_panel=RUNS_PANEL,
-                        help="Warm-up blocks, discarded (the first one also verifies the allocator)"
-                             + (f"; {help_default}." if help_default else "."))
+def warmup_option(default: int | None = defaults.WARMUP, help_default: str | None = None):
+    return typer.Option(default, "--warmup", rich_help_panel=RUNS_PANEL, show_default=help_default or True,
+                        help="Warm-up blocks, discarded (the first one also verifies the allocator).")
 
 
 def _panel(option, panel: str):
@@ -111,9 +110,9 @@ class ExperimentOptions:
 
 # In the order --help lists them, each in its panel.
 _OPTIONS = dict(
-    allocator=typer.Option([], "-a", "--allocator", rich_help_panel=RUNS_PANEL, help="Variant NAME[:VAR=VALUE,...]\\[@LABEL], may sweep ({0,64M}, 128K..256M*4); repeat. Default: every installed allocator (suite adds its tuned variants, run the file's)."),
+    allocator=typer.Option([], "-a", "--allocator", rich_help_panel=RUNS_PANEL, show_default="every installed allocator (suite adds its tuned variants, run the file's)", help="Variant NAME[:VAR=VALUE,...][@LABEL], may sweep ({0,64M}, 128K..256M*4); repeat."),
     ablate=typer.Option(None, "--ablate", rich_help_panel=RUNS_PANEL, help="VARIANT with several settings: run the baseline, each setting alone and all together."),
-    runs=typer.Option(None, "--runs", "-n", rich_help_panel=RUNS_PANEL, help="Exactly this many measured runs per workload and variant. Default: until every comparison is decided, within --budget and --max-runs (run: first looking after the file's runs)."),
+    runs=typer.Option(None, "--runs", rich_help_panel=RUNS_PANEL, show_default="until every comparison is decided, within --budget and --max-runs (run: first looking after the file's runs)", help="Exactly this many measured runs per workload and variant."),
     max_runs=typer.Option(None, "--max-runs", rich_help_panel=RUNS_PANEL, help="Until decided (or with --until-precise): at most this many runs per variant."),
     budget=budget_option(None),
     min_effect=typer.Option(defaults.percent_text(defaults.MARGIN), "--min-effect", parser=min_effect_value, metavar="PERCENT", rich_help_panel=RUNS_PANEL, help="Equivalence margin: a comparison whose whole interval lies within ±this is 'equivalent'."),

@@ -28,6 +28,20 @@ def check_outputs(*, db: Path | None = None, report: str | None = None, report_f
             _check_file("--" + name.replace("_", "-"), path)
 
 
+def output_format(fmt: str | None, output: Path | None, allowed: tuple[str, ...] | None = None) -> str:
+    """The format a command writes: -f where given, else the suffix of -o's file, else the terminal's.
+    `allowed`: the formats the command has (diff: terminal, md, json); None: every report format."""
+    from alloclab.report import FORMATS, format_for   # the exporters load matplotlib: only when asked
+
+    allowed = allowed or tuple(FORMATS)
+    chosen = fmt or (format_for(output) if output is not None else "terminal")
+    if chosen not in allowed:
+        how = f"-f {fmt}" if fmt else f"The file name {output}"
+        raise AlloclabError(f"{how} asks for {chosen}, which this command does not write: it writes "
+                            f"{', '.join(allowed)}. Give one of them with -f, or name the file .md, .json or .txt.")
+    return chosen
+
+
 def _check_file(option: str, path: Path, must_write: bool = True) -> None:
     path = Path(path)
     parent = path.parent if str(path.parent) else Path(".")

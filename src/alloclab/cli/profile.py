@@ -47,8 +47,8 @@ def _bar(total: int):
 @app.command("profile", context_settings={"allow_interspersed_args": False})
 def profile_command(
     command: list[str] = typer.Argument(..., metavar="-- CMD [ARGS]...", help="The program to run, after --."),
-    allocator: list[str] = typer.Option([], "-a", "--allocator", help="Variant NAME[:VAR=VALUE,...]\\[@LABEL]; repeat. Default: every installed allocator."),
-    timed_runs: int = typer.Option(3, "--runs", "-n", help="Measured (unprofiled, timed) runs per variant first: the comparison table and the baseline of the sampling overhead."),
+    allocator: list[str] = typer.Option([], "-a", "--allocator", show_default="every installed allocator", help="Variant NAME[:VAR=VALUE,...][@LABEL]; repeat."),
+    timed_runs: int = typer.Option(3, "--runs", help="Measured (unprofiled, timed) runs per variant first: the comparison table and the baseline of the sampling overhead."),
     runs: int = typer.Option(3, "--profile-runs", help="Profiled runs per variant (the spread of the shares)."),
     # Before --runs meant measured runs in every command: the measured runs' old name, kept working.
     timed_runs_alias: Optional[int] = typer.Option(None, "--timed-runs", hidden=True),
@@ -65,11 +65,10 @@ def profile_command(
     """Profile CMD under each allocator variant: the allocator's share of CPU, kernel memory work, overhead."""
     from alloclab.measure import callgrind
     from alloclab.measure.profile import perf, record, summary
-    from alloclab.workloads.metrics import parse_metric_option
     from alloclab.measure.runner import Settings
     from alloclab.catalog.variants import parse_variants
     from alloclab.stats.results import build_results
-    from alloclab.workloads.command import command_workload
+    from alloclab.measure.targets import CommandTarget, workloads_for
 
     # Everything that can be refused is checked before the first run.
     access = perf.perf_access()
@@ -80,8 +79,7 @@ def profile_command(
                             f"measured runs are the baseline the sampling overhead is measured against.")
     if instructions:
         callgrind.valgrind()
-    metrics = [parse_metric_option(m) for m in metric]
-    workload = command_workload(command, metrics, shell)
+    [workload] = workloads_for(CommandTarget(command, metric=metric, shell=shell)).workloads
     variants = parse_variants(allocator)
     store = Store(db)
     err.print(f"Storing results in {store.path.resolve()}", highlight=False)

@@ -11,21 +11,16 @@ import typer
 from rich.table import Table
 
 from alloclab import defaults
-from alloclab.cli.app import DbOption, app, console, err, min_effect_value, percent
-from alloclab.cli.outputs import check_outputs
+from alloclab.cli.app import (ListFormatOption, ReadDbOption as DbOption, app, console, err, min_effect_value,
+                              open_store, percent)
+from alloclab.cli.outputs import check_outputs, output_format
 from alloclab.errors import AlloclabError
 from alloclab.fleet import hosts as fleet_hosts
-from alloclab.report import FORMATS, Options, write_report
+from alloclab.report import FORMATS, Options, check_format_option, write_report
 from alloclab.store.db import Store
 
 FORMAT_HELP = f"One of: {', '.join(FORMATS)}."
-
-
-def open_store(db: Path) -> Store:
-    if not db.exists():
-        raise AlloclabError(f"No database at {db}. Give the path of one with --db (alloclab compare and "
-                            f"alloclab suite write alloclab.db in the current directory by default).")
-    return Store(db)
+DIFF_FORMATS = ("terminal", "md", "json")
 
 
 def _load_ref(store: Store, ref: str):
@@ -60,19 +55,20 @@ def _exported(path: str):
 
 @app.command()
 def report(
-    experiment: Optional[int] = typer.Argument(None, help="Experiment id (default: the latest)."),
+    experiment: Optional[int] = typer.Argument(None, show_default="the latest", help="Experiment id."),
     db: Path = DbOption,
-    fmt: str = typer.Option("terminal", "--format", "-f", help=FORMAT_HELP),
-    output: Optional[Path] = typer.Option(None, "--output", "-o", help="Write the report to FILE (default: stdout)."),
-    details: bool = typer.Option(False, "--details", help="Show every standard measure."),
+    fmt: Optional[str] = typer.Option(None, "--format", "-f", callback=check_format_option, show_default="terminal, or the suffix of -o's file", help=FORMAT_HELP),
+    output: Optional[Path] = typer.Option(None, "--output", "-o", show_default="stdout", help="Write the report to FILE, in the format its suffix names (.md, .html, .json, .csv, .txt) unless -f is given."),
+    details: bool = typer.Option(False, "--details", help="The full tables, with every standard measure, instead of the short answer."),
     baseline: Optional[str] = typer.Option(None, "--baseline", help="Variant label to compare against."),
-    min_effect: Optional[float] = typer.Option(None, "--min-effect", parser=min_effect_value, metavar="PERCENT", help=f"Equivalence margin (default: the experiment's, else {defaults.percent_text(defaults.MARGIN)})."),
+    min_effect: Optional[float] = typer.Option(None, "--min-effect", parser=min_effect_value, metavar="PERCENT", show_default=f"the experiment's, else {defaults.percent_text(defaults.MARGIN)}", help="Equivalence margin."),
     max_rss_increase: Optional[float] = typer.Option(
-        None, "--max-rss-increase", parser=percent, metavar="PERCENT", help="Memory budget of the recommendation, e.g. 10% (default: none)."),
+        None, "--max-rss-increase", parser=percent, metavar="PERCENT", show_default="none", help="Memory budget of the recommendation, e.g. 10%."),
     export_json: Optional[Path] = typer.Option(None, "--export-json", help="Also write the JSON report here."),
 ) -> None:
     """Show a stored experiment as a terminal table, Markdown, HTML, JSON or CSV, with a recommendation."""
     check_outputs(output=output, export_json=export_json)
+    fmt = output_format(fmt, output)
     if fmt != "html":
         return _report(experiment, db, fmt, output, details, baseline, min_effect, max_rss_increase, export_json)
     from alloclab.report import pen   # (multiprocessing: imported for a page only)
@@ -200,11 +196,12 @@ def _inspection_pairs(store_a: Store, a: str, store_b: Store, b: str) -> list | 
 @app.command()
 def experiments(
     db: Path = DbOption,
-    as_json: bool = typer.Option(False, "--json", help="Print the list as JSON."),
+    fmt: str = ListFormatOption,
+    as_json: bool = typer.Option(False, "--json", hidden=True),   # the older spelling of -f json
 ) -> None:
     """List stored experiments: id, date, command or recipe, variants, runs, host."""
     rows = open_store(db).listing()
-    if as_json:
+    if as_json or fmt == "json":
         console.print_json(json.dumps([r.to_dict() for r in rows]))
         return
     if not rows:
@@ -231,15 +228,16 @@ def diff(
     b: str = typer.Argument(..., metavar="B", help="What to compare against A: the same kinds."),
     db: Path = DbOption,
     db_b: Optional[Path] = typer.Option(None, "--db-b", help="Database of B, when it was measured elsewhere."),
-    fmt: str = typer.Option("terminal", "--format", "-f", help="One of: terminal, md, json."),
-    output: Optional[Path] = typer.Option(None, "--output", "-o", help="Write to FILE (default: stdout)."),
+    fmt: Optional[str] = typer.Option(None, "--format", "-f", show_default="terminal, or the suffix of -o's file", help="One of: terminal, md, json."),
+    output: Optional[Path] = typer.Option(None, "--output", "-o", show_default="stdout", help="Write to FILE, in the format its suffix names (.md, .json, .txt) unless -f is given."),
     details: bool = typer.Option(False, "--details", help="Compare every standard measure."),
     min_effect: float = typer.Option(defaults.percent_text(defaults.MARGIN), "--min-effect", parser=min_effect_value, metavar="PERCENT", help="Equivalence margin of the comparisons."),
 ) -> None:
     """Compare two experiments of the same workload (another day, machine or allocator version): two
     ids, or two files exported with --export-json, as pyperf compare_to compares two result files."""
-    if fmt not in ("terminal", "md", "json"):
+    if fmt is not None and fmt not in DIFF_FORMATS:
         raise AlloclabError(f"Unknown diff format '{fmt}'; choose terminal, md or json.")
+    fmt = output_format(fmt, output, DIFF_FORMATS)
     from alloclab.report.diff import render_json, render_markdown, render_terminal
     from alloclab.stats.diff import diff_experiments
 

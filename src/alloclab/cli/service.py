@@ -2,26 +2,25 @@
 
 from __future__ import annotations
 
-import dataclasses
-from typing import TYPE_CHECKING, Optional
+from typing import Optional
 
 import typer
-from rich.table import Table
+from rich.markup import escape
 
 from alloclab import defaults
 from alloclab.catalog import allocators as cat
 from alloclab.cli import experiment_flow as flow
-from alloclab.cli.app import app, console, err
+from alloclab.cli.app import ListFormatOption, app, console, err
 from alloclab.cli.experiment_options import ExperimentOptions, budget_option, experiment_options, warmup_option
 from alloclab.errors import AlloclabError
 from alloclab.catalog.variants import parse_variant
 
-if TYPE_CHECKING:  # loaded by the commands, not when `alloclab` starts
+def _default_variants(target: str) -> list:
+    """The variants of the file `target` whose allocator is installed, as read once (VariantSpec); the
+    others are named, not silently dropped."""
     from alloclab.workloads import experiment_file
 
-def _default_variants(ef: experiment_file.ExperimentFile) -> list:
-    """The file's variants whose allocator is installed, as read once (VariantSpec); the others are
-    named, not silently dropped."""
+    ef = experiment_file.resolve(target)
     catalog = cat.load_catalog()
     keep, skipped = [], []
     for spec in ef.variants:
@@ -38,74 +37,74 @@ def _default_variants(ef: experiment_file.ExperimentFile) -> list:
 
 
 @app.command("run")
-@experiment_options(budget=budget_option(None, f"default: the file's, else {defaults.RUN.budget}"),
-                    warmup=warmup_option(None, f"default: the file's, else {defaults.WARMUP}"))
+@experiment_options(budget=budget_option(None, f"the file's, else {defaults.RUN.budget}"),
+                    warmup=warmup_option(None, f"the file's, else {defaults.WARMUP}"))
 def run_file(
     target: str = typer.Argument(..., metavar="FILE.toml|recipe:NAME", help="An experiment file, or recipe:NAME (see `alloclab recipes`)."),
-    param: list[str] = typer.Option([], "--param", "-p", help="Override a parameter of the file: NAME=VALUE; repeat."),
-    idle: Optional[float] = typer.Option(None, "--idle", help="Service mode: seconds of rest after the load before the last memory reading (default: the file's)."),
-    client: list[str] = typer.Option([], "--client", help="Run only this [[client]] (or [[command]]) of the file, by name; repeat. Default: all of them."),
+    param: list[str] = typer.Option([], "--param", help="Override a parameter of the file: NAME=VALUE; repeat."),
+    idle: Optional[float] = typer.Option(None, "--idle", show_default="the file's", help="Service mode: seconds of rest after the load before the last memory reading."),
+    client: list[str] = typer.Option([], "--client", show_default="all of them", help="Run only this [[client]] (or [[command]]) of the file, by name; repeat."),
     keep: bool = typer.Option(False, "--keep", help="Keep the working directory (data, logs) and print where it is."),
     *, opts: ExperimentOptions,
 ) -> None:
     """Run an experiment file: a server under each allocator variant while a client drives load
     (or a command under each variant), with setup and teardown around it."""
-    from alloclab.workloads import experiment_file
-    from alloclab.measure.service import executors as service_executors
+    from alloclab.measure.targets import FileTarget, workloads_for
     from alloclab.plan import sweep
 
     flow.check_first(opts, keep=keep)
-    ef = experiment_file.resolve(target)
-    if not opts.fleet:  # a fleet's hosts are checked instead, each in its pre-flight check
-        ef.check_requirements()
-    params = ef.with_params(experiment_file.param_options(param))
-    if idle is not None:
-        if ef.service is None or idle < 0:
-            raise AlloclabError("--idle applies to a file with a [service], and cannot be negative.")
-        ef.service = dataclasses.replace(ef.service, idle=idle)
+    target = FileTarget(target, param, idle, client, keep)
     # -a may sweep a tunable (glibc:MALLOC_TOP_PAD_={0,8M,64M}) like compare's.
     variants, sweeps = sweep.plan_variants(opts.allocator, opts.ablate)
-    workloads, session = service_executors.workloads(ef, params, keep=keep, clients=client,
-                                                     note=lambda text: err.print(f"[yellow]{text}[/]", highlight=False))
-    plan = flow.Plan("run", ef.name, workloads, variants or _default_variants(ef), sweeps,
-                     {"target": target, "param": param, "idle": idle, "client": client}, file_defaults(ef))
+    # A fleet's hosts are checked instead of this one, each in its pre-flight check.
+    built = workloads_for(target, base=defaults.RUN, requirements=not opts.fleet,
+                          note=lambda text: err.print(f"[yellow]{text}[/]", highlight=False))
+    plan = flow.Plan("run", built.title, built.workloads, variants or _default_variants(target.target), sweeps,
+                     target, built.defaults)
     try:
         r = flow.measure_and_show(opts, plan)
     finally:
-        session.cleanup()  # also done by the runner; here for errors raised before it started
-    if keep and session.workdir is not None:
-        console.print(f"Working directory kept: {session.workdir}")
+        built.cleanup()  # also done by the runner; here for errors raised before it started
+    if keep and built.session.workdir is not None:
+        console.print(f"Working directory kept: {built.session.workdir}")
     flow.gate(r, opts)
 
 
-def file_defaults(ef: experiment_file.ExperimentFile) -> defaults.CommandDefaults:
-    """run's defaults where the file's [experiment] does not set them."""
-    d = defaults.RUN
-    return dataclasses.replace(d, first_look=ef.runs or d.first_look,
-                               max_runs=ef.max_runs if ef.max_runs is not None else d.max_runs,
-                               budget=ef.budget or d.budget, warmup=ef.warmup if ef.warmup is not None else d.warmup)
-
-
 @app.command()
-def recipes() -> None:
-    """List the shipped experiment recipes and what each needs installed."""
-    from alloclab.workloads import experiment_file
+def recipes(fmt: str = ListFormatOption) -> None:
+    """List the shipped recipes: what each runs and measures, and what it needs installed."""
+    import json
 
-    t = Table(title="Recipes", show_lines=True)
-    for col in ("recipe", "what it measures", "needs", "parameters (default)", "time (default run)"):
-        t.add_column(col)
-    missing_all: set[str] = set()
+    from alloclab.workloads import experiment_file
+    from alloclab.workloads.primary import primary_metric
+
+    rows = []
     for name in experiment_file.recipe_names():
         ef = experiment_file.resolve(experiment_file.RECIPE_PREFIX + name)
-        missing = ef.missing()
-        missing_all |= {r.package for r in missing}
-        needs = "\n".join(f"{r.program} ({r.package}): " + ("[green]found[/]" if r.present() else "[red]missing[/]")
-                          for r in ef.requires)
-        params = ", ".join(f"{k}={v}" for k, v in ef.params.items())
-        limits = f"until decided, budget {ef.budget or defaults.RUN.budget}" + (f", at most {ef.max_runs} runs" if ef.max_runs else "")
-        t.add_row(f"recipe:{name}", ef.description, needs, params,
-                  limits + "\n" + (f"measured: {ef.measured}" if ef.measured else "not measured with defaults yet"))
-    console.print(t)
+        measures = []
+        for load in ef.loads:
+            m = primary_metric(ef.metric_defs(load))
+            measures.append({"load": load.name, "metric": m.name if m else "wall_s", "unit": m.unit if m else "s"})
+        needs = {r.package: r.present() for r in ef.requires}
+        rows.append({"recipe": f"{experiment_file.RECIPE_PREFIX}{name}", "runs": ef.description.split(";")[0],
+                     "measures": measures, "server_memory": ef.service is not None,
+                     "needs": [{"package": pkg, "found": found} for pkg, found in needs.items()],
+                     "budget": ef.budget or defaults.RUN.budget, "max_runs": ef.max_runs})
+    if fmt == "json":
+        typer.echo(json.dumps(rows, indent=1))
+        return
+    missing_all = sorted({n["package"] for r in rows for n in r["needs"] if not n["found"]})
+    for r in rows:
+        console.print(f"[bold]{r['recipe']}[/]  {escape(r['runs'])}", highlight=False)
+        said = "; ".join(f"{m['load']}: {m['metric']} ({m['unit']})" for m in r["measures"])
+        console.print(f"  measures: {escape(said)}" + (", and the server's memory after each phase"
+                                                        if r["server_memory"] else ""), highlight=False)
+        missing = [n["package"] for n in r["needs"] if not n["found"]]
+        console.print("  needs: " + ", ".join(n["package"] for n in r["needs"])
+                      + (f" ([red]missing: {', '.join(missing)}[/])" if missing else " ([green]all found[/])"),
+                      highlight=False)
     if missing_all:
-        console.print(f"To install what is missing: apt-get install -y {' '.join(sorted(missing_all))}")
-    console.print("Run one with `alloclab run recipe:NAME`; override a parameter with --param NAME=VALUE.")
+        console.print(f"To install what is missing: apt-get install -y {' '.join(missing_all)}")
+    console.print("Run one with `alloclab run recipe:NAME` (until decided, within its budget), or tune it with "
+                  "`alloclab tune recipe:NAME`; override a parameter with --param NAME=VALUE. What each measured "
+                  "with its defaults: docs/results/recipes.md.", highlight=False)

@@ -40,9 +40,9 @@ def print_catalog() -> None:
 @app.command()
 @experiment_options(budget=budget_option(defaults.SUITE.budget), timeout=timeout_option(defaults.SUITE.timeout_s))
 def suite(
-    workload: list[str] = typer.Option([], "--workload", "-w", help="Built-in workload; repeat. Default: all."),
+    workload: list[str] = typer.Option([], "--workload", show_default="all", help="Built-in workload; repeat."),
     quick: bool = typer.Option(False, "--quick", help="Small sizes (about 0.2-0.5 s a run)."),
-    param: list[str] = typer.Option([], "--param", "-p", help="Workload parameter NAME=VALUE; lists (threads=1,2,4,8) and ranges (1..16*2) sweep."),
+    param: list[str] = typer.Option([], "--param", help="Workload parameter NAME=VALUE; lists (threads=1,2,4,8) and ranges (1..16*2) sweep."),
     list_: bool = typer.Option(False, "--list", help="List the built-in workloads and exit."),
     *, opts: ExperimentOptions,
 ) -> None:
@@ -50,18 +50,13 @@ def suite(
     if list_:
         print_catalog()
         return
-    from alloclab.plan import param_sweep, sweep
-    from alloclab.workloads import builtin
+    from alloclab.measure.targets import BuiltinTarget, workloads_for
+    from alloclab.plan import sweep
 
     flow.check_first(opts)
-    names = workload or list(builtin.registry())
-    for name in names:
-        builtin.get(name)  # unknown names fail before anything is compiled
-    params = param_sweep.expand_params(param)
-    workloads = param_sweep.builtin_workloads(names, params, quick)
+    target = BuiltinTarget(workload, param, quick)
     specs, sweeps = sweep.plan_variants(opts.allocator, opts.ablate)
-    sweeps += param_sweep.param_sweeps(workloads, params.swept)
-    plan = flow.Plan("suite", "suite: " + ", ".join(names) + (" (quick)" if quick else ""), workloads,
-                     specs or default_variants(), sweeps, {"workload": names, "param": param, "quick": quick},
-                     defaults.SUITE, summary=True)
+    built = workloads_for(target, base=defaults.SUITE)
+    plan = flow.Plan("suite", built.title, built.workloads, specs or default_variants(), sweeps + built.sweeps,
+                     target, built.defaults, summary=True)
     flow.gate(flow.measure_and_show(opts, plan), opts)

@@ -19,9 +19,8 @@ from rich.table import Table
 from rich.text import Text
 
 from alloclab import defaults
-from alloclab.cli.app import DbOption, app, console as default_console, min_effect_value
+from alloclab.cli.app import ReadDbOption, app, console as default_console, min_effect_value, open_store
 from alloclab.errors import AlloclabError
-from alloclab.store.db import Store
 
 # The tables need the statistics (numpy, scipy), imported where a table is drawn: registering the
 # `sweep` command must not load them, or every `alloclab` start would.
@@ -219,17 +218,17 @@ def render_stored_sweeps(r: Results, console: Console | None = None) -> bool:
 
 @app.command("sweep")
 def sweep_command(
-    experiment: Optional[int] = typer.Argument(None, help="Experiment id (default: the latest)."),
-    db: Path = DbOption,
+    experiment: Optional[int] = typer.Argument(None, show_default="the latest", help="Experiment id."),
+    db: Path = ReadDbOption,
     min_effect: float = typer.Option(defaults.percent_text(defaults.MARGIN), "--min-effect", parser=min_effect_value, metavar="PERCENT", help="Equivalence margin: effects within it count as noise."),
 ) -> None:
     """Show the sweep, ablation and thread-scaling tables of a stored experiment."""
     from alloclab.stats.results import build_results
 
-    store = Store(db)
+    store = open_store(db)
     exp_id = store.latest() if experiment is None else experiment
     if not render_stored_sweeps(build_results(store.load(exp_id), min_effect=min_effect, sweeps=True)):
         raise AlloclabError(
             f"Experiment {exp_id} in {store.path} has no sweep. Sweep a setting with a range or a list in a "
             f"variant (alloclab compare -a 'glibc:MALLOC_TOP_PAD_=128K..256M*4' -- CMD), a workload parameter "
-            f"(alloclab suite -w larson --param threads=1,2,4) or --ablate 'glibc:A=1,B=2'.")
+            f"(alloclab suite --workload larson --param threads=1,2,4) or --ablate 'glibc:A=1,B=2'.")

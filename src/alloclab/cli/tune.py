@@ -15,8 +15,8 @@ from alloclab.cli.tune_args import TuneCommand, workloads_of
 TAKES = ("allocator", "max_runs", "budget", "min_effect", "warmup", "timeout", "seed", "no_verify", "db", "report",
          "report_file", "export_json", "export_markdown", "export_csv", "details", "max_rss_increase")
 ALLOCATOR = typer.Option([], "-a", "--allocator", rich_help_panel="Variants and runs",
-                         help="An allocator of the catalog to consider (tune proposes its settings itself); repeat. "
-                              "Default: every installed allocator.")
+                         show_default="every installed allocator",
+                         help="An allocator of the catalog to consider (tune proposes its settings itself); repeat.")
 
 
 class _UI:
@@ -39,21 +39,21 @@ class _UI:
 
 
 MAX_RUNS = typer.Option(None, "--max-runs", rich_help_panel="Variants and runs",
-                        help="At most this many runs per variant in the race, never raised (default: the file's, else "
-                             "300, raised to what the budget left fits).")
+                        show_default="the file's, else 300, raised to what the budget left fits",
+                        help="At most this many runs per variant in the race, never raised.")
 
 
 @app.command(cls=TuneCommand, context_settings={"allow_interspersed_args": False})
 @experiment_options(only=TAKES, allocator=ALLOCATOR, max_runs=MAX_RUNS,
-                    budget=budget_option(None, f"default: a command's {defaults.TUNE.budget}, a file's own"))
+                    budget=budget_option(None, f"a command's {defaults.TUNE.budget}, a file's own"))
 def tune(
     target: list[str] = typer.Argument(..., metavar="recipe:NAME | FILE.toml | -- CMD [ARGS]...",
                                        help="A recipe or experiment file, or the program to run after --."),
     metric: list[str] = MetricOption,
     shell: bool = ShellOption,
-    param: list[str] = typer.Option([], "--param", "-p", help="A file's parameter: NAME=VALUE; repeat."),
-    client: list[str] = typer.Option([], "--client", help="A file's [[client]] (or [[command]]) to tune on, by name; "
-                                     "repeat. Default: all of them."),
+    param: list[str] = typer.Option([], "--param", help="A file's parameter: NAME=VALUE; repeat."),
+    client: list[str] = typer.Option([], "--client", show_default="all of them",
+                                     help="A file's [[client]] (or [[command]]) to tune on, by name; repeat."),
     screen: str = typer.Option("auto", "--screen", help="auto: screen the candidates with a few runs each, then race "
                                "the finalists, where racing them all would not fit half the budget; always; never."),
     *, opts: ExperimentOptions,

@@ -48,28 +48,15 @@ def _options_after(target: str, rest: list[str], valued: set[str]) -> list[str]:
 
 
 def workloads_of(target: list[str], metric: list[str], shell: bool, param: list[str], client: list[str], note):
-    """(workloads, their clean-up, their defaults, a title): a file's (its session torn down after),
-    or the command's."""
+    """(workloads, their clean-up, their defaults, a title) of tune's target: a file's (its session
+    torn down after), or the command's (measure/targets.py's workloads_for)."""
+    from alloclab.measure.targets import CommandTarget, FileTarget, workloads_for
+
     if len(target) == 1 and is_file(target[0]):
-        from alloclab.cli.service import file_defaults
-        from alloclab.measure.service import executors as service_executors
-        from alloclab.workloads import experiment_file
-
-        ef = experiment_file.resolve(target[0])
-        ef.check_requirements()
-        params = ef.with_params(experiment_file.param_options(param))
-        workloads, session = service_executors.workloads(ef, params, note=note, clients=client)
-        return workloads, session.cleanup, file_defaults(ef), ef.name
-    from alloclab.plan import param_sweep
-    from alloclab.workloads.metrics import parse_metric_option
-    if param or client:
-        raise AlloclabError(f"tune takes {'--param' if param else '--client'} for an experiment file only; write the "
-                            f"command's arguments as they should run.")
-    workloads = param_sweep.command_workloads(target, param_sweep.expand_params([]),
-                                              [parse_metric_option(m) for m in metric], shell)
-
-    def cleanup():
-        for w in workloads:
-            if w.executor is not None:   # set where it ran: an option refused first leaves it unset
-                w.executor.cleanup()
-    return workloads, cleanup, defaults.TUNE, " ".join(target)
+        built = workloads_for(FileTarget(target[0], param, client=client), note=note)
+    else:
+        if param or client:
+            raise AlloclabError(f"tune takes {'--param' if param else '--client'} for an experiment file only; write "
+                                f"the command's arguments as they should run.")
+        built = workloads_for(CommandTarget(target, metric=metric, shell=shell), base=defaults.TUNE, note=note)
+    return built.workloads, built.cleanup, built.defaults, built.title

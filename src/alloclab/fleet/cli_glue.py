@@ -15,7 +15,7 @@ FleetOption = typer.Option(None, "--fleet", metavar="ADDRESS",
 FleetModeOption = typer.Option("per-host", "--fleet-mode",
                                help="per-host: the whole experiment on every host; split: its blocks spread over identical hosts.")
 FleetRequireAllOption = typer.Option(False, "--fleet-require-all",
-                                     help="Stop when a host fails the pre-flight check (default: leave it out, named).")
+                                     help="Stop when a host fails the pre-flight check, instead of leaving it out (named).")
 
 
 def check(fleet: Optional[str], mode: str, **unsupported) -> None:
@@ -31,7 +31,7 @@ def check(fleet: Optional[str], mode: str, **unsupported) -> None:
                             f"run without --fleet for that, or drop the option.")
 
 
-def run(store, fleet: str, mode: str, require_all: bool, kind: str, inputs: dict, variant_specs: list,
+def run(store, fleet: str, mode: str, require_all: bool, kind: str, inputs, variant_specs: list,
         settings, note) -> int:
     from alloclab.catalog.variants import VariantSpec, parse_variants
     from alloclab.fleet.address import parse

@@ -23,7 +23,8 @@ def per_host(e: Experiment) -> dict[str, Experiment]:
 
 
 def render_hosts(r: Results, console: Console, details: bool = False) -> None:
-    """Each host's tables and how the hosts compare, from `r` built with hosts=per_host(r.experiment)."""
+    """Each host, and how the hosts compare, from `r` built with hosts=per_host(r.experiment); with
+    `details`, each host's tables (the short answer names the hosts and where they agree)."""
     e = r.experiment
     if not H.hosts_of(e):
         return
@@ -33,12 +34,15 @@ def render_hosts(r: Results, console: Console, details: bool = False) -> None:
         m = a.experiment.machine
         console.print(Text(f"host {host}: {m.cpu_model}, {m.usable_cores} cores, kernel {m.kernel}, "
                            f"glibc {m.glibc}, THP {m.thp}", style="bold"))
-        for w in a.workloads:
-            console.print(Group(terminal.workload_table(a, w, details), *terminal.notes(a, w, details)))
+        if details:
+            for w in a.workloads:
+                console.print(Group(terminal.workload_table(a, w, details), *terminal.notes(a, w, details)))
+            console.print()
+    if not details:
         console.print()
     if fleet.get("mode") == "split" and len(analyses) > 1:
-        console.print(Text("split mode: the tables above are each host's share of the blocks; the pooled table is "
-                           "the experiment's result, valid while the hosts are interchangeable:", style="dim"))
+        console.print(Text("split mode: each host ran its share of the blocks (its tables with --details); the pooled "
+                           "answer is the experiment's result, valid while the hosts are interchangeable:", style="dim"))
         effects = H.host_effects(analyses)
         for line in effects:
             console.print(Text(f"  hosts differ: {line}", style="bold yellow"))

@@ -1,9 +1,9 @@
 """What one fleet task runs: the experiment as the command line gave it, as plain data.
 
 Workloads hold paths, compiled programs and server sessions of the machine that built them, so
-they do not travel: each host rebuilds them from the same inputs with the same functions the
-single-machine commands call. A command kind's inputs are a class that knows how to build its
-workloads (INPUTS picks it by kind), not a branch in the runner.
+they do not travel: each host rebuilds them from the same target with the one function the
+single-machine commands call (measure/targets.py's workloads_for; INPUTS picks the target's class
+by kind).
 """
 
 from __future__ import annotations
@@ -11,92 +11,17 @@ from __future__ import annotations
 import dataclasses
 import json
 from dataclasses import dataclass
-from pathlib import Path
 
 from alloclab.catalog.variants import VariantSpec
 from alloclab.errors import AlloclabError
 from alloclab.measure.runner import Settings
+from alloclab.measure.targets import BuiltinTarget, CommandTarget, FileTarget, workloads_for
 
 
-@dataclass
-class CompareInputs:
-    """`alloclab compare -- COMMAND`: its argv, --param, --metric and --shell."""
-
-    command: list[str]
-    param: list[str]
-    metric: list[str]
-    shell: bool = False
-
-    def portable(self) -> "CompareInputs":
-        if self.shell or "/" not in self.command[0]:
-            return self
-        return dataclasses.replace(self, command=[str(Path(self.command[0]).resolve()), *self.command[1:]])
-
-    def build(self):
-        from alloclab.plan import param_sweep
-        from alloclab.workloads.metrics import parse_metric_option
-        metrics = [parse_metric_option(m) for m in self.metric]
-        return param_sweep.command_workloads(self.command, param_sweep.expand_params(self.param), metrics,
-                                             self.shell), None
-
-    def check(self) -> None:
-        from alloclab.workloads.command import resolve_command
-        resolve_command(self.command[0] if not self.shell else "sh")
-
-
-@dataclass
-class SuiteInputs:
-    """`alloclab suite`: the built-in workloads, --param and --quick."""
-
-    workload: list[str]
-    param: list[str]
-    quick: bool = False
-
-    def portable(self) -> "SuiteInputs":
-        return self
-
-    def build(self):
-        from alloclab.plan import param_sweep
-        return param_sweep.builtin_workloads(self.workload, param_sweep.expand_params(self.param), self.quick), None
-
-    def check(self) -> None:
-        from alloclab.workloads import build as cbuild
-        cbuild.compiler()
-
-
-@dataclass
-class RunInputs:
-    """`alloclab run TARGET`: an experiment file or recipe, --param and --idle."""
-
-    target: str
-    param: list[str]
-    idle: float | None = None
-    client: list[str] = dataclasses.field(default_factory=list)
-
-    def portable(self) -> "RunInputs":
-        from alloclab.workloads.experiment_file import RECIPE_PREFIX
-        if self.target.startswith(RECIPE_PREFIX):
-            return self
-        return dataclasses.replace(self, target=str(Path(self.target).resolve()))
-
-    def build(self):
-        from alloclab.workloads import experiment_file
-        from alloclab.measure.service import executors as service_executors
-        ef = experiment_file.resolve(self.target)
-        ef.check_requirements()
-        params = ef.with_params(experiment_file.param_options(self.param))
-        if self.idle is not None:
-            ef.service = dataclasses.replace(ef.service, idle=self.idle)
-        workloads, session = service_executors.workloads(ef, params, clients=self.client)
-        return workloads, session.cleanup
-
-    def check(self) -> None:
-        from alloclab.workloads import experiment_file
-        experiment_file.resolve(self.target).check_requirements()
-
-
-Inputs = CompareInputs | SuiteInputs | RunInputs
-INPUTS: dict[str, type] = {"compare": CompareInputs, "suite": SuiteInputs, "run": RunInputs}
+# A command kind's inputs are its target (measure/targets.py), which builds its workloads with the
+# same function the single-machine commands call.
+Inputs = CommandTarget | BuiltinTarget | FileTarget
+INPUTS: dict[str, type] = {"compare": CommandTarget, "suite": BuiltinTarget, "run": FileTarget}
 
 
 def from_wire(cls: type, data: dict):
@@ -152,8 +77,9 @@ def portable(kind: str, inputs: dict | Inputs) -> Inputs:
 
 
 def build_workloads(spec: SessionSpec):
-    """(workloads, cleanup or None) on this host."""
-    return spec.inputs.build()
+    """(workloads, cleanup) on this host."""
+    built = workloads_for(spec.inputs)   # the settings came with the spec: no defaults are read here
+    return built.workloads, built.cleanup
 
 
 def host_problems(spec: SessionSpec) -> list[str]:

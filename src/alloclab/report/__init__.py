@@ -19,7 +19,7 @@ if TYPE_CHECKING:  # the CLI imports this package at start; the statistics load 
     from alloclab.stats.results import Results
 
 # format -> module in this package
-FORMATS = {"terminal": "terminal", "md": "markdown", "html": "html", "json": "jsonout", "csv": "csvout"}
+FORMATS = {"terminal": "terminal_brief", "md": "markdown", "html": "html", "json": "jsonout", "csv": "csvout"}
 
 
 @dataclass(frozen=True)

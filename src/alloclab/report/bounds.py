@@ -8,7 +8,7 @@ import math
 from alloclab.report.common import metric_title, primary_rows, variant_order
 from alloclab.stats import estimates as stats
 from alloclab.stats.analysis import Analysis
-from alloclab.tune.bound import pooled_share
+from alloclab.tune.bound import gain_bound, pooled_share
 
 
 def _allocator_share(profile: dict) -> float | None:
@@ -17,16 +17,6 @@ def _allocator_share(profile: dict) -> float | None:
     change is bounded by both. `profile` is the stored summary (ProfileSummary.to_dict())."""
     pooled = pooled_share(profile)
     return pooled[1] if pooled else None
-
-
-def gain_bound(share: float, higher_is_better: bool) -> float:
-    """The most an allocator could improve a metric of runs that spent `share` of their CPU in the
-    allocator and the kernel's memory management (all of it gone, at best), as a relative change:
-    a time (lower is better) falls by at most the share (-0.611 for 61.1%); a rate (higher is
-    better: ops/s, tps) rises by at most 1/(1 - share) - 1 (+1.571 for 61.1%, inf for 100%)."""
-    if not higher_is_better:
-        return -share
-    return math.inf if share >= 1 else 1 / (1 - share) - 1
 
 
 def _pct(x: float) -> str:
@@ -38,7 +28,7 @@ def _beyond(a: Analysis, row, top: float) -> list[str]:
     spending at most `top` of its CPU where an allocator acts, any two of them differ by at most a
     factor 1/(1 - top) either way (the bound's gain, or the mirror loss). An effect beyond it was
     carried by something the profiled runs did not capture (or those runs were not typical)."""
-    lo, hi = 1 - top, (math.inf if top >= 1 else 1 / (1 - top))
+    lo, hi = 1 + gain_bound(top, higher_is_better=False), 1 + gain_bound(top, higher_is_better=True)
     over = []
     for vi in variant_order(a)[1:]:
         c = row.comparison(vi)

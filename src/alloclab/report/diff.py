@@ -26,6 +26,13 @@ def _title(d: Diff) -> str:
             f"experiment {d.a.id} ({d.a.row.created}, {d.a.machine.host})")
 
 
+# What a terminal cell shows (format_comparison): the p values are in -f md and -f json only.
+LEGEND = ("Each cell: median in A -> median in B; under it B against A, the change and its bootstrap interval "
+          "(simultaneous 95%, Bonferroni over the variants of a workload and metric): better or worse where the "
+          "interval excludes no change, ≈ equivalent where it lies within the margin, ? undecided (with the runs a "
+          "verdict would need); unpaired: two experiments share no blocks. The Mann-Whitney p values: -f md or -f json.")
+
+
 def render_terminal(d: Diff, console: Console) -> None:
     console.print(Text(f"B = {_title(d)} = A", style="bold"))
     for what, va, vb in d.changes:
@@ -54,8 +61,7 @@ def render_terminal(d: Diff, console: Console) -> None:
         console.print(t)
     for note in d.notes:
         console.print(Text(note, style="yellow"))
-    console.print(Text("Each cell: median in A -> median in B; under it B against A with its bootstrap interval (simultaneous 95%) and "
-                       "the Mann-Whitney p, Bonferroni-adjusted, or ~ when not significant (adjusted p >= 0.05, or the interval includes no change); unpaired: two experiments share no blocks.", style="dim"))
+    console.print(Text(LEGEND, style="dim"))
 
 
 def render_markdown(d: Diff) -> str:

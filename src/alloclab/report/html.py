@@ -23,6 +23,7 @@ from alloclab.workloads.metrics import PEAK_RSS
 from alloclab.report.common import (allocator_lines, baseline_warning, failed_run_lines, fmt_value, full_delta, metadata,
     shown_rows, variant_order, verdict_word, answers, statistics_line, verification_rows,
     verification_summary, warning_groups, process_lines, wrapper_answers)
+from alloclab.report.across import sentence as choice_sentence
 from alloclab.report.bounds import bound_answers
 
 if TYPE_CHECKING:
@@ -327,6 +328,7 @@ def context(r: Results, options) -> dict:
         "verification": {"level": level, "sentence": sentence}, "serious_warnings": n_serious,
         "metadata": metadata(a), "allocators": allocator_lines(a), "rec": rec,
         "choices": rec.workloads + ([rec.overall] if len(rec.workloads) > 1 else []),
+        "sentences": [choice_sentence(c) for c in rec.workloads + ([rec.overall] if len(rec.workloads) > 1 else [])],
         "overall_figure": overall_figure, "workloads": workloads, "sweep": sweep, "sweep_note": sweep_note,
         "picture": picture,
         "baseline": a.labels[a.baseline_idx], "colours": {a.labels[vi]: colour(vi) for vi in order},

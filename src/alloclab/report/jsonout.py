@@ -14,6 +14,7 @@ from alloclab import __version__
 from alloclab.store.db import Experiment
 from alloclab.report.common import answers, baseline_warning, full_delta, process_lines, statistics_line, \
     verification_summary, wrapper_answers
+from alloclab.report.across import sentence as choice_sentence
 from alloclab.report.bounds import bound_answers
 
 if TYPE_CHECKING:
@@ -108,12 +109,29 @@ def results_dict(r: Results, runs: bool = True) -> dict:
                        "findings": [dataclasses.asdict(f) for f in c.findings]} for c in row.cells],
         } for row in w.rows],
     } for w in a.workloads]
-    out["recommendation"] = dataclasses.asdict(r.recommendation)
+    out["recommendation"] = _recommendation(r.recommendation, a.labels)
     if r.tune is not None:   # a tune race's answer: its picks, each with its mechanism and how to apply it
         out["tune"] = r.tune.to_dict()
     out = json_safe(out)
     if runs:
         out["runs"] = [_run(run) for run in a.experiment.runs]
+    return out
+
+
+def _recommendation(rec, labels: list[str]) -> dict:
+    """As stored, with the overall's sentence as every format says it, and its counts (`across`,
+    added under schema 2) by variant label: the workloads where each was decided better, worse,
+    equivalent, undecided, the pick's rivals and why each is not the pick."""
+    out = dataclasses.asdict(rec)
+    for c, choice in zip(out["workloads"] + [out["overall"]], rec.workloads + [rec.overall]):
+        c["sentence"] = choice_sentence(choice)
+        x = c.pop("across")
+        if x is not None:
+            c["across"] = {"rule": x["rule"],
+                           "tallies": [{"variant": labels[vi]} | t for vi, t in x["tallies"].items()],
+                           "tied": [labels[vi] for vi in x["tied"]],
+                           "rivals": [{"variant": labels[v["variant_idx"]], "why": [str(w.value) for w in v["why"]]}
+                                      for v in x["rivals"]]}
     return out
 
 

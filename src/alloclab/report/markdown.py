@@ -13,6 +13,7 @@ from alloclab.stats.recommend import Choice
 from alloclab.report.common import (allocator_lines, answers, baseline_ran, baseline_warning, failed_run_lines,
     fmt_value, full_delta, metadata, process_lines, shown_rows, variant_order, verdict_word, verification_rows,
     verification_summary, warning_groups, wrapper_answers)
+from alloclab.report.across import sentence as choice_sentence
 from alloclab.report.bounds import bound_answers
 
 if TYPE_CHECKING:
@@ -112,7 +113,7 @@ def recommendation_section(choices: list[Choice], budget: float | None) -> list[
         out += [f"Memory budget: peak RSS at most {budget * 100:+g}% against the baseline.", ""]
     for c in choices:
         front = ", ".join(p.label for p in c.points if p.variant_idx in c.front) or "n/a"
-        out.append(f"**{c.sentence}**" if c.pick is not None else c.sentence)
+        out.append(f"**{choice_sentence(c)}**" if c.pick is not None else choice_sentence(c))
         out += ["", f"Pareto front of {c.metric} versus peak RSS ({c.scope}): {front}.", ""]
         for caveat in c.caveats:
             out.append(f"- caveat: {caveat}")

@@ -1,8 +1,8 @@
-"""The terminal report: one table per workload, in the shape engineers paste into patch mails."""
+"""The full tables (`--details`): one table per workload, in the shape engineers paste into patch mails.
+The terminal format itself is report/terminal_brief.py, which renders these under --details."""
 
 from __future__ import annotations
 
-import io
 import math
 import re
 from typing import TYPE_CHECKING
@@ -20,6 +20,7 @@ from alloclab.stats.recommend import Recommendation
 from alloclab.report import fingerprint
 from alloclab.report.common import (answers, baseline_ran, baseline_warning, runs_line, delta_text, failed_run_lines,
     fmt_value, metric_title, process_lines, statistics_line, warning_groups, wrapper_answers)
+from alloclab.report.across import sentence as choice_sentence
 from alloclab.report.bounds import bound_answers
 
 if TYPE_CHECKING:
@@ -97,7 +98,7 @@ def recommendation(rec: Recommendation) -> list[Text]:
     choices = rec.workloads + ([rec.overall] if len(rec.workloads) > 1 else [])
     for c in choices:
         front = ", ".join(p.label for p in c.points if p.variant_idx in c.front)
-        out.append(Text(c.sentence, style="bold green" if c.pick is not None else "bold"))
+        out.append(Text(choice_sentence(c), style="bold green" if c.pick is not None else "bold"))
         out.append(Text(f"  Pareto front of {c.metric} vs peak RSS: {front or 'n/a'}", style="dim"))
         for caveat in c.caveats:
             out.append(Text(f"  caveat: {caveat}", style="yellow"))
@@ -270,13 +271,6 @@ def render(r: Results, console: Console, details: bool = False) -> None:
         console.print(line)
 
 
-def export(r: Results, options) -> str:
-    """The same report as plain text, for a file."""
-    buf = io.StringIO()
-    render(r, Console(file=buf, width=160, color_system=None, force_terminal=False), details=options.details)
-    return buf.getvalue()
-
-
 # --- suite's summary across workloads ---------------------------------------------------------
 
 def _ratio_text(g) -> str:
@@ -285,12 +279,12 @@ def _ratio_text(g) -> str:
     return f"{g.ratio:.3f}x [{g.ci_low:.3f}, {g.ci_high:.3f}]"
 
 
-def summary(r: Results, console: Console, brief: bool = False) -> None:
-    """Per variant across the workloads (r.summary), where one workload carries a geomean, then (not
-    `brief`: the recommendation names them) each workload's winner (r.winners)."""
+def summary(r: Results, console: Console) -> None:
+    """suite --details: per variant across the workloads (r.summary), where one workload carries a
+    geomean, then each workload's winner (r.winners)."""
     a = r.analysis
     t = Table(title="[bold]Summary across workloads[/] (baseline: " + a.labels[a.baseline_idx] + ")",
-              title_justify="left", box=None if brief else box.HEAVY_HEAD)
+              title_justify="left", box=box.HEAVY_HEAD)
     for col in ("variant", "speed vs baseline (geomean, >1 faster)", "peak RSS vs baseline (geomean)",
                 "significantly better on", "significantly worse on", "allocator"):
         t.add_column(col)
@@ -301,7 +295,7 @@ def summary(r: Results, console: Console, brief: bool = False) -> None:
     console.print(t)
     for line in (r.carried or {}).values():
         console.print(Text(f"  {line}: no pick rests on it", style="yellow"))
-    for name, label, row in [] if brief else r.winners:
+    for name, label, row in r.winners:
         if row is None:
             continue
         if label is None:

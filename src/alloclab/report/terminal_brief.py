@@ -1,48 +1,97 @@
-"""The terminal's answer as a measuring command prints it: a screen, not a report. One line per
-comparison (the workload's table): the variant, its verdict, the effect with its interval, its peak
-RSS, and the mechanism (the decided counts that explain it); then what stopped a variant, and the
-recommendation in a line a workload. `--details`, `alloclab report` and every file format give the
-full tables (report/terminal.py)."""
+"""The terminal format: the short answer every command prints by default, `alloclab report`
+included. One line per comparison, grouped by workload (the variant, its verdict, the effect with
+its interval, its peak RSS and, where the console has room, the mechanism: the decided counts that
+explain it); what stopped a variant; one line for the verification's outcome; and the
+recommendation, a line a workload, then the line across workloads. With `details`, the full
+tables instead (report/terminal.py).
+
+Every line of the answer is one line at any width: the verdict and the effect are never cut; the
+peak RSS drops its interval, then the mechanism its column, before a name is shortened.
+"""
 
 from __future__ import annotations
 
+import io
+
+from rich.cells import cell_len
 from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
-from alloclab.report.common import findings_for, mechanism, metric_title, primary_comparisons, wrapper_answers
+from alloclab.report.common import (findings_for, mechanism, metric_title, primary_comparisons, verification_summary,
+                                    wrapper_answers)
+from alloclab.report.across import sentence as choice_sentence
 from alloclab.report.bounds import bound_answers
-from alloclab.report import fingerprint
+from alloclab.report import fingerprint, terminal
 from alloclab.stats.estimates import format_comparison
 from alloclab.workloads.metrics import PEAK_RSS
 
-VERDICT_STYLE = {"better": "green", "worse": "red", "equivalent": "cyan", "undecided": "yellow"}
+VERDICT_STYLE = terminal.VERDICT_STYLE
+LEVEL_STYLE = {"ok": "green", "warn": "bold yellow", "bad": "bold red"}
+HEADERS = ("variant", "verdict", "effect [interval]", "peak RSS", "mechanism (decided)")
+INDENT, GAP = 2, 2
+NAME_FLOOR = 18        # the narrowest the variant column gets before the peak RSS drops its interval
+MECHANISM_FLOOR = 16   # the narrowest mechanism column worth showing
 
 
-def _short(text: str) -> str:
-    from alloclab.report.terminal import short_effect
-    return short_effect(text, cap=26)
+def _change(text: str) -> str:
+    """The change alone, without its interval: '+162.9% [+141.1, +186.7]' -> '+162.9%'."""
+    return text.split(" [", 1)[0]
+
+
+def _widths(names: list[str], verdicts: list[str], effects: list[str], peaks: list[str], width: int):
+    """(variant, verdict, effect, peak) widths, whether the peak keeps its interval, and the
+    mechanism's width (0: no room for it)."""
+    fixed = max(map(cell_len, verdicts)), max(map(cell_len, effects))
+    room = width - INDENT - sum(fixed) - 3 * GAP
+    natural = max(map(cell_len, names))
+    full = max(map(cell_len, peaks))
+    whole = room - full >= min(natural, NAME_FLOOR)
+    peak = full if whole else max(cell_len(_change(p)) for p in peaks)
+    name = max(1, min(natural, room - peak))
+    mech = width - INDENT - name - sum(fixed) - peak - 4 * GAP
+    return (name, *fixed, peak), whole, (mech if mech >= MECHANISM_FLOOR else 0)
+
+
+def _line(cells: list[Text], widths: tuple[int, ...]) -> Text:
+    """One line: each cell cut (with an ellipsis) or padded to its column, the last one not padded."""
+    out = Text(" " * INDENT)
+    for i, (cell, w) in enumerate(zip(cells, widths)):
+        last = i == len(widths) - 1
+        cell = cell.copy()
+        cell.truncate(w, overflow="ellipsis", pad=not last)
+        out.append_text(cell)
+        if not last:
+            out.append(" " * GAP)
+    out.rstrip()
+    return out
 
 
 def answer_lines(a, console: Console) -> None:
-    t = Table.grid(padding=(0, 2, 0, 0))
-    # The verdict and the effect are the answer: their columns are never cut; the names are.
-    for name, kw in (("workload", {"max_width": 32}), ("metric", {"max_width": 16}), ("variant", {"max_width": 30}),
-                     ("verdict", {"min_width": 10}), ("effect [interval]", {"min_width": 26}),
-                     ("peak RSS", {"min_width": 22, "max_width": 26}), ("mechanism (decided)", {})):
-        t.add_column(name, overflow="ellipsis", no_wrap=True, **kw)
-    t.add_row(*(Text(h, style="bold") for h in ("workload", "metric", "variant", "verdict", "effect [interval]",
-                                                 "peak RSS", "mechanism (decided)")))
-    many = len(a.workloads) > 1
+    rows = []
     for w, row, vi, c in primary_comparisons(a):
-        style = VERDICT_STYLE.get(c.verdict, "")
         peak = w.comparison(PEAK_RSS, vi)
         why = [m for m in mechanism(w, vi) if not m.startswith("peak RSS")]
         why += fingerprint.mechanism(a.experiment, w.idx, vi, a.baseline_idx, a.labels)
-        t.add_row(Text(w.name if many else w.name[:28]), Text(metric_title(row)[0]), Text(a.labels[vi]),
-                  Text(c.verdict, style=style), Text(_short(format_comparison(c)), style=style),
-                  Text(_short(format_comparison(peak)) if peak else "n/a"), Text(", ".join(why)))
-    console.print(t)
+        rows.append((w, row, a.labels[vi], c.verdict, terminal.short_effect(format_comparison(c)),
+                     terminal.short_effect(format_comparison(peak)) if peak else "n/a", ", ".join(why)))
+    if not rows:
+        return
+    widths, whole, mech = _widths([HEADERS[0], *(r[2] for r in rows)], [HEADERS[1], *(r[3] for r in rows)],
+                                  [HEADERS[2], *(r[4] for r in rows)], [HEADERS[3], *(r[5] for r in rows)],
+                                  console.width)
+    widths += (mech,) if mech else ()
+    console.print(_line([Text(h, style="bold") for h in HEADERS[:len(widths)]], widths), no_wrap=True, crop=True)
+    shown = None
+    for w, row, label, verdict, effect, peak, why in rows:
+        if (w.idx, row.name) != shown:
+            shown = (w.idx, row.name)
+            console.print(Text(f"{w.name}: {metric_title(row)[0]}", style="bold"), overflow="ellipsis",
+                          no_wrap=True, crop=True)
+        style = VERDICT_STYLE.get(verdict, "")
+        cells = [Text(label), Text(verdict, style=style), Text(effect, style=style),
+                 Text(peak if whole else _change(peak)), Text(why)]
+        console.print(_line(cells[:len(widths)], widths), no_wrap=True, crop=True)
 
 
 def problems(a, w) -> list[Text]:
@@ -65,13 +114,15 @@ def problems(a, w) -> list[Text]:
     return out
 
 
-def render(r, console: Console) -> None:
-    from alloclab.report.terminal import heading
+def render(r, console: Console, details: bool = False) -> None:
+    if details:
+        terminal.render(r, console, details=True)
+        return
     a = r.analysis
     e = a.experiment
-    heading(r, console, brief=True)
+    terminal.heading(r, console, brief=True)
     console.print(Text.assemble(("Answer", "bold"), f" (each comparison against {a.labels[a.baseline_idx]}; "
-                                                    f"full tables: --details, or alloclab report {e.id})"))
+                                                    f"full tables: alloclab report {e.id} --details)"))
     answer_lines(a, console)
     for line in wrapper_answers(a) + bound_answers(a):
         console.print(Text(line, style="yellow"))
@@ -79,6 +130,8 @@ def render(r, console: Console) -> None:
         for line in problems(a, w) + [Text(x) for x in fingerprint.split_lines(
                 fingerprint.for_workload(e, w.idx), a.labels)]:
             console.print(line)
+    level, verified = verification_summary(a)
+    console.print(Text(verified, style=LEVEL_STYLE[level]))
     console.print()
     console.print(Text("Recommendation", style="bold underline"))
     rec = r.recommendation
@@ -87,8 +140,15 @@ def render(r, console: Console) -> None:
         console.print(Text(f"  {c.sentence}", style="green" if c.pick is not None else ""), overflow="ellipsis",
                       no_wrap=True, crop=True)
     last = rec.overall if several else rec.workloads[0]
-    console.print(Text(last.sentence, style="bold green" if last.pick is not None else "bold"))
+    console.print(Text(choice_sentence(last), style="bold green" if last.pick is not None else "bold"))
     if last.apply:
         console.print(Text(f"  run:     {last.apply.env_line}"))
         if last.apply.build:
             console.print(Text(f"  build:   {last.apply.build}"))
+
+
+def export(r, options) -> str:
+    """The same as plain text, for a file (`-o answer.txt`), 160 columns wide."""
+    buf = io.StringIO()
+    render(r, Console(file=buf, width=160, color_system=None, force_terminal=False), details=options.details)
+    return buf.getvalue()

@@ -1,8 +1,7 @@
 """Where one workload carries a mean across workloads: a geomean of ratios, where one workload's
-x200 can make it x2 while the others are a wash. The overall pick is carried when leaving one
-workload out changes its sign or the pick (then no single variant is picked: the best per workload,
-who is decided no worse anywhere, and the Pareto set are said instead); the suite's geomean of a
-variant's speed is carried when leaving one out takes it across 1.
+x200 can make it x2 while the others are a wash. The suite's geomean of a variant's speed is carried
+when leaving one out takes it across 1. Where the overall pick's counts tie (stats/across.py), the
+best per workload and the Pareto set are said instead of a pick.
 
 In: the analysis (and the recommendation's per-workload choices). Out: the sentences.
 """
@@ -56,44 +55,15 @@ def _speedups(choices: list, vi: int) -> list[float]:
     return out
 
 
-def carried_pick(a: Analysis, choices: list, points: list, pick: int, overall_verdict) -> str | None:
-    """Where one workload carries the overall pick (stats/recommend.py's Choices and Points): without
-    it, the pick's geomean is a loss, or another of the variants it was chosen among (decided better
-    somewhere and worse nowhere: `overall_verdict` reads that across workloads) has the largest
-    geomean. Says which workload and how, or None."""
-    # The variants the pick was chosen among (decided better somewhere, worse nowhere): leaving a
-    # workload out re-weighs their means; it does not make eligible one that lost there.
-    eligible = [vi for vi in range(len(a.labels)) if vi != a.baseline_idx and points[vi].usable
-                and overall_verdict([x.points[vi].speed_verdict for x in choices]) == "better"]
-    for k, c in enumerate(choices):
-        rest = [x for j, x in enumerate(choices) if j != k]
-
-        def without(vi: int) -> float:
-            return geomean(_speedups(rest, vi))
-
-        other = max(eligible, key=without, default=None)
-        if without(pick) <= 1 or other != pick:
-            then = (f"{a.labels[other]} would be the pick (x{without(other):.3f})" if other is not None and other != pick
-                    else "nothing would be")
-            return (f"the largest geomean (x{points[pick].speed:.3f}, {a.labels[pick]}) rests on {c.scope}: without it "
-                    f"{a.labels[pick]}'s is x{without(pick):.3f} and {then}")
-    return None
-
-
-def no_single_pick(a: Analysis, choices: list, carried: str) -> str:
-    """Which variant wins where, whether one is decided no worse anywhere, and the Pareto set."""
+def no_single_pick(a: Analysis, choices: list, tied: list[str]) -> str:
+    """Where the counts tie (stats/across.py): which variant wins where, and the Pareto set."""
     base, n = a.labels[a.baseline_idx], len(choices)
-    others = [vi for vi in range(len(a.labels)) if vi != a.baseline_idx]
     best = [f"{c.scope}: {a.labels[c.pick]}" if c.pick is not None else f"{c.scope}: {base} (nothing decided better)"
             for c in choices]
-    safe = [a.labels[vi] for vi in others if all(c.points[vi].speed_verdict in ("better", "equivalent")
-                                                  for c in choices)
-            and any(c.points[vi].speed_verdict == "better" for c in choices)]
     gains = {vi: _speedups(choices, vi) for vi in range(len(a.labels))}
     pareto = [a.labels[vi] for vi in range(len(a.labels))
               if not any(u != vi and all(x >= y for x, y in zip(gains[u], gains[vi]))
                          and any(x > y for x, y in zip(gains[u], gains[vi])) for u in gains)]
-    lead = (f"{', '.join(safe)} {'is' if len(safe) == 1 else 'are'} decided no worse than {base} anywhere and "
-            f"better somewhere" if safe else f"No single variant is best for all {n} workloads")
-    return (f"{lead}: {carried}. Best per workload: {'; '.join(best)}. Pareto set across the workloads (no other "
-            f"variant does better on every one): {', '.join(pareto)}.")
+    return (f"No single variant is picked for all {n} workloads: {', '.join(tied[:-1])} and {tied[-1]} are each "
+            f"decided better than {base} on as many and worse on none. Best per workload: {'; '.join(best)}. "
+            f"Pareto set across the workloads (no other variant does better on every one): {', '.join(pareto)}.")

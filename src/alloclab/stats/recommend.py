@@ -18,7 +18,8 @@ from dataclasses import dataclass, field
 from alloclab.stats import estimates as stats
 from alloclab.stats import memory
 from alloclab.stats.apply import HowToApply, how_to_apply
-from alloclab.stats.dominance import carried_pick, geomean as _geomean, no_single_pick
+from alloclab.stats import across
+from alloclab.stats.dominance import geomean as _geomean, no_single_pick
 from alloclab.stats.failing import failing_default
 from alloclab.stats.analysis import Analysis, WorkloadResult
 from alloclab.workloads.metrics import PEAK_RSS as RSS_METRIC
@@ -58,6 +59,7 @@ class Choice:
     sentence: str
     apply: HowToApply | None = None
     caveats: list[str] = field(default_factory=list)
+    across: across.Across | None = None   # overall: the counts the pick rests on (stats/across.py)
 
 
 @dataclass
@@ -171,13 +173,20 @@ def _keeps(a: Analysis, ws: list[WorkloadResult], scope: str, points: list[Point
     return memory.keeps_more_text(a, ws, keepers, scope) if keepers else ""
 
 
+def _said(text: str, within: str = "") -> str:
+    """': text, within ...' after a name, or ' within ...' where there is no text (the overall's
+    counts are said by report/across.py)."""
+    return (f": {text}{',' + within if within else ''}" if text else within)
+
+
 def _decide(a: Analysis, scope: str, points: list[Point], metric: str, higher_is_better: bool,
             budget: float | None, describe_speed, describe_memory,
-            ws: list[WorkloadResult]) -> tuple[int | None, str | None, str]:
+            ws: list[WorkloadResult], rank=None) -> tuple[int | None, str | None, str]:
     """The pick, why, and the sentence; shared by the per-workload and the overall decision.
-    `ws` are the workloads whose held memory counts (the scope's, and its server's other clients)."""
+    `ws` are the workloads whose held memory counts (the scope's, and its server's other clients).
+    `rank`: what orders the variants decided better (default: the primary metric's median)."""
     base = a.labels[a.baseline_idx]
-    goodness = (lambda p: p.speed) if higher_is_better else (lambda p: -p.speed)  # noqa: E731
+    goodness = rank or ((lambda p: p.speed) if higher_is_better else (lambda p: -p.speed))  # noqa: E731
     candidates = [p for p in points if p.usable and p.variant_idx != a.baseline_idx]
     faster = [p for p in candidates if p.speed_verdict == "better"]
     fitting = [p for p in faster if _within(p, budget)]
@@ -191,11 +200,13 @@ def _decide(a: Analysis, scope: str, points: list[Point], metric: str, higher_is
         clean = [p for p in fitting if p.keeps_more is None]
         best = max(clean or fitting, key=goodness)
         fastest = max(fitting, key=goodness)
-        text = f"Use {best.label} for {scope}: {describe_speed(best)}{',' + within if within else ''}."
+        text = f"Use {best.label} for {scope}{_said(describe_speed(best), within)}."
         if best.keeps_more:
             text += f" Mind the memory: {_keeps(a, ws, scope, [best])}."
         elif fastest is not best:
-            text += (f" {fastest.label} is faster ({describe_speed(fastest)}) but {_keeps(a, ws, scope, [fastest])}.")
+            said = describe_speed(fastest)
+            text += (f" {fastest.label} {'is faster (' + said + ')' if said else 'ranks higher'} but "
+                     f"{_keeps(a, ws, scope, [fastest])}.")
         return best.variant_idx, "speed", text + _to_save_memory(candidates, best, budget, describe_memory)
     leaner = [p for p in candidates if (p.rss_verdict == "better" or p.holds_less)
               and (p.rss_verdict != "worse" or (p.holds_less and memory.outweighs(p.holds_less.ratio, p.rss_ratio)))
@@ -204,12 +215,13 @@ def _decide(a: Analysis, scope: str, points: list[Point], metric: str, higher_is
         best = min(leaner, key=lambda p: (p.holds_less.ratio if p.holds_less else 1.0,
                                           p.rss_ratio if math.isfinite(p.rss_ratio) else 1.0))
         note = f" Nothing is significantly faster than {base}{within}." if faster else ""
-        return best.variant_idx, "memory", (f"Use {best.label} for {scope} to save memory: {describe_memory(best)}"
-                                            f"{',' + within if within else ''}.{note}{memory_note}")
+        return best.variant_idx, "memory", (f"Use {best.label} for {scope} to save memory"
+                                            f"{_said(describe_memory(best), within)}.{note}{memory_note}")
     if faster:
         over = max(faster, key=goodness)
-        return None, None, (f"Nothing is worth changing for {scope}{within}: {over.label} is faster "
-                            f"({describe_speed(over)}), which is over the budget.{memory_note}")
+        said = describe_speed(over)
+        return None, None, (f"Nothing is worth changing for {scope}{within}: {over.label} is faster"
+                            f"{' (' + said + ')' if said else ''}, which is over the budget.{memory_note}")
     open_ = [p for p in candidates if p.speed_verdict == "undecided"]
     if open_:
         return None, None, _still_open(base, scope, metric, candidates, open_, keeps)
@@ -232,14 +244,14 @@ def _to_save_memory(candidates: list[Point], pick: Point, budget: float | None, 
     if not lean:
         return ""
     other = min(lean, key=lambda p: p.holds_less.ratio)
-    return f" To save memory instead: {other.label}: {describe_memory(other)}."
+    return f" To save memory instead: {other.label}{_said(describe_memory(other))}."
 
 
 def _still_open(base: str, scope: str, metric: str, candidates: list[Point], open_: list[Point], keeps: str) -> str:
     """The sentence when no variant is decided faster and some speed comparisons are still open."""
     most = max((p.more_runs or 0) for p in open_)
-    what = "; ".join(f"{p.label} {metric} {p.speed_text}" + (f" (~{p.more_runs} more runs per variant)"
-                                                             if p.more_runs else "") for p in open_)
+    what = "; ".join(p.label + (f" {metric} {p.speed_text}" if p.speed_text else "")
+                     + (f" (~{p.more_runs} more runs per variant)" if p.more_runs else "") for p in open_)
     if most:
         run = f" To decide, give it about {most} more runs per variant (a larger --budget or --max-runs)"
     elif any(p.runs is not None and p.runs < 2 for p in open_):
@@ -250,7 +262,8 @@ def _still_open(base: str, scope: str, metric: str, candidates: list[Point], ope
     if keeps:
         # Speed open, memory decided: say which is which, and why a lower peak is no saving.
         tempted = [p for p in candidates if p.keeps_more and p.rss_verdict == "better"]
-        but = "".join(f"; {p.label}'s lower peak RSS ({p.rss_text}) does not make up for it" for p in tempted)
+        but = "".join(f"; {p.label}'s lower peak RSS{' (' + p.rss_text + ')' if p.rss_text else ''} does not make "
+                      f"up for it" for p in tempted)
         them = "none of them is" if sum(1 for p in candidates if p.keeps_more) > 1 else "it is not"
         return (f"Decided on memory, undecided on speed for {scope}: {keeps}{but}, so {them} "
                 f"recommended to save memory. No variant is decided faster than {base} yet: "
@@ -275,8 +288,8 @@ def _lean_text(a: Analysis, p: Point, scope: str, peak: str) -> str:
     """Why a variant saves memory: what it gives back after a phase first, where that is decided (a
     server's users pay for what it holds in service), with its peak as the price; else its peak."""
     held = _held_less(a, p, scope)
-    if not held:
-        return peak
+    if not held or not peak:
+        return held[2:] if held else peak
     return f"{held[2:]}; {peak if 'peak' in peak else 'peak RSS ' + peak}"
 
 
@@ -333,9 +346,9 @@ def _overall_verdict(verdicts: list[str]) -> str:
 
 
 def _overall(a: Analysis, choices: list[Choice], budget: float | None) -> Choice:
-    """Across workloads. The decision rests on the per-workload verdicts of the engine (stats/decide.py) (better somewhere,
-    worse nowhere); the geometric means of the ratios of medians place the variants on the
-    overall speed/memory plane."""
+    """Across workloads, by counts (stats/across.py): better on some workload and worse on none,
+    within the budget everywhere; of those, better on the most. The geometric means of the ratios
+    of medians only place the variants on the overall speed/memory plane (the HTML chart)."""
     if len(choices) == 1:
         return choices[0]
     points = []
@@ -347,35 +360,32 @@ def _overall(a: Analysis, choices: list[Choice], budget: float | None) -> Choice
                     for c, p in zip(choices, per)]
         speed = 1.0 if base else _geomean(speedups)
         rss = 1.0 if base else _geomean([p.rss_ratio for p in per])
-        verdicts = [p.speed_verdict for p in per]
-        rss_verdicts = [p.rss_verdict for p in per]
-        speed_verdict = "baseline" if base else _overall_verdict(verdicts)
-        rss_verdict = "baseline" if base else _overall_verdict(rss_verdicts)
         ratios = [p.rss_ratio for p in per]
         worst_rss = max(ratios) if ratios and all(math.isfinite(r) for r in ratios) else math.nan
-        n = len(per)
-        # Every workload's primary metric counts here, memory ones too (reclaim, fragment), so
-        # this is not the speed-only geomean of the summary table.
-        speed_text = "" if base else (f"geomean of the primary-metric ratios x{speed:.3f} (>1 better), "
-                                      f"decided better in {verdicts.count('better')}, worse in "
-                                      f"{verdicts.count('worse')}, equivalent in {verdicts.count('equivalent')} "
-                                      f"and undecided in {verdicts.count('undecided')} of {n} workloads")
-        rss_text = "" if base else (f"geomean peak RSS x{rss:.3f}, decided lower in "
-                                    f"{rss_verdicts.count('better')} and higher in {rss_verdicts.count('worse')} "
-                                    f"of {n} workloads")
-        points.append(Point(vi, label, speed, rss, speed, worst_rss, speed_verdict, rss_verdict,
-                            speed_text, rss_text, _worst_status([p.status for p in per]),
-                            all(p.usable for p in per), max((p.more_runs or 0) for p in per) or None,
-                            **_held_fields(a, a.workloads, vi)))
+        verdicts = ["baseline"] if base else [_overall_verdict([p.speed_verdict for p in per]),
+                                              _overall_verdict([p.rss_verdict for p in per])]
+        # No text: report/across.py says the counts the decision rests on.
+        points.append(Point(vi, label, speed, rss, speed, worst_rss, verdicts[0], verdicts[-1], "", "",
+                            _worst_status([p.status for p in per]), all(p.usable for p in per),
+                            max((p.more_runs or 0) for p in per) or None, **_held_fields(a, a.workloads, vi)))
     front = [points[i].variant_idx for i in pareto_front(
         [(p.speed if p.usable else math.nan, p.rss) for p in points])]
     scope = f"all {len(choices)} workloads"
-    pick, reason, sentence = _decide(a, scope, points, "the primary metrics", True, budget,
-                                     lambda p: p.speed_text, lambda p: _lean_text(a, p, scope, p.rss_text),
-                                     a.workloads)
-    if pick is not None and reason == "speed" and (carried := carried_pick(a, choices, points, pick, _overall_verdict)):
-        pick, reason, sentence = None, None, no_single_pick(a, choices, carried)
-    choice = Choice("overall", "geomean of the primary-metric ratios", True, points, front, pick, reason, sentence)
+    tallies = {vi: across.tally(choices, vi) for vi in range(len(a.labels)) if vi != a.baseline_idx}
+    rank = lambda p: tallies[p.variant_idx].rank()  # noqa: E731
+    pick, reason, sentence = _decide(a, scope, points, "the primary metrics", True, budget, lambda p: "",
+                                     lambda p: _lean_text(a, p, scope, ""), a.workloads, rank=rank)
+    tied = []
+    if pick is not None and reason == "speed":
+        peers = [p for p in points if p.usable and p.speed_verdict == "better" and _within(p, budget)
+                 and (p.keeps_more is None) == (points[pick].keeps_more is None)]
+        tied = [p.variant_idx for p in peers if rank(p) == rank(points[pick])]
+        if len(tied) > 1:   # as many wins and as few open: no count tells them apart
+            pick, reason, sentence = None, None, no_single_pick(a, choices, [a.labels[vi] for vi in tied])
+    tied = tied if len(tied) > 1 else []
+    choice = Choice("overall", "geomean of the primary-metric ratios", True, points, front, pick, reason, sentence,
+                    across=across.Across(across.RULE, tallies, tied,
+                                         across.rivals(points, tallies, pick, lambda p: _within(p, budget), tied)))
     if pick is not None:
         choice.apply = how_to_apply(a, pick, None)
         choice.caveats = _caveats(a, a.workloads, pick)

@@ -11,9 +11,11 @@ import re
 import shutil
 import signal
 from collections.abc import Sequence
+import dataclasses
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from alloclab.defaults import CommandDefaults
 from alloclab.errors import AlloclabError
 from alloclab.workloads.metrics import MetricDef
 from alloclab.workloads.toml_check import KeyLocator
@@ -136,7 +138,6 @@ class ExperimentFile:
     locator: KeyLocator = field(repr=False, default=None)
     max_runs: int | None = None       # until decided: at most this many runs per variant
     budget: str | None = None         # until decided: stop adding runs after this long ("25m")
-    measured: str | None = None       # a default run's time and answer on a named machine (recipes)
     inspect: dict = field(default_factory=dict)   # [inspect]: programs, channel (alloclab inspect)
 
     @property
@@ -149,6 +150,13 @@ class ExperimentFile:
 
     def missing(self) -> list[Requirement]:
         return [r for r in self.requires if not r.present()]
+
+    def command_defaults(self, base: CommandDefaults) -> CommandDefaults:
+        """`base` (run's) where the file's [experiment] does not set runs, max_runs, budget or warmup."""
+        return dataclasses.replace(base, first_look=self.runs or base.first_look,
+                                   max_runs=self.max_runs if self.max_runs is not None else base.max_runs,
+                                   budget=self.budget or base.budget,
+                                   warmup=self.warmup if self.warmup is not None else base.warmup)
 
     def check_requirements(self) -> None:
         missing = self.missing()

@@ -33,8 +33,7 @@ INSPECT = {"programs": "list of program names (the executable's file name)",
 EXPERIMENT = {"name": "string", "description": "string", "variants": "list of variant specs",
               "runs": "integer (the first look of until-decided)", "max_runs": "integer",
               "budget": "duration such as \"25m\"", "warmup": "integer", "run_as": "user name",
-              "requires": "list of { program, package }", "env": "table: VAR -> value, for every command",
-              "measured": "string: how long a default run took, and what it answered, on a named machine"}
+              "requires": "list of { program, package }", "env": "table: VAR -> value, for every command"}
 STEP = {"command": "argv list", "timeout": "seconds", "service": "bool: run with the service up",
         "background": "bool: leave it running until the experiment ends (setup only)"}
 SERVICE = {"command": "argv list", "ready": "{ tcp = true } | { command = [...] } | { log = \"regex\" }",
@@ -97,8 +96,7 @@ def parse(path: str | Path) -> ExperimentFile:
         params=_params(c, data), files=_files(c, data), setup=setup,
         service=service, loads=loads, teardown=teardown, env=_env(c, exp), locator=loc,
         max_runs=c.typed(exp, "max_runs", ("experiment",), int, "an integer"),
-        budget=c.typed(exp, "budget", ("experiment",), str, "a duration such as \"25m\""),
-        measured=c.typed(exp, "measured", ("experiment",), str, "a string"))
+        budget=c.typed(exp, "budget", ("experiment",), str, "a duration such as \"25m\""))
     ef.inspect = _inspect(c, data)
     _check_placeholders(c, ef, data)
     return ef
