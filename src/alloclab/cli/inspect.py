@@ -14,6 +14,13 @@ from alloclab.cli.app import DbOption, app, console, err
 from alloclab.errors import AlloclabError
 
 FORMATS = ("terminal", "json")
+ATTACH_WARNING = ("--attach: for jemalloc, tcmalloc or mimalloc without a channel of the program's own, alloclab "
+                  "calls the allocator's statistics function inside the process (mallctl, "
+                  "MallocExtension_GetNumericProperty, mi_process_info). It stops every thread for a few "
+                  "milliseconds, calls only when no thread is inside the allocator, writes the call's arguments "
+                  "below one thread's stack pointer, runs the allocator's code on that thread, and then puts back "
+                  "its registers and those bytes. Use it where a short stop and a call into the allocator are "
+                  "acceptable.")
 
 
 def _targets(pids: list[int], children: bool) -> list[tuple[int, list[int]]]:
@@ -42,6 +49,7 @@ def inspect_command(
     output: Optional[Path] = typer.Option(None, "--output", "-o", help="Write the answer to FILE (default: stdout)."),
     symbols: bool = typer.Option(True, "--symbols/--no-symbols", help="Find glibc's main_arena and mp_ from the debug symbols where installed (libc6-dbg); --no-symbols finds them by content."),
     pagemap: bool = typer.Option(True, "--pagemap/--no-pagemap", help="Residency from /proc/PID/pagemap; --no-pagemap takes each mapping's share of smaps."),
+    attach: bool = typer.Option(False, "--attach", help="jemalloc, tcmalloc, mimalloc without a channel of the program's own: call the allocator's statistics function inside the process (ptrace; every thread stopped outside the allocator, everything put back)."),
     db: Path = DbOption,
 ) -> None:
     """Where a running process's memory goes, read from outside without a restart, and which setting
@@ -50,7 +58,7 @@ def inspect_command(
     glibc's heaps are walked through /proc/PID/mem (ptrace attach rights: the same user, or
     CAP_SYS_PTRACE), stopping the process for at most a few tens of milliseconds at a time and
     writing nothing into it; jemalloc through the program's own channel (redis' MEMORY MALLOC-STATS),
-    others from smaps. The answer names the memory rules of tune that fire, their settings, and the
+    others from smaps, or with --attach by a call to the allocator's statistics inside the process. The answer names the memory rules of tune that fire, their settings, and the
     command that races them. Stored like an experiment: `alloclab report ID`, `alloclab diff A B`."""
     from alloclab.measure.inspect.snapshot import Options, inspect
     from alloclab.store.db import Store
@@ -65,7 +73,10 @@ def inspect_command(
         raise AlloclabError(f"--count takes the number of samples, at least 1 (got {count}).")
     from alloclab.cli.outputs import check_outputs
     check_outputs(output=output)
-    options = Options(symbols=symbols, pagemap=pagemap)
+    if attach:
+        err.print(f"[yellow]{ATTACH_WARNING}[/]", highlight=False)
+    options = Options(symbols=symbols, pagemap=pagemap, attach=attach,
+                      note=lambda words: err.print(f"[yellow]{words}[/]", highlight=False))
     samples = count if count is not None else (None if watch else 1)
     store: Store | None = None
     exp = None

@@ -12,7 +12,6 @@ from __future__ import annotations
 import re
 import socket
 
-from alloclab.catalog.allocators import load_catalog
 from alloclab.errors import AlloclabError
 from alloclab.measure.fingerprint_books import split
 from alloclab.measure.inspect.procfs import Mapping
@@ -119,19 +118,26 @@ def read(snap: Snapshot, pid: int, maps: list[Mapping], channel: str) -> bool:
     if text is None:
         return False
     figures = parse_malloc_stats(text)
-    regions = classify(pid, maps, None, [])
-    other = {"stacks": regions.by_kind["stacks"], "libraries": regions.by_kind["libraries"], "interposer": 0,
-             "own_maps": 0}
-    # jemalloc's allocated bytes stand for the live ones: no interposer counts them here.
-    figures |= {"anon": regions.anon, "allocator_maps": regions.by_kind["allocator"],
-                "live": figures["stats.allocated"], **other}
-    books = load_catalog().books("mallctl")
-    assert books is not None
-    snap.split = split("mallctl", "inspect", None, figures)
-    snap.smaps = regions.categories()
-    snap.channel = {"kind": "redis MEMORY MALLOC-STATS", "at": said, "figures": figures}
+    books_split(snap, pid, maps, "mallctl", figures, figures["stats.allocated"])
+    snap.channel = {"kind": "redis MEMORY MALLOC-STATS", "at": said, "figures": snap.split.books if snap.split else figures}
     snap.source = f"redis' MEMORY MALLOC-STATS on {said} (jemalloc's malloc_stats_print)"
     snap.residency = "smaps (jemalloc's mappings)"
     snap.notes.append("read through the program's own channel: nothing was stopped, nothing run in the process "
                       "but the command redis offers its clients")
     return True
+
+
+def books_split(snap: Snapshot, pid: int, maps: list[Mapping], interface: str, figures: dict[str, int],
+                live: int | None, sps: list[int] = ()) -> None:
+    """The split of the allocator's books (the catalog's names for `interface`) beside smaps, as a
+    fingerprint run's: every anonymous mapping that is not a stack or a library's is the allocator's,
+    and `live` (its allocated bytes, where it counts them) stands for the live blocks, which no
+    interposer counted here. `sps`: the threads' stack pointers, where a stop read them."""
+    regions = classify(pid, maps, None, list(sps))
+    other = {"stacks": regions.by_kind["stacks"], "libraries": regions.by_kind["libraries"], "interposer": 0,
+             "own_maps": 0}
+    figures = {**figures, "anon": regions.anon, "allocator_maps": regions.by_kind["allocator"], **other}
+    if live is not None and live >= 0:
+        figures["live"] = live
+    snap.split = split(interface, "inspect", None, figures)
+    snap.smaps = regions.categories()

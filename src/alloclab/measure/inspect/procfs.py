@@ -77,6 +77,18 @@ def mappings(pid: int) -> list[Mapping]:
     return out
 
 
+def ranges(pid: int) -> list[Mapping]:
+    """The mappings from /proc/PID/maps alone (no smaps figures): quick enough to read in a stop."""
+    out = []
+    for line in _read(f"/proc/{pid}/maps").splitlines():
+        head = line.split(None, 5)
+        if len(head) >= 5:
+            lo, hi = head[0].split(b"-")
+            path = head[5].decode(errors="replace").strip() if len(head) > 5 else ""
+            out.append(Mapping(int(lo, 16), int(hi, 16), head[1].decode(), int(head[2], 16), int(head[4]), path))
+    return out
+
+
 def rollup(pid: int) -> dict[str, int]:
     """/proc/PID/smaps_rollup's figures in bytes (Rss, Pss, Anonymous, Swap, ...)."""
     out = {}

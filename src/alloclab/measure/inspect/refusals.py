@@ -74,3 +74,26 @@ def swapped_without_pagemap(pid: int) -> AlloclabError:
                          f"here to tell which pages: alloclab does not read swapped pages (that would bring them "
                          f"back in). Inspect it where pagemap is readable (leave out --no-pagemap; a container "
                          f"may need /proc unmasked), or once it is back in memory.")
+
+
+def attach_refused(pid: int, why: str, fix: str) -> AlloclabError:
+    return AlloclabError(f"alloclab inspect --attach did not call into process {pid}: {why}. Nothing was called "
+                         f"and nothing written; the process runs as before. To read it: {fix}.")
+
+
+def attach_inside(pid: int, library: str, tries: int, seconds: float, inside: list[tuple[int, str]]) -> AlloclabError:
+    where = "; ".join(f"thread {tid}: {what}" if tid else what for tid, what in inside[:3])
+    return AlloclabError(f"alloclab inspect --attach did not call into process {pid}: at each of its {tries} stops "
+                         f"over {seconds:.1f} s a thread was inside {library} or could not be checked (at the last, "
+                         f"{where}). A call into the allocator then could wait on a lock that thread holds, or run "
+                         f"the allocator inside itself, so none was made; each stop was undone and the process "
+                         f"runs as before. Try again when it is less busy in its allocator, or read it without "
+                         f"--attach (smaps alone) or through a channel of the program's own.")
+
+
+def call_faulted(pid: int, function: str, what: str) -> AlloclabError:
+    return AlloclabError(f"alloclab inspect --attach called {function} in process {pid}, and the call faulted "
+                         f"({what}) instead of returning. alloclab put back the thread's registers and stack and did "
+                         f"not deliver the fault, so the process runs on; but the allocator may have stopped "
+                         f"halfway through the call (a lock it took may still be held). Watch the process, and "
+                         f"report this with the allocator's version: its statistics interface should not fault.")

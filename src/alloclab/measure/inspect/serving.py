@@ -28,6 +28,12 @@ def _by_soname() -> dict[str, str]:
     return out
 
 
+def _soname(base: str, sonames: dict[str, str]) -> str:
+    """A mapped file's name as its soname: the loader maps the file a soname's link points to, and
+    a library's file is named by its soname and a version (libtcmalloc.so.4 -> libtcmalloc.so.4.5.10)."""
+    return next((s for s in sonames if base == s or base.startswith(s + ".")), base)
+
+
 def _linked(facts) -> set[str]:
     from alloclab.measure.verify import needed_closure
     return {soname for soname, _, _ in needed_closure(facts)} if facts.is_elf else set()
@@ -36,13 +42,13 @@ def _linked(facts) -> set[str]:
 def serving(pid: int, maps: list[Mapping]) -> tuple[str, str]:
     """(allocator name, how it was told)."""
     sonames = _by_soname()
-    mapped = {os.path.basename(m.path): m.path for m in maps if m.path.startswith("/")}
+    mapped = {_soname(os.path.basename(m.path), sonames): m.path for m in maps if m.path.startswith("/")}
     try:
         preload = [p for p in re.split(r"[: ]+", environ(pid).get("LD_PRELOAD", "")) if p]
     except PermissionError:
         preload = []
     for p in preload:
-        base = os.path.basename(p)
+        base = _soname(os.path.basename(p), sonames)
         if FORWARD in base and base in mapped:
             return "glibc", f"alloclab's forwarding preload ({p}) hands malloc to glibc's"
         if base in sonames and base in mapped:

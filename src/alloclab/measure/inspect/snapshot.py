@@ -7,7 +7,8 @@ from __future__ import annotations
 
 import os
 import time
-from dataclasses import dataclass
+from collections.abc import Callable
+from dataclasses import dataclass, field
 from datetime import datetime, timezone
 
 from alloclab.catalog import glibc_layout
@@ -27,6 +28,8 @@ class Options:
     symbols: bool = True          # read main_arena and mp_ from the debug symbols where installed
     pagemap: bool = True          # residency from pagemap (else smaps, per mapping)
     channel: str | None = None    # a program's own channel (channels.py); default: its recipe's
+    attach: bool = False          # where no channel answers: call the allocator's statistics inside (attach.py)
+    note: Callable[[str], None] | None = field(default=None, compare=False)   # a word to the user meanwhile
 
 
 def _begin(pid: int) -> None:
@@ -90,12 +93,20 @@ def inspect(pid: int, options: Options = Options(), t0: float | None = None) -> 
         if snap.allocator != "glibc":
             from alloclab.measure.inspect import channels
             channel = options.channel or _recipe_channel(snap)
-            if not (channel and channels.read(snap, pid, maps, channel)):
+            if channel and channels.read(snap, pid, maps, channel):
+                pass
+            elif options.attach:
+                from alloclab.measure.inspect import attach
+                what = "allocator's books"
+                attach.read(snap, pid, maps, options.note)
+            else:
                 smaps_only(snap, pid, maps, f"{snap.allocator}'s own split needs a call inside the process: a "
                                             f"channel of the program's own (a recipe's, e.g. redis' MEMORY "
                                             f"MALLOC-STATS) or --attach; shown here is what smaps says, the "
                                             f"allocator's maps as held")
         else:
+            if options.attach:
+                snap.notes.append("--attach was not needed: glibc's heaps are read from outside, with no call")
             lc = libc_mod.find(pid, maps)
             snap.libc, snap.glibc = lc.path, lc.version
             layout = glibc_layout.layout(lc.version or "", lc.arch)
