@@ -85,7 +85,7 @@ demo: setup
 # of CPU off each later collection.
 TEST_WORKERS := $(shell n=$$(nproc); echo $$(( n < 2 ? 1 : n + 1 )))
 test: setup-test
-	PYTHONDONTWRITEBYTECODE= $(BIN)/python -m pytest -q -ra -n $(TEST_WORKERS) --dist loadgroup -m "not serial"
+	PYTHONDONTWRITEBYTECODE= $(BIN)/python -m pytest -q -ra -n $(TEST_WORKERS) --dist loadgroup --durations=25 -m "not serial"
 	PYTHONDONTWRITEBYTECODE= $(BIN)/python -m pytest -q -ra -m serial
 
 bench: setup-bench
