@@ -50,6 +50,8 @@ def test_a_program_linked_against_jemalloc_runs_glibcs_malloc_under_glibc(build,
     assert " ".join(p.stdout.split()).startswith(   # rich folds the long line: compare the words
         f"glibc-linked is not in use: {prog.name} links libjemalloc.so.2; every comparison below is against "
         f"jemalloc, not glibc-linked.")
+    assert (f"{prog.name} links libjemalloc.so.2: each glibc variant ran with glibc's malloc forced in (alloclab's "
+            f"forwarding preload), so the comparison is against glibc") in " ".join(p.stdout.split())
     for label in ("glibc", "glibc TOP_PAD=64M"):
         v = got[label]
         notes = " ".join(v.notes)

@@ -21,8 +21,16 @@ from conftest import PROGRAMS, need_program, require_allocator
 pytestmark = [pytest.mark.e2e, pytest.mark.slow]
 
 
+SCHEMA = json.loads((Path(__file__).resolve().parent.parent / "docs" / "report.schema.json").read_text())
+
+
 def _answer(cli) -> dict:
-    return json.loads(cli("report", "-f", "json", check=True).stdout)["tune"]
+    """The race's tune answer from `report -f json`, the whole export checked against its schema."""
+    import jsonschema
+    export = json.loads(cli("report", "-f", "json", check=True).stdout)
+    errors = [f"{list(e.absolute_path)}: {e.message}" for e in jsonschema.Draft202012Validator(SCHEMA).iter_errors(export)]
+    assert not errors, "\n".join(errors[:20])
+    return export["tune"]
 
 
 def _decided_better(answer: dict, metric: str) -> list[dict]:
@@ -117,3 +125,15 @@ def test_a_fingerprint_that_fails_only_under_alloclab_is_said_to_be_alloclabs(cl
     assert "Find the bug" not in out and "fails under the default" not in out
     # The rest of the answer stands: the race ran and answered.
     assert "Tune answer (race: experiment" in out
+
+
+def test_compares_short_answer_says_whose_failure_a_failed_fingerprint_is(cli, build):
+    require_allocator("jemalloc")
+    prog = build("fpfault")
+    proc = cli("compare", "--fingerprint", "--runs", "3", "--warmup", "0", "-a", "glibc", "-a", "jemalloc", "--",
+               str(prog), "300", timeout=300)
+    out = " ".join(proc.stdout.split())
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert re.search(r"glibc: the fingerprint run failed \(.*SIGABRT.*\); its 3 timed runs did not: a failure of "
+                     r"alloclab's interposer, not of the program", out), out
+    assert "jemalloc: the fingerprint run failed" not in out

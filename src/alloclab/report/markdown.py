@@ -151,6 +151,8 @@ def export(r: Results, options) -> str:
     for w in a.workloads:
         out += workload_section(a, w, options.details)
     rec = r.recommendation
+    if r.tune is not None:   # a tune race: tune's answer, above, is the answer
+        return "\n".join(out).rstrip() + "\n"
     out += recommendation_section(rec.workloads + ([rec.overall] if len(rec.workloads) > 1 else []),
                                   r.max_rss_increase)
     return "\n".join(out).rstrip() + "\n"

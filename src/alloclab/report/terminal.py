@@ -265,6 +265,8 @@ def render(r: Results, console: Console, details: bool = False) -> None:
                        "(the interval excludes no change), ≈ equivalent (the whole interval within the margin), "
                        "? undecided (with the runs per variant likely to decide it). * marks the primary metric. "
                        "Statistics: " + statistics_line(a) + ".", style="dim"))
+    if r.tune is not None:
+        return   # a tune race: tune's answer, above, is the answer
     console.print()
     console.print(Text("Recommendation", style="bold underline"))
     for line in recommendation(r.recommendation):

@@ -94,10 +94,29 @@ def answer_lines(a, console: Console) -> None:
         console.print(_line(cells[:len(widths)], widths), no_wrap=True, crop=True)
 
 
+FORWARDED = "forced by alloclab's forwarding preload"   # measure/forward.py's note
+
+
 def problems(a, w) -> list[Text]:
-    """What the reader must not miss: an allocator not in effect, runs that failed, other work that
-    took CPU during the runs (it widens every interval, and can bias one variant)."""
+    """What the reader must not miss: an allocator not in effect, runs that failed, a fingerprint run
+    that failed (the program's failure, or alloclab's where its timed runs did not fail), a program
+    that links an allocator of its own, other work that took CPU during the runs (it widens every
+    interval, and can bias one variant)."""
     out = []
+    linked = next((n for v in w.verification.values() for n in v.notes if FORWARDED in n), None)
+    if linked is not None:
+        program_links = linked.split(": ", 1)[0]
+        out.append(Text(f"{w.name}: {program_links}: each glibc variant ran with glibc's malloc forced in (alloclab's "
+                        f"forwarding preload), so the comparison is against glibc, not the allocator the program "
+                        f"links; its own: the variant glibc-linked", style="yellow"))
+    for vi, fp in sorted(fingerprint.for_workload(a.experiment, w.idx).items()):
+        if not fp.failed:
+            continue
+        timed_ok = not w.runs_failed.get(vi) and w.runs_total.get(vi, 0) > 0
+        whose = (f"its {w.runs_total[vi]} timed runs did not: a failure of alloclab's interposer, not of the program "
+                 f"(the timings stand; the memory books are missing)") if timed_ok else "its timed runs failed too"
+        out.append(Text(f"{w.name}: {a.labels[vi]}: the fingerprint run failed ({fp.error}); {whose}",
+                        style="yellow" if timed_ok else "red"))
     # One line a workload, not a variant: a busy host is busy for all of them.
     loaded = [(vi, f) for vi, _, f in findings_for(w, set()) if f.code == "high-load"]
     if loaded:
@@ -132,6 +151,8 @@ def render(r, console: Console, details: bool = False) -> None:
             console.print(line)
     level, verified = verification_summary(a)
     console.print(Text(verified, style=LEVEL_STYLE[level]))
+    if r.tune is not None:
+        return   # a tune race: tune's answer, above, is the answer (its goals and its memory limit)
     console.print()
     console.print(Text("Recommendation", style="bold underline"))
     rec = r.recommendation
