@@ -270,3 +270,11 @@ def test_a_command_that_fails_under_every_allocator_stops_at_its_diagnosis(cli, 
     assert "and so did plain runs of it under the default" in said
     assert "Racing" not in proc.stderr    # nothing raced: the diagnosis said it all
     assert [e["kind"] for e in store_of(cli.db).experiments()] == ["tune-diagnosis", "tune-check"]
+
+
+def test_a_command_that_fails_says_why_in_its_own_words(cli):
+    # A python3 without the module the script imports: the program's last line, quoted.
+    proc = cli("tune", "--", sys.executable, "-c", "import alloclab_no_such_module")
+    said = " ".join(proc.stderr.split())
+    assert proc.returncode == 2 and "and so did plain runs of it under the default" in said, said
+    assert "Its last line on stderr: \"ModuleNotFoundError: No module named 'alloclab_no_such_module'\"" in said, said

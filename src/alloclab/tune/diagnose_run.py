@@ -91,14 +91,14 @@ def diagnose(store, ui, workloads: list, plain: list, title: str, timeout_s: flo
     failed = {key: fp for key, fp in ran.items() if _status(fp) != "ok"}
     every = bool(ran) and len(failed) == len(ran)
     told = {wi: fp for (wi, vi), fp in failed.items() if vi == 0 or every}
-    plain_runs = _plain_runs(store, ui, chosen, plain[0], sorted(told), title, timeout_s, seed, len(failed))
+    plain_runs, said = _plain_runs(store, ui, chosen, plain[0], sorted(told), title, timeout_s, seed, len(failed))
     for wi, fp in sorted(told.items()):
         status, detail = failure_words(fp)
         n, bad = plain_runs.get(wi, (0, 0))
         out.failures.append(Failure(labels[0], chosen[wi].name[:60], status, detail, n, bad))
     program_fails = [f for f in out.failures if not f.alloclabs]
     if every and program_fails:
-        _stop_if_the_command_fails(store, exp_id, failed)
+        _stop_if_the_command_fails(store, exp_id, failed, said)
     if program_fails:
         out.default_fails = _default_fails(exp.fingerprints, labels, chosen)
     for vi, v in enumerate(plain):
@@ -117,22 +117,26 @@ def diagnose(store, ui, workloads: list, plain: list, title: str, timeout_s: flo
 
 
 def _plain_runs(store, ui, chosen: list, default, workload_idxs: list[int], title: str, timeout_s: float | None,
-                seed: int, failed: int) -> dict[int, tuple[int, int]]:
-    """Plain runs of the default in the workloads whose fingerprint failed: {workload: (runs, failed)}."""
+                seed: int, failed: int) -> tuple[dict[int, tuple[int, int]], str | None]:
+    """Plain runs of the default in the workloads whose fingerprint failed: {workload: (runs, failed)},
+    and the last line a failed one wrote to stderr (what the program said of its failure)."""
     if not workload_idxs:
-        return {}
+        return {}, None
     runs = max(2, failed)
     settings = Settings(runs=runs, warmup=0, verify=False, keep_prepared=True, kind="tune-check", title=title,
                         timeout_s=timeout_s, seed=seed, failures_expected=True)
     check_id = ui.run(store, [chosen[wi] for wi in workload_idxs], [default], settings)
     out: dict[int, tuple[int, int]] = {}
+    said = None
     for run in store.load(check_id).runs:
         if run.warmup:
             continue
         wi = workload_idxs[run.workload_idx]
         n, bad = out.get(wi, (0, 0))
         out[wi] = (n + 1, bad + (run.status != "ok"))
-    return out
+        if run.status != "ok" and (lines := [x.strip() for x in (run.stderr or "").splitlines() if x.strip()]):
+            said = lines[-1][:300]
+    return out, said
 
 
 def _status(fp: dict) -> str | None:
@@ -140,14 +144,15 @@ def _status(fp: dict) -> str | None:
     return fp.get("status") if fp else None
 
 
-def _stop_if_the_command_fails(store, exp_id: int, failed: dict) -> None:
+def _stop_if_the_command_fails(store, exp_id: int, failed: dict, said: str | None) -> None:
     """Before any rule reads them: runs that failed under every allocator, and plain, are the
     command's failure, not the allocators' (racing them would only fail again)."""
     status, detail = failure_words(next(reversed(failed.values())))
     raise AlloclabError(
         f"The program's fingerprint run {status} under every allocator ({detail}), and so did plain runs of "
         f"it under the default, without alloclab's interposer: it fails whatever the allocator, so there is "
-        f"nothing to tune. Run it by hand to see why (raise --timeout if it needs longer). The diagnosis is "
+        f"nothing to tune. " + (f"Its last line on stderr: {said!r}. " if said else "") +
+        f"Run it by hand to see why (raise --timeout if it needs longer). The diagnosis is "
         f"kept in {store.path} as experiment {exp_id}.")
 
 
