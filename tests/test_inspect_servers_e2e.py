@@ -262,10 +262,17 @@ class Postgres:
             self.session.stdin.close()
             self.session.wait(timeout=30)
         if self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGINT)   # its fast shutdown, through runuser
+            # Its fast shutdown, sent to the postmaster itself: runuser, its parent, does not pass
+            # SIGINT on (the test waited 60 s for it, then killed runuser and left the server).
+            try:
+                postmaster = int((self.data / "postmaster.pid").read_text().split()[0])
+                os.kill(postmaster, signal.SIGINT)
+            except (OSError, ValueError, IndexError):
+                self.proc.send_signal(signal.SIGINT)
             try:
                 self.proc.wait(timeout=60)
             except subprocess.TimeoutExpired:
+                subprocess.run(["pkill", "-KILL", "-f", f"-D {self.data}"], check=False)
                 self.proc.kill()
                 self.proc.wait()
 
