@@ -3,8 +3,8 @@
 
 For each case: `alloclab tune --budget B -- PROGRAM` (its answer read from `report -f json`), then by
 hand, interleaved, REPS runs of the program plain and with each setting the answer picked or decided
-better (its environment as the answer's env line gives it): wall time and peak RSS from wait4's
-rusage, and the anonymous RSS as the program exits (gdb stops it at exit_group and reads /proc, as
+better (its environment as the answer's env line gives it): wall time from wait4, and the peak
+RSS (VmHWM) and anonymous RSS as the program exits (gdb stops it at exit_group and reads /proc, as
 alloclab's launcher reads end_anon_mb). Prints tune's effect and interval beside the hand ratio of
 medians (and the hand ratios' range), one line per setting and metric.
 
@@ -62,13 +62,19 @@ def tune(argv: list[str], budget: str, db: Path) -> tuple[dict, float, str]:
 
 def settings_of(answer: dict) -> dict[str, dict[str, str]]:
     """label -> the environment its env line sets, for the picks and those decided better too."""
+    from alloclab.catalog.variants import parse_variant
     out = {}
-    rows = answer["picks"] + [o for o in answer["others"] if o["outcome"] == "also better"]
-    for r in rows:
+    for r in answer["picks"]:   # as the answer tells the user to apply it
         line = r.get("env_line") or ""
-        env = dict(kv.split("=", 1) for kv in line.split() if re.match(r"^[A-Z_][A-Z0-9_]*=", kv))
-        if env or not line:
-            out[r["label"]] = env
+        out[r["label"]] = dict(kv.split("=", 1) for kv in line.split() if re.match(r"^[A-Z_][A-Z0-9_]*=", kv))
+    linked = (answer.get("baseline") or {}).get("how", "system") != "system"
+    for r in answer["others"]:
+        if r["outcome"] != "also better" or r["label"] in out:
+            continue
+        v = parse_variant(r["spec"])   # the variant as the race ran it: its preload and its settings
+        if linked and v.is_system:
+            continue   # glibc over a program linked to another allocator needs alloclab's forwarder
+        out[r["label"]] = {k: str(x) for k, x in v.env.items()}
     return out
 
 
@@ -78,13 +84,17 @@ def one_run(argv: list[str], env: dict) -> dict:
     _, status, ru = os.wait4(p.pid, 0)
     wall = time.monotonic() - t
     gdb = shutil.which("gdb")
-    anon = None
+    anon, peak = None, ru.ru_maxrss
     if gdb:
         out = subprocess.run([gdb, "-q", "-batch", "-ex", "catch syscall exit_group", "-ex", "run", "-ex",
                               "info proc status", "--args", *argv], env=env, capture_output=True, text=True).stdout
         m = re.search(r"RssAnon:\s+(\d+) kB", out)
         anon = int(m.group(1)) if m else None
-    return {"wall_s": wall, "peak_kb": ru.ru_maxrss, "end_anon_kb": anon, "status": status}
+        # The peak from the program's own high-water mark: wait4's ru_maxrss starts from this
+        # Python's RSS (the child is forked from it), 27 MiB that hide a small program's peak.
+        hwm = re.search(r"VmHWM:\s+(\d+) kB", out)
+        peak = int(hwm.group(1)) if hwm else peak
+    return {"wall_s": wall, "peak_kb": peak, "end_anon_kb": anon, "status": status}
 
 
 def hand(argv: list[str], settings: dict[str, dict[str, str]], reps: int) -> dict[str, list[dict]]:

@@ -26,11 +26,7 @@ SCHEMA = json.loads((Path(__file__).resolve().parent.parent / "docs" / "report.s
 
 def _answer(cli) -> dict:
     """The race's tune answer from `report -f json`, the whole export checked against its schema."""
-    import jsonschema
-    export = json.loads(cli("report", "-f", "json", check=True).stdout)
-    errors = [f"{list(e.absolute_path)}: {e.message}" for e in jsonschema.Draft202012Validator(SCHEMA).iter_errors(export)]
-    assert not errors, "\n".join(errors[:20])
-    return export["tune"]
+    return _valid(json.loads(cli("report", "-f", "json", check=True).stdout))["tune"]
 
 
 def _decided_better(answer: dict, metric: str) -> list[dict]:
@@ -101,12 +97,24 @@ def test_a_program_linked_to_jemalloc_is_tuned_against_jemalloc_as_linked(cli, b
     assert any(r["label"].startswith("jemalloc ") and "decay" in r["label"] for r in better), out
 
 
-def test_threads_churning_messages_get_glibcs_own_fix_named_after_the_arenas_trim(cli, build):
+def _valid(export: dict) -> dict:
+    import jsonschema
+    errors = [f"{list(e.absolute_path)}: {e.message}" for e in jsonschema.Draft202012Validator(SCHEMA).iter_errors(export)]
+    assert not errors, "\n".join(errors[:20])
+    return export
+
+
+def test_threads_churning_messages_get_glibcs_own_fix_named_after_the_arenas_trim(cli, build, tmp_path):
     prog = build("msgchurn", "-pthread")
-    proc = cli("tune", "--budget", "90s", "--", str(prog), "2", "5000", timeout=300)
+    proc = cli("tune", "--budget", "90s", "--export-json", str(tmp_path / "race.json"), "--", str(prog), "2", "5000",
+               timeout=300)
     out = proc.stdout
     assert proc.returncode == 0, out + proc.stderr
     answer = _answer(cli)
+    # The race's --export-json: the same answer, each pick's effects as numbers, valid by the schema.
+    exported = _valid(json.loads((tmp_path / "race.json").read_text()))["tune"]
+    assert exported["picks"] == answer["picks"]
+    assert all(isinstance(e[k], float) for p in exported["picks"] for e in p["effects"] for k in ("ratio", "low", "high"))
     glibc = [r for r in _decided_better(answer, "wall_s") if r["label"].startswith("glibc ")]
     assert glibc and any("TOP_PAD" in r["label"] for r in glibc), out
     # The why of the answer names the mechanism: the threads' arenas trimmed with madvise.
