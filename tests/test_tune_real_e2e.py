@@ -93,8 +93,22 @@ def test_a_program_linked_to_jemalloc_is_tuned_against_jemalloc_as_linked(cli, b
     early = race.config.design["looks"][0]
     assert all(len(race.cell_runs(0, vi)) >= early for vi in range(len(labels))), labels
     # A jemalloc setting decided to hold less at the program's end.
-    better = _decided_better(_answer(cli), "end_anon_mb")
+    answer = _answer(cli)
+    better = _decided_better(answer, "end_anon_mb")
     assert any(r["label"].startswith("jemalloc ") and "decay" in r["label"] for r in better), out
+    # glibc picked: its run line preloads the forwarder the race measured it through (without it
+    # the program runs the jemalloc it links), and the build line says what to link instead. By
+    # hand, that line gives what the race measured.
+    glibc = [p for p in answer["picks"] if p["spec"] == "glibc"]
+    assert glibc, [p["label"] for p in answer["picks"]]   # it returns 99% of what jemalloc keeps at its end
+    for pick in glibc:
+        assert "alloclab-glibc-forward-" in pick["env_line"] and f"{prog.name} links libjemalloc.so.2" in pick["build"]
+        preload = pick["env_line"].split()[0].split("=", 1)[1]
+        env = {k: v for k, v in os.environ.items() if k != "LD_PRELOAD"}
+        plain, forced = _anon_at_exit_kb([str(prog), "64", "200"], env), \
+            _anon_at_exit_kb([str(prog), "64", "200"], env | {"LD_PRELOAD": preload})
+        effect = next(e for e in pick["effects"] + pick["costs"] if e["metric"] == "end_anon_mb")
+        assert effect["low"] * 0.95 <= forced / plain <= effect["high"] * 1.05 + 0.01, (plain, forced, effect)
 
 
 def _valid(export: dict) -> dict:

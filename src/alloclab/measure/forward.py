@@ -25,6 +25,8 @@ from alloclab.workloads.command import real_executable
 # The settings whose effect glibc's main arena shows at the first malloc: it grows by the request
 # plus top_pad. (The loader's tunable list says what glibc parsed; this says its malloc used it.)
 TOP_PAD_READ = "glibc.malloc.top_pad"
+# The words of the verification note of a forwarded cell (for_cell), which the reports look for.
+FORWARDED = "forced by alloclab's forwarding preload"
 
 
 @dataclass(frozen=True)
@@ -73,7 +75,7 @@ def for_cell(variant: Variant, program: Path, catalog: cat.Catalog | None = None
         return variant
     lib = forwarder(a.forward)
     # What still reaches the linked allocator (its own API: mallctl) the static check lists.
-    note = (f"{linked.why()}: {a.name}'s malloc forced by alloclab's forwarding preload {lib.name} "
+    note = (f"{linked.why()}: {a.name}'s malloc {FORWARDED} {lib.name} "
             f"(malloc, free and the rest of the family handed to glibc's __libc_malloc and friends); "
             f"the variant {a.name}-linked measures the linked {linked.allocator.name} instead")
     return dataclasses.replace(variant, library=lib, env=dict(variant.env) | {"LD_PRELOAD": str(lib)},

@@ -22,6 +22,7 @@ from alloclab.report.common import (findings_for, mechanism, metric_title, prima
                                     wrapper_answers)
 from alloclab.report.across import sentence as choice_sentence
 from alloclab.report.bounds import bound_answers
+from alloclab.measure.forward import FORWARDED
 from alloclab.report import fingerprint, terminal
 from alloclab.stats.estimates import format_comparison
 from alloclab.workloads.metrics import PEAK_RSS
@@ -92,9 +93,6 @@ def answer_lines(a, console: Console) -> None:
         cells = [Text(label), Text(verdict, style=style), Text(effect, style=style),
                  Text(peak if whole else _change(peak)), Text(why)]
         console.print(_line(cells[:len(widths)], widths), no_wrap=True, crop=True)
-
-
-FORWARDED = "forced by alloclab's forwarding preload"   # measure/forward.py's note
 
 
 def problems(a, w) -> list[Text]:

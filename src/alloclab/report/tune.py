@@ -212,6 +212,8 @@ def answer_lines(ans: TuneAnswer) -> list[tuple[str, str]]:
         if v["beside"]:
             out.append(("", f"  beside it: {v['beside']}"))
         out.append(("", f"  run:     {p.apply.env_line}"))
+        if p.apply.build:
+            out.append(("", f"  build:   {p.apply.build}"))
         out += [("", ("  systemd: " if i == 0 else "           ") + line)
                 for i, line in enumerate(p.apply.systemd.splitlines())]
     if (state := state_line(ans)) is not None:

@@ -9,6 +9,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from alloclab.catalog import allocators as cat
+from alloclab.measure import forward
+from alloclab.measure.forward import FORWARDED
 from alloclab.stats.analysis import Analysis
 
 
@@ -71,16 +73,36 @@ def apply_lines(env: dict[str, str], unset: tuple[str, ...], command: str) -> tu
     return " ".join(parts), "\n".join(drop_in)
 
 
+def _forwarded(a: Analysis, variant_idx: int) -> str | None:
+    """Where the variant ran with glibc's malloc forced over an allocator the program links: the
+    verification's words for it ("cacheidle links libjemalloc.so.2"), else None."""
+    for w in a.workloads:
+        v = w.verification.get(variant_idx)
+        for note in (v.notes if v else []):
+            if FORWARDED in note:
+                return note.split(": ", 1)[0]
+    return None
+
+
 def how_to_apply(a: Analysis, variant_idx: int, argv: list[str] | None, info: dict | None = None) -> HowToApply:
     e = a.experiment
     v = e.variants[variant_idx]
     env: dict[str, str] = dict(v.env)
+    catalog = cat.load_catalog()
+    allocator = catalog.allocators.get(v.allocator or "")
+    links = _forwarded(a, variant_idx) if allocator is not None and allocator.forward else None
+    if links is not None:
+        # What was measured: the forwarder preloaded; without it the program runs what it links.
+        env = {"LD_PRELOAD": str(forward.forwarder(allocator.forward))} | \
+            {k: val for k, val in env.items() if k != "LD_PRELOAD"}
     base_env = e.variants[a.baseline_idx].env
     unset = tuple(k for k in base_env if k not in env)
     env_line, systemd = apply_lines(env, unset, command_text(argv, info))
-    allocator = cat.load_catalog().allocators.get(v.allocator or "")
     build = None
-    if allocator and allocator.build_option and allocator.build_option != "(default)":
+    if links is not None:
+        build = (f"{links}: link it without that allocator, and {allocator.name}'s malloc is its own, as measured "
+                 f"here through alloclab's forwarding preload (the run line)")
+    elif allocator and allocator.build_option and allocator.build_option != "(default)":
         build = allocator.build_option
         tunables = {k: val for k, val in env.items() if k != "LD_PRELOAD"}
         if tunables:

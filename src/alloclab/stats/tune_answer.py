@@ -85,7 +85,8 @@ class Pick:
                 "rule": self.candidate.rule if self.candidate else None,
                 "effects": [e.to_dict() for e in self.effects], "costs": [e.to_dict() for e in self.costs],
                 "faults": [e.to_dict() for e in self.faults], "env_line": self.apply.env_line,
-                "systemd": self.apply.systemd, "instead": self.instead.label if self.instead else None}
+                "systemd": self.apply.systemd, "build": self.apply.build,
+                "instead": self.instead.label if self.instead else None}
 
 
 @dataclass(frozen=True)
