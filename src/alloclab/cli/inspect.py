@@ -11,6 +11,7 @@ from typing import Optional
 import typer
 
 from alloclab.cli.app import DbOption, app, console, err
+from alloclab.cli.outputs import emit, plain_text
 from alloclab.errors import AlloclabError
 
 FORMATS = ("terminal", "json")
@@ -134,19 +135,7 @@ def _write(items, exp, fmt: str, output: Path | None) -> None:
     if fmt == "json":
         text = render_json(items, exp)
     elif output is not None:
-        import io
-
-        from rich.console import Console
-        buf = io.StringIO()
-        render_terminal(items, Console(file=buf, width=160, color_system=None))
-        text = buf.getvalue()
+        text = plain_text(lambda c: render_terminal(items, c))
     else:
         return
-    if output is None:
-        typer.echo(text, nl=False)
-        return
-    try:
-        output.write_text(text)
-    except OSError as exc:
-        raise AlloclabError(f"Cannot write {output}: {exc.strerror}. Give a writable path with -o.") from None
-    err.print(f"Inspection written to {output}", highlight=False)
+    emit(text, output, "Inspection")

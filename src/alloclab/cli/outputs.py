@@ -64,3 +64,28 @@ def _check_file(option: str, path: Path, must_write: bool = True) -> None:
 def _example(option: str) -> str:
     return {"--db": "alloclab.db", "--export-json": "results.json", "--export-markdown": "report.md", "--export-csv": "report.csv", "--output": "report.html"}.get(
         option, "report.txt")
+
+
+def plain_text(draw) -> str:
+    """What `draw(console)` prints, as plain text 160 columns wide (a file, or a pipe)."""
+    import io
+
+    from rich.console import Console
+    buf = io.StringIO()
+    draw(Console(file=buf, width=160, color_system=None))
+    return buf.getvalue()
+
+
+def emit(text: str, output: Path | None, what: str) -> None:
+    """`text` to stdout, or to the -o file (then "WHAT written to FILE" on stderr)."""
+    import typer
+
+    from alloclab.cli.app import err
+    if output is None:
+        typer.echo(text, nl=False)
+        return
+    try:
+        output.write_text(text)
+    except OSError as exc:
+        raise AlloclabError(f"Cannot write {output}: {exc.strerror}. Give a writable path with -o.") from None
+    err.print(f"{what} written to {output}", highlight=False)

@@ -13,7 +13,7 @@ from rich.table import Table
 from alloclab import defaults
 from alloclab.cli.app import (ListFormatOption, ReadDbOption as DbOption, app, console, err, min_effect_value,
                               open_store, percent)
-from alloclab.cli.outputs import check_outputs, output_format
+from alloclab.cli.outputs import check_outputs, emit, output_format, plain_text
 from alloclab.errors import AlloclabError
 from alloclab.fleet import hosts as fleet_hosts
 from alloclab.report import FORMATS, Options, check_format_option, write_report
@@ -106,10 +106,6 @@ def _report(experiment, db, fmt, output, details, baseline, min_effect, max_rss_
 
 
 def _diff_inspections(pairs: list, fmt: str, output: Path | None) -> None:
-    import io
-
-    from rich.console import Console
-
     from alloclab.report.inspect import render_diff
     from alloclab.tune.inspection import diff as inspection_diff
     diffs = [inspection_diff(x, y) for x, y in pairs]
@@ -122,15 +118,8 @@ def _diff_inspections(pairs: list, fmt: str, output: Path | None) -> None:
             render_diff(d, console)
         return
     else:
-        buf = io.StringIO()
-        for d in diffs:
-            render_diff(d, Console(file=buf, width=160, color_system=None))
-        text = buf.getvalue()
-    if output is None:
-        typer.echo(text, nl=False)
-        return
-    output.write_text(text)
-    err.print(f"Diff written to {output}", highlight=False)
+        text = "".join(plain_text(lambda c, d=d: render_diff(d, c)) for d in diffs)
+    emit(text, output, "Diff")
 
 
 def _report_inspection(store: Store, exp: int, fmt: str, output: Path | None) -> None:
@@ -145,17 +134,8 @@ def _report_inspection(store: Store, exp: int, fmt: str, output: Path | None) ->
         render_terminal(items, console, exp)
         return
     else:
-        import io
-
-        from rich.console import Console
-        buf = io.StringIO()
-        render_terminal(items, Console(file=buf, width=160, color_system=None), exp)
-        text = buf.getvalue()
-    if output is None:
-        typer.echo(text, nl=False)
-        return
-    output.write_text(text)
-    err.print(f"Report written to {output}", highlight=False)
+        text = plain_text(lambda c: render_terminal(items, c, exp))
+    emit(text, output, "Report")
 
 
 def _inspection_pairs(store_a: Store, a: str, store_b: Store, b: str) -> list | None:
@@ -254,19 +234,7 @@ def diff(
         render_terminal(d, console)
         return
     if fmt == "terminal":
-        import io
-
-        from rich.console import Console
-        buf = io.StringIO()
-        render_terminal(d, Console(file=buf, width=160, color_system=None))
-        text = buf.getvalue()
+        text = plain_text(lambda c: render_terminal(d, c))
     else:
         text = render_markdown(d) if fmt == "md" else render_json(d)
-    if output is None:
-        typer.echo(text, nl=False)
-        return
-    try:
-        output.write_text(text)
-    except OSError as exc:
-        raise AlloclabError(f"Cannot write {output}: {exc.strerror}. Give a writable path with -o.") from None
-    err.print(f"Diff written to {output}", highlight=False)
+    emit(text, output, "Diff")
