@@ -132,6 +132,7 @@ def test_the_screen_keeps_the_leaders_and_the_race_decides_on_its_own_runs(tmp_p
     assert all("verdict" not in s for s in chosen.screened_out)
     from alloclab.report.tune import _screened_line
     assert re.search(r"speed: \+(1[5-9]|2[0-5])\.\d%", _screened_line(mmap)), _screened_line(mmap)
+    assert [e["metric"] for e in mmap["estimates"]] == ["wall_s"], mmap
     one = screen.finalists(analyze(store.load(runner.exp_id)), cands, slots=1)
     assert [c.spec for c in one.kept] == [specs[2]] and len(one.screened_out) == 3
     # The setting of a rule that fired stays a finalist, however it screened on one run: the
@@ -243,9 +244,38 @@ def test_where_the_budget_cannot_take_every_candidate_to_the_next_look_the_own_f
     open_ = {0: {1, 2, 3, 4, 5, 6}, 1: {1, 2, 3, 4, 5, 6}}
     most = {1: 1.3, 2: 1.05, 3: 1.6, 4: 1.02, 5: 1.1, 6: 1.2}
     # 300 s left, 16 s a run, from 4 runs to 7: k candidates with the default cost 3 x 2 x 16 x (k + 1) s.
-    assert narrowed(open_, (300.0, 16.0, 4, 7), own={2}, most=most) == {2, 3}   # the own fix, the most to gain
-    keep = narrowed(open_, (500.0, 16.0, 4, 7), own={2}, most=most)
+    assert narrowed(open_, (300.0, 16.0, 4, 7, None), own={2}, most=most) == {2, 3}   # the own fix, the most to gain
+    keep = narrowed(open_, (500.0, 16.0, 4, 7, None), own={2}, most=most)
     assert keep == {2, 3, 1, 6}, keep
-    assert narrowed(open_, (50.0, 16.0, 4, 7), own={2}, most=most) == {2}   # one at least: the own fix
+    assert narrowed(open_, (50.0, 16.0, 4, 7, None), own={2}, most=most) == {2}   # one at least: the own fix
     # Room for all of them: nothing closes.
-    assert narrowed(open_, (1e6, 16.0, 4, 7), own={2}, most=most) == set(range(1, 7))
+    assert narrowed(open_, (1e6, 16.0, 4, 7, None), own={2}, most=most) == set(range(1, 7))
+
+
+def test_the_own_fix_keeps_the_budget_for_its_look_beyond_the_others():
+    from alloclab.tune.race import narrowed
+    # PostgreSQL's race at its first look: the pad (own) and tcmalloc at 2 client counts, 16.3 s a run,
+    # looks 4, 7, 12. The pad and the default to 12 cost 8 x 2 x 2 x 16.3 = 522 s; tcmalloc to 7, 98 s more.
+    open_ = {0: {1, 2}, 1: {1, 2}}
+    most = {1: 1.3, 2: 1.2}
+    assert narrowed(open_, (550.0, 16.3, 4, 7, 12), own={1}, most=most) == {1}
+    assert narrowed(open_, (650.0, 16.3, 4, 7, 12), own={1}, most=most) == {1, 2}
+    # Where the pad could not reach 12 even alone, its further look reserves nothing: both go to 7.
+    assert narrowed(open_, (300.0, 16.3, 4, 7, 12), own={1}, most=most) == {1, 2}
+    # Without an own fix open, the further look changes nothing.
+    assert narrowed(open_, (550.0, 16.3, 4, 7, 12), own=set(), most=most) == {1, 2}
+
+
+def test_a_screen_line_names_each_memory_metric_where_an_axis_has_several():
+    from alloclab.report.tune import _screened_line
+    nan = float("nan")
+    est = lambda axis, w, m, r: {"axis": axis, "workload": w, "metric": m, "ratio": r, "low": nan, "high": nan}
+    s = {"label": "tcmalloc AGGRESSIVE_DECOMMIT=true", "rule": "tcmalloc-release", "expect": "less memory", "runs": 1,
+         "worse_throughout": False,
+         "estimates": [est("memory", "1 client", "rss_after_load_mb", 1.27),
+                       est("memory", "1 client", "rss_after_disconnect_mb", 1.25),
+                       est("speed", "1 client", "tps", 1.1), est("speed", "2 clients", "tps", 1.02)]}
+    line = _screened_line(s)
+    # PostgreSQL's screen printed "1 client: +27.0%; 1 client: +27.0%": two metrics, unnamed.
+    assert "1 client: RSS after load +27.0%; 1 client: RSS after disconnect +25.0%" in line, line
+    assert "speed: 1 client: +10.0%; 2 clients: +2.0%" in line, line

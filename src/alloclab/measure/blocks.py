@@ -112,7 +112,8 @@ class MoreBlocks:
                              else design.looks[-1])
                 # What a racing judge may narrow the race to: the time left, a run's cost, the next look.
                 following = next((k for k in design.looks if k > measured), None)
-                self.judge.budget = (max(0.0, left_s), run_s, measured, following) if following else None
+                after = next((k for k in design.looks if following and k > following), None)
+                self.judge.budget = (max(0.0, left_s), run_s, measured, following, after) if following else None
                 still = self.judge.open_comparisons(self.recorder.experiment,
                                                     {wi for wi, vs in open_.items() if vs}, s.margin,
                                                     reachable=reachable)

@@ -152,12 +152,16 @@ def _screened_line(s: dict) -> str:
         return s.get("text", "")
     rule = f" ({s['rule']}, expected {s['expect']})" if s.get("rule") else ""
     by_axis: dict[str, list[str]] = {}
-    for e in s.get("estimates", []):
-        several = len({x["workload"] for x in s["estimates"]}) > 1
+    estimates = s.get("estimates", [])
+    several = len({x["workload"] for x in estimates}) > 1
+    for e in estimates:
+        # An axis read on several metrics (the peak, and after each phase) names each.
+        metrics = {x.get("metric") for x in estimates if x["axis"] == e["axis"]}
+        named = f"{metric_words(e['metric'])} " if len(metrics) > 1 and e.get("metric") else ""
         lo, hi, r = e["low"], e["high"], e["ratio"]
         # One screen run has no interval: its estimate alone.
         interval = f" [{(lo - 1) * 100:+.1f}, {(hi - 1) * 100:+.1f}]" if math.isfinite(lo) and math.isfinite(hi) else ""
-        by_axis.setdefault(e["axis"], []).append(f"{e['workload'] + ': ' if several else ''}{(r - 1) * 100:+.1f}%"
+        by_axis.setdefault(e["axis"], []).append(f"{e['workload'] + ': ' if several else ''}{named}{(r - 1) * 100:+.1f}%"
                                                  f"{interval}")
     words = ", ".join(f"{axis}: " + "; ".join(texts) for axis, texts in by_axis.items()) or "no estimate"
     lost = (f"; its interval lies wholly on the worse side after {s['runs']} screen runs"

@@ -21,8 +21,9 @@ class Judge:
         # Per workload, the variants a racing judge (tune/race.py) closed below a leader, and its label
         # ("" where it closed them for the budget: still open, not ruled out).
         self.dropped: dict[int, dict[int, str]] = {}
-        # Set by the runner before each look: (seconds left, a run's cost, runs so far, the next look).
-        self.budget: tuple[float, float, int, int] | None = None
+        # Set by the runner before each look: (seconds left, a run's cost, runs so far, the next look,
+        # the look after it or None).
+        self.budget: tuple[float, float, int, int, int | None] | None = None
 
     def open_comparisons(self, experiment, workload_idxs: set[int], margin: float,
                          reachable: int | None = None) -> dict[int, set[int]]:

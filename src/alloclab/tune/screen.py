@@ -160,9 +160,9 @@ def finalists(a: Analysis, candidates: list[Candidate], slots: int, fired: list[
     for cand, vi, gain, speed_gain in scored:
         if cand in kept:
             continue
-        estimates = [_estimate("speed", w, c) for w, c in _each(a, vi, _primary)]
+        estimates = [_estimate("speed", w, m, c) for w, m, c in _each(a, vi, _primary)]
         if cand.expect == "less memory":
-            estimates = [_estimate("memory", w, c) for w, c in _each(a, vi, _memory_of(cand))] + estimates
+            estimates = [_estimate("memory", w, m, c) for w, m, c in _each(a, vi, _memory_of(cand))] + estimates
         out.append({"label": a.labels[vi], "spec": cand.spec, "rule": cand.rule, "expect": cand.expect,
                     "runs": screen_runs, "estimates": estimates,
                     "worse_throughout": (cand, vi, gain, speed_gain) in lost})
@@ -170,9 +170,11 @@ def finalists(a: Analysis, candidates: list[Candidate], slots: int, fired: list[
 
 
 def _each(a: Analysis, vi: int, metrics_of):
-    return [(w.name, c) for w in a.workloads for name in metrics_of(w) if (c := w.comparison(name, vi)) is not None]
+    return [(w.name, name, c) for w in a.workloads for name in metrics_of(w)
+            if (c := w.comparison(name, vi)) is not None]
 
 
-def _estimate(axis: str, workload: str, c) -> dict:
+def _estimate(axis: str, workload: str, metric: str, c) -> dict:
     """The screen's estimate and interval of one comparison (not a verdict: it only ranks)."""
-    return {"axis": axis, "workload": workload, "ratio": c.ratio, "low": c.ci_low, "high": c.ci_high}
+    return {"axis": axis, "workload": workload, "metric": metric, "ratio": c.ratio, "low": c.ci_low,
+            "high": c.ci_high}
