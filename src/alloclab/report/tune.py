@@ -154,10 +154,12 @@ def _screened_line(s: dict) -> str:
     by_axis: dict[str, list[str]] = {}
     estimates = s.get("estimates", [])
     several = len({x["workload"] for x in estimates}) > 1
+    # An axis read on several metrics (the peak, and after each phase) names each.
+    metrics: dict[str, set] = {}
     for e in estimates:
-        # An axis read on several metrics (the peak, and after each phase) names each.
-        metrics = {x.get("metric") for x in estimates if x["axis"] == e["axis"]}
-        named = f"{metric_words(e['metric'])} " if len(metrics) > 1 and e.get("metric") else ""
+        metrics.setdefault(e["axis"], set()).add(e.get("metric"))
+    for e in estimates:
+        named = f"{metric_words(e['metric'])} " if len(metrics[e["axis"]]) > 1 and e.get("metric") else ""
         lo, hi, r = e["low"], e["high"], e["ratio"]
         # One screen run has no interval: its estimate alone.
         interval = f" [{(lo - 1) * 100:+.1f}, {(hi - 1) * 100:+.1f}]" if math.isfinite(lo) and math.isfinite(hi) else ""

@@ -141,10 +141,10 @@ def narrowed(open_: dict[int, set[int]], budget, own: set[int], most: dict[int, 
     vis = set().union(*open_.values()) if open_ else set()
     workloads = sum(1 for vs in open_.values() if vs)
     own_open = vis & own
-    further = 0.0
-    if own_open and after and (after - measured) * (len(own_open) + 1) * workloads * run_s <= left_s:
-        further = (after - following) * (len(own_open) + 1) * workloads * run_s
-    need = lambda k: (following - measured) * (k + 1) * workloads * run_s + (further if k > len(own_open) else 0.0)
+    cost = lambda blocks, k: blocks * (k + 1) * workloads * run_s   # k candidates and the default
+    reach = own_open and after and cost(after - measured, len(own_open)) <= left_s
+    further = cost(after - following, len(own_open)) if reach else 0.0
+    need = lambda k: cost(following - measured, k) + (further if k > len(own_open) else 0.0)
     if len(vis) <= 1 or run_s <= 0 or need(len(vis)) <= left_s:
         return vis
     order = sorted(own_open) + sorted(vis - own_open, key=lambda vi: -most.get(vi, 0.0))
