@@ -44,8 +44,13 @@ def test_the_split_adds_up_at_every_reading(tmp_path, build, program, allocator)
     assert f.books is not None and f.books.splits, f.books
     assert {sp.at for sp in f.books.splits} >= {"end"}
     for sp in f.books.splits:
-        # The parts are resident bytes, "other" measured from smaps; what they leave is bounded.
-        assert abs(sp.unexplained) <= max(0.05 * sp.anon, 2 * MIB), (sp.at, sp.anon, sp.parts, sp.unexplained)
+        # The parts are resident bytes, "other" measured from smaps; what they leave is bounded. A
+        # reading taken while the program writes (its peak) reads the books, the allocator's pages and
+        # smaps one after another: what the program wrote between them, 1 MiB or more when a busy
+        # neighbour preempts the reader, is unexplained (trimhold under tcmalloc: 2.26 MB once).
+        moving = 0 if sp.at == "end" else max(MIB, WRITTEN_AT_ONCE.get(program, 0))
+        assert abs(sp.unexplained) <= max(0.05 * sp.anon, 2 * MIB) + moving, (sp.at, sp.anon, sp.parts,
+                                                                            sp.unexplained)
         assert sp.parts["other"] == sum(sp.other_parts.values()) and sp.other_parts["interposer"] > 0
         # These programs write every block they allocate: the books count little that is not resident
         # (jemalloc's and gperftools' untouched metadata, a few MiB; more beside a busy neighbour), and

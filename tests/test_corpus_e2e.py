@@ -274,8 +274,13 @@ def test_postgres_started_and_stopped_keeps_its_fate_under_alloclab():
                      "create table t as select g, md5(g::text) h from generate_series(1, 50000) g; "
                      "select count(*), sum(g), max(h) from t; select count(*) from pg_class where relname = 't';"]
             stop = [str(pg / "pg_ctl"), "-D", "data", "-w", "-m", "fast", "stop"]
-            results[label] = _server_session(start, [query], stop, lambda c=cwd: (c / ".s.PGSQL.5432").exists(),
-                                             env, cwd, user)
+            # The socket appears before the server accepts: a query sent then gets "starting up" (exit 2).
+            ready = [str(pg / "pg_isready") if (pg / "pg_isready").exists() else "pg_isready", "-q", "-h",
+                     str(cwd), "-U", "postgres", "-d", "postgres"]
+            results[label] = _server_session(
+                start, [query], stop,
+                lambda c=cwd, r=ready: (c / ".s.PGSQL.5432").exists() and subprocess.run(r, timeout=30).returncode == 0,
+                env, cwd, user)
         assert results["plain"][0] == 0 and results["plain"][1][0][0] == 0, results["plain"]
         assert "50000|1250025000|" in results["plain"][1][0][1]
         for label, got in results.items():

@@ -2,9 +2,13 @@
 
 from __future__ import annotations
 
+import ctypes
 import os
 import shutil
+import signal
 import stat
+import subprocess
+import time
 
 import pytest
 
@@ -111,3 +115,31 @@ def test_shared_object_without_malloc_is_refused_before_anything_runs(build, cli
     assert p.returncode == 2
     assert "not an allocator" in p.stderr
     assert not cli.db.exists() or "runs" not in p.stdout
+
+
+def test_a_process_still_inside_the_loader_is_not_judged_escaped(build):
+    """Stopped at its exec, before the loader has mapped anything: a sampler that looks then (a
+    busy machine leaves a new process unscheduled for tens of ms) must not call it escaped; once
+    the loader has mapped libc, an absent preload is an escape."""
+    libc = ctypes.CDLL(None, use_errno=True)
+    prog = build("churn")
+    child = subprocess.Popen([str(prog), "50", "1"], preexec_fn=lambda: libc.ptrace(0, 0, None, None),
+                             stdout=subprocess.DEVNULL)   # PTRACE_TRACEME: stops with SIGTRAP at exec
+    try:
+        _, status = os.waitpid(child.pid, os.WUNTRACED)
+        assert os.WIFSTOPPED(status) and os.WSTOPSIG(status) == signal.SIGTRAP
+        assert verify.maps_mention(child.pid, "/libjemalloc.so") is None
+        assert verify.maps_mention(child.pid, "/ld-linux") is True
+    finally:
+        child.kill()
+        child.wait()
+    plain = subprocess.Popen(["sleep", "5"])
+    try:
+        for _ in range(200):
+            if verify.maps_mention(plain.pid, "/libjemalloc.so") is not None:
+                break
+            time.sleep(0.01)
+        assert verify.maps_mention(plain.pid, "/libjemalloc.so") is False
+    finally:
+        plain.kill()
+        plain.wait()

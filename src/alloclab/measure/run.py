@@ -162,8 +162,8 @@ class TreeSampler:
         if mapped:
             seen.mapped = True
         elif mapped is False:
-            # Right after exec the loader has not mapped the preload yet: only a process seen
-            # without it twice counts as having escaped.
+            # Seen without it after the loader mapped libc (maps_mention says None before): twice,
+            # so that one odd read of maps convicts nothing.
             looks = self.unmapped_looks[proc.pid] = self.unmapped_looks.get(proc.pid, 0) + 1
             seen.mapped = False if looks >= 2 else None
 

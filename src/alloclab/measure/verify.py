@@ -271,15 +271,23 @@ def preload_refusals(stderr_text: str) -> list[str]:
             for m in PRELOAD_REFUSED.finditer(stderr_text)]
 
 
+LOADED_PAST_PRELOADS = b"/libc.so"
+
+
 def maps_mention(pid: int, needle: str) -> bool | None:
-    """Is a file whose path contains `needle` mapped into the process? None if unreadable."""
+    """Is a file whose path contains `needle` mapped into the process? None if unreadable, or
+    too early to say."""
     try:
         with open(f"/proc/{pid}/maps", "rb") as fh:
             maps = fh.read()
     except OSError:
         return None
-    # A zombie (exited, not yet reaped) has no mappings at all: that says nothing.
-    return (needle.encode() in maps) if maps else None
+    if needle.encode() in maps:
+        return True
+    # The loader maps every LD_PRELOAD object before the program's own libraries, libc among
+    # them: a process without libc yet is still inside the loader (a freshly exec'd one that a
+    # busy machine has not scheduled), and says nothing. A zombie has no mappings at all.
+    return False if LOADED_PAST_PRELOADS in maps else None
 
 
 def mapped_marker(variant) -> str:
