@@ -10,7 +10,8 @@ medians (and the hand ratios' range), one line per setting and metric.
 
 Cases (tests/programs): datawork (CPython with numpy, freeing arrays of 1-12 MiB), cacheidle (linked
 to jemalloc: a 200 MiB cache filled, freed, idle), msgchurn (two threads churning 64 KiB messages),
-jobrunner (a Ruby job runner, 16 threads).
+jobrunner (a Ruby job runner, 16 threads), npthreads (CPython threads with numpy: zeroed result arrays of
+1-12 MiB, a sixteenth of each filled).
 
 Usage: python bench/tune_real.py [--case NAME ...] [--reps N] [--budget 3m] [--out DIR]
 """
@@ -45,6 +46,7 @@ def build(out: Path) -> dict[str, list[str]]:
         "cacheidle": [str(out / "cacheidle"), "200", "500"],
         "msgchurn": [str(out / "msgchurn"), "2", "20000"],
         "jobrunner": [shutil.which("ruby") or "ruby", str(PROGRAMS / "jobrunner.rb"), "16", "160"],
+        "npthreads": [sys.executable, str(PROGRAMS / "npthreads.py"), "4", "400"],
     }
 
 

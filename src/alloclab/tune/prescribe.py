@@ -105,7 +105,7 @@ def prescribe(readings: dict[str, Reading], allocators: list[str], versions: dic
     out: list[Candidate] = []
     fired, silent, rate_only = [], [], True
     seen: set[str] = set()
-    cause: tuple[Rule, str, str | None] | None = None   # the first mechanism found that makes it slower
+    cause: tuple[Rule, str, str | None] | None = None   # the first mechanism of the default that makes it slower
     held: tuple[Rule, str, str | None] | None = None    # else the first that holds the default's memory
     for rule in rules:
         reading = readings.get(rule.reads)
@@ -123,7 +123,9 @@ def prescribe(readings: dict[str, Reading], allocators: list[str], versions: dic
         rate_only = rate_only and rule.rate_only
         mechanism, why = fill(rule.mechanism, reading, values), fill(rule.why, reading, values)
         metric = reading.rest_metric if rule.expect == "less memory" and rule.returns else None
-        if cause is None and rule.expect == "faster" and not rule.rate_only:
+        # The plain allocators race against the default's own mechanism: one that another allocator's
+        # fingerprint shows (jemalloc's purge churn) is not what they would fix in the default.
+        if cause is None and rule.expect == "faster" and not rule.rate_only and rule.reads == baseline:
             cause = rule, mechanism, None
         if held is None and rule.expect == "less memory" and rule.reads == baseline:
             held = rule, mechanism, metric

@@ -563,7 +563,11 @@ static void glibc_resident(int64_t *out) {
         struct vma *v = h ? vma_at(h) : NULL;
         struct heap_info_ hi;
         if (!v || v->kind != V_ANON || !safe_read(h, &hi, sizeof hi) || hi.size > HEAP_MAX) continue;
-        if (v->class_ != C_ALLOCATOR) { v->class_ = C_ALLOCATOR; heap_res += v->anon; }
+        /* A heap's pages may lie in several mappings (its first page apart from the rest, seen under
+         * kernel 6.18 in a Python process): each within its aligned range is the heap's. */
+        size_t span = hi.mprotect_size > hi.size ? hi.mprotect_size : hi.size;
+        for (uintptr_t at = h; at < h + span && (v = vma_at(at)) != NULL; at = v->hi)
+            if (v->kind == V_ANON && v->class_ != C_ALLOCATOR) { v->class_ = C_ALLOCATOR; heap_res += v->anon; }
         int known = 0;
         for (int k = 0; k < nseen; k++) known |= arenas_seen[k] == hi.ar_ptr;
         if (known || !vma_at(hi.ar_ptr)) continue;
