@@ -7,6 +7,8 @@ itself acts on; a timed run's anonymous RSS at its end is the program's own."""
 from __future__ import annotations
 
 import os
+import sys
+from pathlib import Path
 
 import pytest
 
@@ -120,3 +122,14 @@ def test_a_timed_runs_anonymous_rss_at_its_end_is_the_programs_own(cli, build, s
         assert abs(r.metrics["end_anon_mb"] * 1024 - r.metrics["anon_kb"]) <= 0.01 * r.metrics["anon_kb"] + 64
     by = {e.variants[r.variant_idx].label: r.metrics["end_anon_mb"] for r in runs}
     assert by["glibc"] > 8 and by["glibc TRIM_THRESHOLD=128K"] < 4, by
+
+
+def test_thread_arenas_of_a_python_with_numpy_are_the_allocators_not_the_programs(tmp_path):
+    """CPython threads free numpy arrays of up to 12 MiB: glibc's raised thresholds keep them as
+    each thread arena's free top. Those heaps' pages (in several mappings each here: a heap's first
+    page apart from the rest) are glibc's free top, not the program's own maps."""
+    pytest.importorskip("numpy")
+    f = fingerprint(tmp_path, [sys.executable, str(Path(__file__).parent / "programs" / "npthreads.py"), "4", "60"])
+    end = f.books.at("end")
+    assert end.parts["free_top"] >= 0.5 * end.anon, (end.anon, end.parts, end.other_parts)
+    assert end.other_parts["own_maps"] < 0.25 * end.parts["free_top"], (end.parts, end.other_parts)
