@@ -95,6 +95,14 @@ def test_a_screen_is_planned_only_when_the_full_race_would_not_fit():
     # A program of 1.6 s with 7 candidates and 173 s left: every candidate reaches the first look
     # (8 x 7 x 1.6 s = 90 s); the race is not sized as if each ran to its 300th run.
     assert screen.plan(7, 1, 1.6, 173.0, first_look=6, warmup=1) is None
+    # Ceph's RBD client: 9 candidates x 4 workloads at 4.5 s a run, 1415 s left. Their first look alone
+    # fits (7.5 x 10 x 4 x 4.5 s = 1350 s), but then nothing is left to take the 3 glibc fixes of
+    # the default's own mechanisms on from 5 runs to 20, and nothing gets decided: a screen.
+    assert screen.plan(9, 4, 4.5, 1415.0, first_look=5, warmup=1) is None
+    sp = screen.plan(9, 4, 4.5, 1415.0, first_look=5, warmup=1, own=3, own_runs=20)
+    assert sp is not None and "3 fix(es) of the default's own mechanisms on to 20 runs" in sp.why, sp
+    # With time for both, every candidate races.
+    assert screen.plan(9, 4, 4.5, 2500.0, first_look=5, warmup=1, own=3, own_runs=20) is None
     # How many reach the first look after a screen: (warm-up + 6 runs + a profile) x 2 workloads x 22 s = 374 s each.
     assert screen.race_slots(2, 22.0, 1130.0, first_look=6, warmup=1) == 2
     assert screen.race_slots(1, 0.5, 600.0, first_look=6, warmup=1) == 140

@@ -42,26 +42,40 @@ class Finalists:
 
 
 def plan(n_candidates: int, n_workloads: int, run_s: float, left_s: float, first_look: int,
-         warmup: int, force: bool = False) -> ScreenPlan | None:
+         warmup: int, force: bool = False, own: int = 0, own_runs: int = 0) -> ScreenPlan | None:
     """A screen when the race of every candidate could not reach its first look within the budget
-    left (or `force`); None otherwise, or when there are at most two candidates (nothing to choose).
+    left, with the `own` fixes of the default's mechanisms and the default taken on to `own_runs`
+    runs (or `force`); None otherwise, or when there are at most two candidates (nothing to choose).
     Every candidate that reaches the first look is judged there, and the race drops it as soon as it
-    is decided or below the leader: a race is not sized as if every candidate ran to the last look."""
+    is decided or below the leader: a race is not sized as if every candidate ran to the last look.
+
+    Why the own fixes' further runs count: a first look alone decides little where the family is
+    large (recipe:ceph-rbd-client: 9 candidates x 4 workloads at 5 runs, intervals of -100% to
+    +10^8%), and a race that spends the budget there answers nothing; race_slots keeps the same
+    runs for them after a screen."""
     if n_candidates <= 2 or (run_s <= 0 and not force):
         return None
     block_s = max((n_candidates + 1) * n_workloads * run_s, 1e-9)
     # The warm-up block, the first look's, and the time the race keeps for the profile of what stays
     # open (measure/blocks.py): what the first look of every candidate takes.
     race_s = (max(warmup, 1) + first_look + PROFILE_COST) * block_s
+    beyond = own_beyond(n_workloads, run_s, first_look, own, own_runs)
     runs = max(1, min(MAX_SCREEN_RUNS, int(SCREEN_SHARE * left_s // block_s)))
     if force:
         return ScreenPlan(runs, "--screen always")
-    if race_s <= FIT * left_s:
+    if race_s + beyond <= FIT * left_s:
         return None
+    further = (f", and {duration(beyond)} more to take the {own} fix(es) of the default's own mechanisms on "
+               f"to {own_runs} runs" if beyond else "")
     return ScreenPlan(runs, f"racing all {n_candidates} candidates to their first look would take about "
                             f"{duration(race_s)} ({first_look} runs, a warm-up and a profile of {n_candidates + 1} "
-                            f"variants x {n_workloads} workload(s) x {run_s:.1f} s, a fingerprint run's time) of the "
-                            f"{duration(left_s)} left")
+                            f"variants x {n_workloads} workload(s) x {run_s:.1f} s, a fingerprint run's time){further} "
+                            f"of the {duration(left_s)} left")
+
+
+def own_beyond(n_workloads: int, run_s: float, first_look: int, own: int, own_runs: int) -> float:
+    """What taking the own fixes and the default from the first look on to `own_runs` runs costs."""
+    return (own + 1) * max(0, own_runs - first_look) * n_workloads * max(run_s, 0.0) if own else 0.0
 
 
 def duration(s: float) -> str:
@@ -75,7 +89,7 @@ def race_slots(n_workloads: int, run_s: float, left_s: float, first_look: int, w
     mechanisms and the default have what takes them on to `own_runs` runs (the decision comes first;
     the others race where the budget allows)."""
     run_s = max(run_s, 1e-9)
-    beyond = (own + 1) * max(0, own_runs - first_look) * n_workloads * run_s if own else 0.0
+    beyond = own_beyond(n_workloads, run_s, first_look, own, own_runs)
     per_candidate = (max(warmup, 1) + first_look + PROFILE_COST) * n_workloads * run_s
     return max(1, int((left_s - beyond) // per_candidate) - 1)
 

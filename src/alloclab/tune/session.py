@@ -209,13 +209,16 @@ class TuneRun:
         left = self.left()
         first = d.early_look or d.first_look
         warmup = opts.warmup if opts.warmup is not None else d.warmup
-        sp = None if opts.screen == "never" else screening.plan(
-            len(candidates), len(self.workloads), run_s, left, first, warmup, force=opts.screen == "always")
-        if sp is None:
-            return candidates, [], None
         # The fixes of the default's own mechanisms race whatever a screen says (the glibc setting for
         # a glibc mechanism; another allocator's setting races if it ranks).
         own_rules = {r.name for r in load_rules() if r.name in fired and r.reads == own_reads}
+        own = [c for c in candidates if c.rule in own_rules and ":" in c.spec]
+        own_runs = min(d.max_runs, 4 * first)
+        sp = None if opts.screen == "never" else screening.plan(
+            len(candidates), len(self.workloads), run_s, left, first, warmup, force=opts.screen == "always",
+            own=len(own), own_runs=own_runs)
+        if sp is None:
+            return candidates, [], None
         self.ui.note(f"Screening: {sp.why}; {sp.runs} run(s) of each first, then only the finalists race.")
         t = self.clock()
         settings = Settings(runs=sp.runs, warmup=0, verify=False, keep_prepared=True, kind="tune-screen",
@@ -224,11 +227,10 @@ class TuneRun:
         spent = self.clock() - t
         # What a run costs, measured: the race's cap is sized from it, not from the fingerprint runs.
         self.pace_s = spent / max(1, sp.runs * (len(candidates) + 1) * len(self.workloads))
-        own = [c for c in candidates if c.rule in own_rules and ":" in c.spec]
         # The own fixes are to be decided (to the file's cap of runs, or the first looks a command's
         # budget fits); the others race to their first look where the budget allows.
         slots = screening.race_slots(len(self.workloads), self.pace_s, left - spent, first, warmup, len(own),
-                                     min(d.max_runs, 4 * first))
+                                     own_runs)
         if opts.screen == "always":   # asked for: the finalists alone race, at most two besides the own fixes
             slots = min(slots, screening.ALWAYS_SLOTS)
         chosen = screening.finalists(build_results(store.load(screen_id), min_effect=opts.min_effect).analysis,
