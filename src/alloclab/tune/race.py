@@ -18,8 +18,8 @@ undecided and other candidates run anyway: the cost beside the pick is half of t
 seeds' jemalloc, 4x faster and 300 MB more per OSD), and those blocks are run whatever it does.
 It never keeps the race going on its own for its cost alone. A candidate decided better on speed
 whose peak RSS is still open, none of its memory decided worse, does: it may be better on both axes,
-which the answer leads with (a glibc fix x3 faster at the default's RSS beside an allocator as fast
-that holds 21% more).
+which the answer leads with (threads churning messages in CPython: glibc's pad x3 faster, its peak
+RSS still undecided at 10 runs, beside allocators as fast that hold 21% more).
 """
 
 from __future__ import annotations
