@@ -224,12 +224,14 @@ def test_xthread_threads_means_submitters_and_completers(programs):
 
 def test_extra_work_slows_down(programs):
     """--extra-work injects a known allocation-free slowdown (~1 ns a unit)."""
-    # The fastest of three runs each, interleaved: one run of ~25 ms is one preemption from 2x.
+    # The fastest of three runs each, interleaved: one run of ~25 ms is one preemption from 2x. A
+    # thousand units a pair (about 1 us, thirty times a pair's own cost) leave 2x beyond any
+    # neighbour (100 units once read 59 ns against 33 ns beside three test workers).
     base, slow = [], []
     for _ in range(3):
         base.append(one_json_line(run(programs["simple"], ["--iters=20000"])))
-        slow.append(one_json_line(run(programs["simple"], ["--iters=20000", "--extra-work=100"])))
-    assert slow[0]["extra_work"] == 100
+        slow.append(one_json_line(run(programs["simple"], ["--iters=20000", "--extra-work=1000"])))
+    assert slow[0]["extra_work"] == 1000
     assert min(r["ns_per_pair"] for r in slow) > 2 * min(r["ns_per_pair"] for r in base)
 
 
