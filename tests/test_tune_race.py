@@ -218,17 +218,17 @@ def test_a_candidate_that_may_hold_least_memory_stays_in_the_race(tmp_path):
     assert runs[1] == 4 and e.config.dropped, runs
 
 
-def _wobbly_pad():
-    """Peak RSS: TOP_PAD's 10% above the default's with 6% swings run by run (undecided for some
-    looks); ARENA_MAX=1 holds half, so it races on as the memory pick; the default holds 10 MiB."""
+def _wobbly_pad(above: float = 0.10, swing: float = 0.06, arena_kb: int = 5_120):
+    """Peak RSS: TOP_PAD's `above` the default's with `swing` run by run (undecided for some looks);
+    ARENA_MAX=1 holds `arena_kb` (half: it races on as the memory pick); the default holds 10 MiB."""
     n = 0
 
     def peak_kb(env):
         nonlocal n
         if "MALLOC_TOP_PAD_" in env:
             n += 1
-            return int(10_240 * (1.10 + (0.06 if n % 2 else -0.06)))
-        return 5_120 if "MALLOC_ARENA_MAX" in env else 10_240
+            return int(10_240 * (1 + above + (swing if n % 2 else -swing)))
+        return arena_kb if "MALLOC_ARENA_MAX" in env else 10_240
     return peak_kb
 
 
@@ -296,15 +296,7 @@ def test_a_candidate_better_on_speed_races_on_alone_until_its_memory_may_make_it
     # TOP_PAD is decided 4x faster at the first look; its peak RSS swings 1.5% around the default's:
     # undecided then, equivalent after more runs. ARENA_MAX=1 leaves below it, so TOP_PAD runs on
     # alone with the default until the answer can say "better on both".
-    n = 0
-
-    def peak_kb(env):
-        nonlocal n
-        if "MALLOC_TOP_PAD_" in env:
-            n += 1
-            return int(10_240 * (1 + (0.015 if n % 2 else -0.015)))
-        return 10_240
-    e, runs = _leader_race(tmp_path, RaceJudge(), peak_kb=peak_kb)
+    e, runs = _leader_race(tmp_path, RaceJudge(), peak_kb=_wobbly_pad(above=0.0, swing=0.015, arena_kb=10_240))
     a = analyze(e)
     assert runs[1] == 4 and runs[2] > 4, runs
     assert a.workloads[0].row("peak_rss_mb").cells[2].comparison.verdict == "equivalent"
