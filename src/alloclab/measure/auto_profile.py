@@ -12,6 +12,8 @@ keeps the runs measured and the profiles made so far.
 
 from __future__ import annotations
 
+import time
+
 from typing import Any, Protocol
 
 from alloclab.errors import AlloclabError, Interrupted
@@ -73,7 +75,8 @@ def profile_open(exp: Measuring, workload_idxs: set[int]) -> None:
         # The variants as given: profile_workload forces glibc where a program links another allocator.
         record.profile_experiment(exp.store, exp.recorder.experiment, exp.workloads, exp.variants, runs=1,
                                   timeout_s=exp.settings.timeout_s, advance=exp.progress.advance,
-                                  only=profilable, keep_session=True, seed=exp.settings.seed)
+                                  only=profilable, keep_session=True, seed=exp.settings.seed,
+                                  deadline=time.monotonic() + max(0.0, left))
     except Interrupted:
         exp.progress.note("the profile was interrupted (Ctrl-C): the measured runs and the profiles so far are kept")
     except AlloclabError as exc:

@@ -112,10 +112,13 @@ class _Resolved(dict):
 
 
 class TuneRun:
-    def __init__(self, opts: TuneOptions, workloads: list, plan_defaults, title: str, ui: UI, clock=time.monotonic):
+    def __init__(self, opts: TuneOptions, workloads: list, plan_defaults, title: str, ui: UI, clock=time.monotonic,
+                 started: float | None = None):
+        """`started`: when the user's command began, on `clock` (the CLI passes its process's start: a
+        budget timed from outside includes the interpreter's start and the answer's rendering)."""
         self.opts, self.workloads, self.defaults, self.title, self.ui = opts, workloads, plan_defaults, title, ui
         self.clock = clock
-        self.started = clock()
+        self.started = clock() if started is None else min(started, clock())
         self.budget_s = opts.budget_s or defaults.seconds(plan_defaults.budget)
         self.pace_s: float | None = None   # a timed run's cost, measured by the screen
 

@@ -13,6 +13,7 @@ import os
 import shutil
 import statistics
 import tempfile
+import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
@@ -88,8 +89,10 @@ def profile_workload(workload: Workload, variants: list[Variant], runs: int = 3,
                      baseline: dict[str, list[dict]] | None = None, timeout_s: float | None = None,
                      workload_idx: int = 0, seed: int = 1, base_env: dict[str, str] | None = None,
                      advance: Callable[[str], None] = lambda text: None,
-                     access: PerfAccess | None = None, keep_session: bool = False) -> list[ProfileSummary]:
-    """Profile `runs` runs of the workload under each variant, in shuffled interleaved blocks.
+                     access: PerfAccess | None = None, keep_session: bool = False,
+                     deadline: float | None = None) -> list[ProfileSummary]:
+    """Profile `runs` runs of the workload under each variant, in shuffled interleaved blocks; none
+    begins after `deadline` (time.monotonic(): a budget's end), and the summaries say so.
 
     baseline (label -> metrics of unprofiled runs, e.g. an experiment's measured runs, each with
     wall_s and the workload's metrics) is what the sampling overhead is measured against;
@@ -122,6 +125,11 @@ def profile_workload(workload: Workload, variants: list[Variant], runs: int = 3,
             workload.executor.prepare()
         for n, job in enumerate(jobs):
             cell = cells[job.cell]
+            if deadline is not None and time.monotonic() >= deadline:
+                for c in cells:
+                    c.summary.notes.append(f"The budget ended after {len(c.summary.runs)} profiled run(s) of "
+                                           f"{c.variant.label}.")
+                break
             advance(f"profile {workload.name[:24]} | {cell.variant.label} ({job.block + 1}/{runs})")
             tmp = root / f"run-{n}"
             if service:
@@ -286,7 +294,7 @@ def profile_experiment(store, exp, workloads: list[Workload], variants: list[Var
                        runs: int = 3, frequency: int = DEFAULT_FREQUENCY, call_graph: bool = False,
                        timeout_s: float | None = None, advance: Callable[[str], None] = lambda text: None,
                        only: set[int] | None = None, keep_session: bool = False, seed: int = 1,
-                       ) -> list[ProfileSummary]:
+                       deadline: float | None = None) -> list[ProfileSummary]:
     """Profile every workload of a stored experiment (`exp`, store.db.Experiment), or those in
     `only`, and store the summaries with it; on an error or Ctrl-C, those made so far too.
 
@@ -310,7 +318,7 @@ def profile_experiment(store, exp, workloads: list[Workload], variants: list[Var
                      for vi, v in enumerate(variants)}
             summaries += profile_workload(w, variants, runs, frequency, call_graph, baseline=plain,
                                           timeout_s=timeout_s, workload_idx=wi, seed=seed, advance=advance,
-                                          access=access, keep_session=keep_session)
+                                          access=access, keep_session=keep_session, deadline=deadline)
     except AlloclabError:
         attach_counters(summaries, exp)
         store_profiles(store, exp_id, summaries)
