@@ -277,3 +277,16 @@ def test_a_tune_ends_within_its_budget(tmp_path, monkeypatch, budget_s):
                   defaults.TUNE, "fake", ui, clock=clock)
     out = run.run()
     assert out.race_id is not None and clock.now <= budget_s, (clock.now, budget_s)
+
+
+def test_the_cli_times_the_budget_from_the_process_start_less_the_answers_time():
+    import time
+
+    import psutil
+
+    from alloclab.cli.tune import ANSWER_S, _command_began
+    age = time.time() - psutil.Process().create_time()
+    began = _command_began()
+    now = time.monotonic()
+    # This test process started `age` seconds ago: the budget began then, less the answer's reserve.
+    assert now - began >= age + ANSWER_S - 0.05 and now - began <= age + ANSWER_S + 1.0, (now - began, age)
