@@ -11,7 +11,8 @@ medians (and the hand ratios' range), one line per setting and metric.
 Cases (tests/programs): datawork (CPython with numpy, freeing arrays of 1-12 MiB), cacheidle (linked
 to jemalloc: a 200 MiB cache filled, freed, idle), msgchurn (two threads churning 64 KiB messages),
 jobrunner (a Ruby job runner, 16 threads), npthreads (CPython threads with numpy: zeroed result arrays of
-1-12 MiB, a sixteenth of each filled).
+1-12 MiB, a sixteenth of each filled), npsparse (the same, a sixty-fourth of each filled: there glibc's
+mmap threshold is faster and smaller by hand).
 
 Usage: python bench/tune_real.py [--case NAME ...] [--reps N] [--budget 3m] [--out DIR]
 """
@@ -47,6 +48,7 @@ def build(out: Path) -> dict[str, list[str]]:
         "msgchurn": [str(out / "msgchurn"), "2", "20000"],
         "jobrunner": [shutil.which("ruby") or "ruby", str(PROGRAMS / "jobrunner.rb"), "16", "160"],
         "npthreads": [sys.executable, str(PROGRAMS / "npthreads.py"), "4", "400"],
+        "npsparse": [sys.executable, str(PROGRAMS / "npthreads.py"), "4", "400", "64"],
     }
 
 
@@ -108,6 +110,13 @@ def hand(argv: list[str], settings: dict[str, dict[str, str]], reps: int) -> dic
     return runs
 
 
+def first_line(text: str) -> str:
+    """The answer's first line: the one after its heading (the diagnosis comes before it)."""
+    lines = text.splitlines()
+    at = next((i for i, line in enumerate(lines) if line.startswith("Tune answer")), None)
+    return lines[at + 1] if at is not None and at + 1 < len(lines) else (lines[0] if lines else "")
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--case", action="append")
@@ -123,7 +132,7 @@ def main() -> None:
         answer, spent, text = tune(argv, args.budget, out / f"{name}.db")
         (out / f"{name}.answer.txt").write_text(text)
         print(f"\n## {name}: {' '.join(argv)}\ntune --budget {args.budget}: {spent:.0f} s; first line: "
-              f"{text.splitlines()[0] if text else ''}")
+              f"{first_line(text)}")
         settings = settings_of(answer)
         runs = hand(argv, settings, args.reps)
         plain = runs["plain"]

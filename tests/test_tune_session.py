@@ -257,8 +257,8 @@ def test_the_answer_leads_with_better_on_both_and_a_slow_memory_pick_names_what_
     memory = ans.picks[1]
     assert memory.label.startswith("jemalloc") and memory.instead.label == "glibc ARENA_MAX=2"
     lines = [t for _, t in answer_lines(ans)]
-    assert lines[0].startswith("Better on both, and best for speed: glibc ARENA_MAX=2: wall_s -8.")
-    beside = next(t for t in lines if t.startswith("  beside it: wall_s x3."))
+    assert lines[0].startswith("Better on both, and best for speed: glibc ARENA_MAX=2: wall time -8.")
+    beside = next(t for t in lines if t.startswith("  beside it: wall time x3."))
     assert "costs no time: glibc ARENA_MAX=2 (peak RSS -63." in beside, beside
     # tcmalloc: slower and larger: ruled out, with its figures.
     tc = next(o for o in ans.others if o.label == "tcmalloc")

@@ -91,7 +91,7 @@ def metric_words(name: str) -> str:
         return "anonymous RSS at its end"
     if goal and goal.startswith("memory after "):
         return "RSS after " + goal.removeprefix("memory after ")
-    return name
+    return {"wall_s": "wall time"}.get(name, name)
 
 
 def effects_text(effects: tuple[Effect, ...]) -> str:
