@@ -124,7 +124,7 @@ def why(p: Pick) -> str:
         ratios = [e.comparison.ratio for e in p.faults]
         lo, hi = min(ratios), max(ratios)
         span = f"{(lo - 1) * 100:+.0f}%" if abs(hi - lo) < 0.01 else f"{(lo - 1) * 100:+.0f}% to {(hi - 1) * 100:+.0f}%"
-        parts.append(f"measured: minor page faults {span}")
+        parts.append(f"measured against the default: minor page faults {span}")
     return ". ".join(parts)
 
 
