@@ -24,8 +24,10 @@ pytestmark = [pytest.mark.e2e]
 MIB = 1 << 20
 ALLOCATORS = ("glibc", "jemalloc", "tcmalloc", "mimalloc")
 PROGRAMS = {"trimhold": ["12"], "mmapheap": ["4"], "arenahold": ["12"], "pinned": ["12"]}
-# The largest block each writes in one go (mmapheap 4: 4 x 4 MiB + 24 x 64 KiB), where it is above 8 MiB.
-WRITTEN_AT_ONCE = {"mmapheap": 16 * MIB + 24 * 64 * 1024}
+# What each writes in one go, where it is above 8 MiB: mmapheap 4, 4 x 4 MiB + 24 x 64 KiB; arenahold 12,
+# a worker's 12 MiB of pieces, filled and freed between two reads of one reading when a busy neighbour
+# preempts the reader three times running (jemalloc's peak in CI: 16.6 MB booked beyond 27.7 MB resident).
+WRITTEN_AT_ONCE = {"mmapheap": 16 * MIB + 24 * 64 * 1024, "arenahold": 12 * MIB}
 
 
 def fingerprint(tmp_path, argv, allocator="glibc", env=None) -> Fingerprint:
