@@ -136,7 +136,8 @@ def sequential_verdict(pairs: list[tuple[float, float]], design: decide.Design, 
             break
         conf = 1 - design.alpha_at(n) / family
         e = decide.paired_effect({i: b for i, (b, _) in enumerate(pairs[:n])},
-                                 {i: c for i, (_, c) in enumerate(pairs[:n])}, conf, design.df_drop)
+                                 {i: c for i, (_, c) in enumerate(pairs[:n])}, conf, design.df_drop,
+                                 design.trim_from)
         v = decide.verdict_for(e.ratio, e.ci_low, e.ci_high, higher_is_better, MARGIN)
         if v in decide.DECIDED:
             return v, n

@@ -1,6 +1,7 @@
 #!/usr/bin/env python3
-"""Old rule (alpha/K a look, Yuen's df h - 1) against the new (Hwang-Shih-DeCani alpha spending,
-gamma -2, df h - 2, with non-binding futility) on the same real runs: stored experiments re-analysed, and resampled
+"""The rules alloclab has judged by, on the same real runs: the oldest (alpha/K a look, Yuen's df
+h - 1), Hwang-Shih-DeCani alpha spending (gamma -2) with df h - 2 and non-binding futility, and the
+current one, which also leaves fewer than 6 blocks untrimmed. Stored experiments re-analysed, and resampled
 sequential experiments built from their real within-block log-ratios.
 
   * re-analysis: every primary comparison of each store walked through its design's looks with
@@ -26,14 +27,16 @@ import sys
 import numpy as np
 from scipy import special
 
-from alloclab.plan.design import DF_DROP, SPENDING_GAMMA, Design
+from alloclab.plan.design import DF_DROP, SPENDING_GAMMA, TRIM_FROM, Design
 from alloclab.stats import decide
 from alloclab.stats.analysis import analyze
 from alloclab.store.db import Store
 
-# name: (HSD gamma or None for alpha/K a look, degrees of freedom below Yuen's h - 1)
-RULES = {"old: alpha/K a look, df h-1": (None, 0),
-         f"new: alpha/K, then HSD {SPENDING_GAMMA:g}, df h-{1 + DF_DROP}; futility": (SPENDING_GAMMA, DF_DROP)}
+# name: (HSD gamma or None for alpha/K a look, degrees of freedom below Yuen's h - 1, blocks from
+# which the 20% trim applies); the last is the rule in force, the one before it what it replaced.
+RULES = {"old: alpha/K a look, df h-1": (None, 0, 0),
+         f"HSD {SPENDING_GAMMA:g}, df h-{1 + DF_DROP}; futility": (SPENDING_GAMMA, DF_DROP, 0),
+         f"the same, trimmed from {TRIM_FROM} blocks": (SPENDING_GAMMA, DF_DROP, TRIM_FROM)}
 SEGMENT = 8
 MARGIN = 0.02
 
@@ -41,10 +44,14 @@ MARGIN = 0.02
 # --- re-analysis of stored experiments ----------------------------------------------------------
 
 def comparisons(path: str):
-    """(workload, variant, higher_is_better, [(block, base, cand)], family, design) per primary comparison."""
-    a = analyze(Store(path).load(1), only_primary=True)
+    """(workload, variant, higher_is_better, [(block, base, cand)], family, design) per primary comparison.
+    `path` may name the experiment: STORE.db:3 (a tune store's race); else its first."""
+    store, _, exp = path.partition(":")
+    a = analyze(Store(store).load(int(exp or 1)), only_primary=True)
     for w in a.workloads:
         row = w.primary()
+        if row is None:
+            continue
         base = row.cells[a.baseline_idx]
         bmap = dict(zip(base.blocks, base.values))
         cands = [c for c in row.cells if c.variant_idx != a.baseline_idx and c.values]
@@ -74,8 +81,8 @@ def reanalyse(paths: list[str]) -> dict:
         rows = []
         for wname, label, hib, pairs, family, design in comparisons(path):
             r = {"workload": wname, "variant": label, "blocks": len(pairs)}
-            for name, (gamma, drop) in RULES.items():
-                d = Design(design.alpha, design.looks, gamma, drop)
+            for name, (gamma, drop, trim_from) in RULES.items():
+                d = Design(design.alpha, design.looks, gamma, drop, trim_from=trim_from)
                 c, n = walk(pairs, hib, family, d, futility=gamma is not None)
                 r[name] = {"verdict": "futile" if c.futile else c.verdict, "n": n, "ratio": c.ratio,
                            "lo": c.ci_low, "hi": c.ci_high, "level": 1 - c.confidence, "more_runs": c.more_runs,
@@ -109,16 +116,16 @@ def resample(srcs, draws: int, length: int, rng) -> np.ndarray:
     return out
 
 
-def yuen_rows(d: np.ndarray, drop: int, trim: float = decide.TRIM):
+def yuen_rows(d: np.ndarray, drop: int, trim_from: int, trim: float = decide.TRIM):
     """decide.yuen on every row: trimmed mean, standard error, df (h - 1 - drop)."""
     n = d.shape[1]
     s = np.sort(d, axis=1)
-    g = int(math.floor(trim * n))
+    g = int(math.floor(trim * n)) if n >= trim_from else 0
     w = np.clip(s, s[:, [g]], s[:, [n - g - 1]])
     return s[:, g:n - g].mean(axis=1), w.std(axis=1, ddof=1) / ((1 - 2 * trim) * math.sqrt(n)), max(1, n - 2 * g - 1 - drop)
 
 
-def simulate(D: np.ndarray, design: Design, family: int, futility: bool, drop: int):
+def simulate(D: np.ndarray, design: Design, family: int, futility: bool, drop: int, trim_from: int = 0):
     """Vectorized decide.judge walk: verdict (0 undecided, 1 lower, 2 higher, 3 equivalent, 4 futile),
     blocks used, final interval width (log)."""
     draws = D.shape[0]
@@ -126,7 +133,7 @@ def simulate(D: np.ndarray, design: Design, family: int, futility: bool, drop: i
     open_ = np.ones(draws, bool)
     lm = math.log1p(MARGIN)
     for n, a in zip(design.looks, design.look_alphas):
-        tm, se, df = yuen_rows(D[:, :n], drop)
+        tm, se, df = yuen_rows(D[:, :n], drop, trim_from)
         level = a / family
         q = special.stdtrit(df, 1 - level / 2)
         lo, hi = tm - q * se, tm + q * se
@@ -148,25 +155,31 @@ def simulate(D: np.ndarray, design: Design, family: int, futility: bool, drop: i
     return verdict, used, width
 
 
-def resampled(path: str, looks, draws: int, min_blocks: int, seed: int) -> dict:
-    srcs = sources(path, min_blocks)
+def resampled(paths: list[str], looks, draws: int, min_blocks: int, seed: int) -> dict | None:
+    srcs = [s for path in paths for s in sources(path, min_blocks)]
+    if not srcs:
+        return None
     rng = np.random.default_rng(seed)
     D = resample(srcs, draws, looks[-1], rng)
     out = {"sources": len(srcs), "looks": list(looks), "rules": {}}
-    for name, (gamma, drop) in RULES.items():
-        d = Design(0.05, tuple(looks), gamma, drop)
+    for name, (gamma, drop, trim_from) in RULES.items():
+        d = Design(0.05, tuple(looks), gamma, drop, trim_from=trim_from)
         r = {}
         for fam in (1, 7):
-            v, n, w = simulate(D, d, fam, gamma is not None, drop)
+            v, n, w = simulate(D, d, fam, gamma is not None, drop, trim_from)
             fp = float(np.mean((v == 1) | (v == 2)))
             r[f"fp_m{fam}"] = fp if fam == 1 else min(1.0, fam * fp)   # union over 7 (at most)
+            fp1 = float(np.mean(((v == 1) | (v == 2)) & (n == looks[0])))
+            r[f"fp_first_m{fam}"] = fp1 if fam == 1 else min(1.0, fam * fp1)
             if fam == 1:
                 r["aa_equivalent"] = float(np.mean(v == 3))
                 r["aa_futile"] = float(np.mean(v == 4))
-            for eff in (0.05, 0.10):
-                v2, n2, w2 = simulate(D + math.log1p(eff), d, fam, gamma is not None, drop)
+            for eff in (0.05, 0.10, 1.0):
+                v2, n2, w2 = simulate(D + math.log1p(eff), d, fam, gamma is not None, drop, trim_from)
                 hit = v2 == 2
                 r[f"power{int(eff * 100)}_m{fam}"] = float(np.mean(hit))
+                # Decided at the first look: what a recipe's budget often leaves a candidate.
+                r[f"first{int(eff * 100)}_m{fam}"] = float(np.mean(hit & (n2 == looks[0])))
                 if fam == 1:
                     # Runs by which half (a quarter) of all experiments had decided it, an undecided
                     # one counting as never: the median over decided ones alone would favour a rule
@@ -195,7 +208,15 @@ def main(argv=None) -> int:
         if "demo" in path:
             contexts["compare's looks (10..300)"] = Design.sequential(10, 300).looks
         for ctx, looks in contexts.items():
-            report["resampled"][f"{path} | {ctx}"] = resampled(path, looks, args.draws, args.min_blocks, 1)
+            x = resampled([path], looks, args.draws, args.min_blocks, 1)
+            if x:
+                report["resampled"][f"{path} | {ctx}"] = x
+    # Every store's comparisons pooled, at the looks of a recipe (5 to 30) and of a tune race (6, 10 to 300).
+    for ctx, looks in {"a recipe's looks": Design.sequential(5, 30).looks,
+                       "a race's looks": Design.sequential(10, 300, early=6).looks}.items():
+        x = resampled(args.stores, looks, args.draws, args.min_blocks, 1)
+        if x:
+            report["resampled"][f"all stores pooled | {ctx}"] = x
     print_report(report)
     if args.json:
         with open(args.json, "w") as f:
@@ -216,7 +237,7 @@ def print_report(r: dict) -> None:
                   f"median final width {np.median(widths):.1f} points (decided ones {np.median(dec_w) if dec_w else math.nan:.1f}); "
                   f"median runs {np.median([x[name]['n'] for x in rows]):.0f}")
         for x in rows:
-            a, b = (x[n] for n in names)
+            a, b = (x[n] for n in names[-2:])
             if a["text"] != b["text"]:
                 print(f"    {x['workload'][:32]:32s} {x['variant'][:26]:26s} {a['text']} ({a['n']})  ->  {b['text']} ({b['n']})")
     print()
@@ -224,7 +245,9 @@ def print_report(r: dict) -> None:
     for ctx, x in r["resampled"].items():
         print(f"  {ctx}: {x['sources']} real comparisons, looks {x['looks']}")
         for name, v in x["rules"].items():
-            print(f"    {name:32s} FP m=1 {v['fp_m1']:.2%}, m=7 <= {v['fp_m7']:.2%} | +5%: {v['power5_m1']:.1%} "
+            print(f"    {name:32s} FP m=1 {v['fp_m1']:.2%} (first look {v['fp_first_m1']:.2%}), m=7 <= {v['fp_m7']:.2%} "
+                  f"(first look {v['fp_first_m7']:.2%}) | x2 at the first look: {v['first100_m1']:.1%} (m=7 "
+                  f"{v['first100_m7']:.1%}) | +5%: {v['power5_m1']:.1%} "
                   f"(m=7 {v['power5_m7']:.1%}) runs q25/q50 {v['runs5_q25']:.0f}/{v['runs5']:.0f} (decided ones {v['runs5_decided']:.0f}), "
                   f"width {v['width5']:.1%} | +10%: {v['power10_m1']:.1%} (m=7 {v['power10_m7']:.1%}) runs q25/q50 "
                   f"{v['runs10_q25']:.0f}/{v['runs10']:.0f} (decided ones {v['runs10_decided']:.0f}), width {v['width10']:.1%} | "

@@ -77,10 +77,12 @@ def test_design_round_trips_through_the_config():
     d = decide.Design.sequential(8, 80)
     assert decide.Design.of_stored(d.to_config(), None) == d
     # Stored before the design was: judged as it ran, fixed runs with Yuen's own degrees of freedom.
-    assert decide.Design.of_stored(None, 6) == decide.Design(0.05, (6,), df_drop=0)
+    assert decide.Design.of_stored(None, 6) == decide.Design(0.05, (6,), df_drop=0, trim_from=0)
     old = d.to_config()
-    del old["df_drop"]
+    del old["df_drop"], old["trim_from"]
     assert decide.Design.of_stored(old, None).df_drop == 0
+    # Stored before small samples were left untrimmed: trimmed at every count, as it was judged.
+    assert d.trim_from == 6 and decide.Design.of_stored(old, None).trim_from == 0
     # Stored before alpha spending: judged by the rule it ran under.
     old = {"rule": "sequential", "alpha": 0.05, "looks": [4, 7, 12], "alpha_per_look": 0.0167}
     assert decide.Design.of_stored(old, None).look_alphas == pytest.approx((0.05 / 3,) * 3)
@@ -102,6 +104,30 @@ def test_yuen_matches_the_textbook_formula():
     q = sp.t.ppf(0.975, df)
     assert (lo, hi) == pytest.approx((est - q * se, est + q * se))
     assert p == pytest.approx(2 * sp.t.sf(abs(est) / se, df))
+
+
+def test_five_blocks_of_a_metric_that_barely_varies_decide_at_a_recipes_first_look():
+    """redis' RSS after its flush, mimalloc against jemalloc as linked: five paired log-ratios of
+    -0.12 to -0.14 (stored by tune at 18:39). Trimmed to 3 with one df taken, t(0.9975, 1) = 127
+    left it ? -12.4% [-50.5, +55.0]; untrimmed below 6 blocks it is decided, near the hand's -12.1%."""
+    d = np.log(np.array([0.867, 0.885, 0.881, 0.876, 0.870]))
+    design = decide.Design.sequential(5, 30)
+    assert design.trim_from == 6 and design.looks[0] == 5
+    level = design.alpha_at(5) / 2      # a family of two candidates
+    est, lo, hi, p, se, df = decide.yuen(d, 1 - level, df_drop=design.df_drop, trim_from=design.trim_from)
+    assert df == 5 - 2 and est == pytest.approx(np.mean(d))
+    assert se == pytest.approx(np.std(d, ddof=1) / (0.6 * math.sqrt(5)))   # Yuen's factor kept: no narrower
+    assert -0.20 < lo < hi < -0.07
+    c = decide.judge([24.0] * 5, list(24.0 * np.exp(d)), False, margin=0.02, design=design, blocks=5, family=2,
+                     base_blocks=list(range(5)), cand_blocks=list(range(5)))
+    assert c.verdict == "better"
+    # The stored design of the run that could not decide it: judged as it ran.
+    old = decide.Design(0.05, design.looks, design.spending, design.df_drop, trim_from=0)
+    c = decide.judge([24.0] * 5, list(24.0 * np.exp(d)), False, margin=0.02, design=old, blocks=5, family=2,
+                     base_blocks=list(range(5)), cand_blocks=list(range(5)))
+    assert c.verdict == "undecided"
+    # From 6 blocks the trim applies as before.
+    assert decide.yuen(np.r_[d, -0.13], 0.99, df_drop=1, trim_from=6)[5] == 6 - 2 - 2
 
 
 def test_yuen_with_no_spread_decides_at_once():

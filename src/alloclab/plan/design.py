@@ -30,6 +30,8 @@ from dataclasses import dataclass
 SPENDING_GAMMA = -2.0
 # Degrees of freedom of the paired trimmed-mean t below Yuen's h - 1 (stats/decide.yuen says why).
 DF_DROP = 1
+# The blocks from which the 20% trim applies (stats/decide.yuen says why): below, the plain mean.
+TRIM_FROM = 6
 
 
 def hsd(t: float, alpha: float, gamma: float) -> float:
@@ -49,6 +51,7 @@ class Design:
     spending: float | None = SPENDING_GAMMA   # HSD gamma; None: alpha/K a look (the rule before)
     df_drop: int = DF_DROP      # 0: Yuen's own df, as experiments stored before it were judged
     early: int = 0              # looks before the first that, like it, test at alpha/K
+    trim_from: int = TRIM_FROM  # 0: trimmed at every count, as experiments stored before it were judged
 
     @classmethod
     def fixed(cls, runs: int, alpha: float = 0.05) -> "Design":
@@ -71,15 +74,15 @@ class Design:
         its fixed runs."""
         if design:
             return cls._stored(**design)
-        return cls(0.05, (max(1, int(runs or 1)),), df_drop=0)
+        return cls(0.05, (max(1, int(runs or 1)),), df_drop=0, trim_from=0)
 
     @classmethod
     def _stored(cls, alpha: float, looks: list[int], spending: float | None = None, df_drop: int = 0,
-                early: int = 0, **derived) -> "Design":
+                early: int = 0, trim_from: int = 0, **derived) -> "Design":
         """A design as to_config stored it (`rule` and `alpha_per_look` follow from the rest). Stored
-        without "spending": before alpha spending; without "df_drop": before it, with Yuen's own df.
-        Each is judged by the rule it ran under."""
-        return cls(float(alpha), tuple(int(n) for n in looks), spending, int(df_drop), int(early))
+        without "spending": before alpha spending; without "df_drop": before it, with Yuen's own df;
+        without "trim_from": trimmed at every count. Each is judged by the rule it ran under."""
+        return cls(float(alpha), tuple(int(n) for n in looks), spending, int(df_drop), int(early), int(trim_from))
 
     def to_config(self) -> dict:
         out = {"rule": "sequential" if len(self.looks) > 1 else "fixed", "alpha": self.alpha,
@@ -87,6 +90,8 @@ class Design:
                "alpha_per_look": list(self.look_alphas)}
         if self.early:   # stored only where used: the stored bytes of every other design stay as they were
             out["early"] = self.early
+        if self.trim_from:
+            out["trim_from"] = self.trim_from
         return out
 
     @property
@@ -134,5 +139,7 @@ class Design:
             rule += f"; the early look at {self.looks[0]} and the first at alpha/K"
         if self.df_drop:
             rule += f"; t with Yuen's df less {self.df_drop}"
+        if self.trim_from:
+            rule += f"; trimmed from {self.trim_from} runs"
         return (f"sequential: looks at {', '.join(map(str, self.looks))} runs, alpha {self.alpha:g} spent "
                 f"{', '.join(f'{a:.2g}' for a in self.look_alphas)} ({rule})")

@@ -182,7 +182,7 @@ def analyze(exp: Experiment, baseline: str | int | None = None, alpha: float = d
     if exp.config.design:
         alpha = design.alpha
     else:
-        design = decide.Design(alpha, design.looks, design.spending, design.df_drop)
+        design = decide.Design(alpha, design.looks, design.spending, design.df_drop, trim_from=design.trim_from)
     cores = exp.machine.usable_cores or exp.machine.cores
     n_cmp = max(1, len(labels) - 1)
     workloads: list[WorkloadResult] = []

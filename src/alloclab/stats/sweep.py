@@ -324,7 +324,8 @@ def _interaction_ci(base: Cell, singles: list[Cell], combined: Cell, a: Analysis
         return math.nan, math.nan, math.nan
     design = a.design or decide.Design.fixed(1, a.alpha)
     level = design.alpha_at(max(c.n_blocks for c in cells))
-    est, lo, hi, *_ = decide.yuen(np.array(logs), 1 - level, df_drop=design.df_drop)
+    est, lo, hi, *_ = decide.yuen(np.array(logs), 1 - level, df_drop=design.df_drop,
+                                trim_from=design.trim_from)
     return math.exp(est), math.exp(lo), math.exp(hi)
 
 
