@@ -77,7 +77,7 @@ def yuen(d: np.ndarray, confidence: float, trim: float = TRIM,
     a memory metric that barely varies (redis after its flush: five log-ratios of -0.12 to -0.14)
     could not be decided at a recipe's first look whatever its effect. Untrimmed, with n - 2 df, the
     resampled false-positive rate of every design measured stays at or below the trimmed rule's and
-    a doubling is decided at a first look of 5 in 41% of experiments, not 1% (docs/statistics.md).
+    a doubling is decided at a first look of 5 in 54% of experiments, not 5% (docs/statistics.md).
 
     With every value equal the standard error is 0: the interval is the point itself and p is 0
     unless the value is 0 (then 1)."""
