@@ -125,7 +125,7 @@ def yuen_rows(d: np.ndarray, drop: int, trim_from: int, trim: float = decide.TRI
     return s[:, g:n - g].mean(axis=1), w.std(axis=1, ddof=1) / ((1 - 2 * trim) * math.sqrt(n)), max(1, n - 2 * g - 1 - drop)
 
 
-def simulate(D: np.ndarray, design: Design, family: int, futility: bool, drop: int, trim_from: int = 0):
+def simulate(D: np.ndarray, design: Design, family: int, futility: bool):
     """Vectorized decide.judge walk: verdict (0 undecided, 1 lower, 2 higher, 3 equivalent, 4 futile),
     blocks used, final interval width (log)."""
     draws = D.shape[0]
@@ -133,7 +133,7 @@ def simulate(D: np.ndarray, design: Design, family: int, futility: bool, drop: i
     open_ = np.ones(draws, bool)
     lm = math.log1p(MARGIN)
     for n, a in zip(design.looks, design.look_alphas):
-        tm, se, df = yuen_rows(D[:, :n], drop, trim_from)
+        tm, se, df = yuen_rows(D[:, :n], design.df_drop, design.trim_from)
         level = a / family
         q = special.stdtrit(df, 1 - level / 2)
         lo, hi = tm - q * se, tm + q * se
@@ -166,7 +166,7 @@ def resampled(paths: list[str], looks, draws: int, min_blocks: int, seed: int) -
         d = Design(0.05, tuple(looks), gamma, drop, trim_from=trim_from)
         r = {}
         for fam in (1, 7):
-            v, n, w = simulate(D, d, fam, gamma is not None, drop, trim_from)
+            v, n, w = simulate(D, d, fam, gamma is not None)
             fp = float(np.mean((v == 1) | (v == 2)))
             r[f"fp_m{fam}"] = fp if fam == 1 else min(1.0, fam * fp)   # union over 7 (at most)
             fp1 = float(np.mean(((v == 1) | (v == 2)) & (n == looks[0])))
@@ -175,7 +175,7 @@ def resampled(paths: list[str], looks, draws: int, min_blocks: int, seed: int) -
                 r["aa_equivalent"] = float(np.mean(v == 3))
                 r["aa_futile"] = float(np.mean(v == 4))
             for eff in (0.05, 0.10, 1.0):
-                v2, n2, w2 = simulate(D + math.log1p(eff), d, fam, gamma is not None, drop, trim_from)
+                v2, n2, w2 = simulate(D + math.log1p(eff), d, fam, gamma is not None)
                 hit = v2 == 2
                 r[f"power{int(eff * 100)}_m{fam}"] = float(np.mean(hit))
                 # Decided at the first look: what a recipe's budget often leaves a candidate.
