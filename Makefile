@@ -13,7 +13,10 @@ DEB_BENCH_PACKAGES := hyperfine
 # adds Ruby, Node.js, jq, g++ and Ceph's Python bindings; gdb reads a process's memory as it exits
 # for the tests' hand measurements. `alloclab inspect`'s tests: glibc's debug symbols (main_arena
 # and mp_ by name; their content is tested too) and musl's compiler (a musl process, refused).
-DEB_TEST_PACKAGES := postgresql postgresql-contrib redis-server redis-tools qemu-utils chromium valgrind \
+# Go and Rust (tests/native_programs.py): a static Go program refused before it runs, and a Rust
+# program with the mimalloc crate tuned through its bundled copy's settings (its crates come from
+# crates.io on the first build; cargo-web is Debian 12's current Rust, which the crates' versions need).
+DEB_TEST_PACKAGES := golang-go cargo-web postgresql postgresql-contrib redis-server redis-tools qemu-utils chromium valgrind \
 	sqlite3 xz-utils git perl python3 ceph-mon ceph-osd ceph-common librbd1 fio qemu-block-extra heaptrack \
 	strace ruby nodejs jq g++ python3-rados gdb libc6-dbg musl-tools $(DEB_BENCH_PACKAGES)
 # Where `alloclab report`, `experiments` and `diff` look without --db: after `make demo` the README's

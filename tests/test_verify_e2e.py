@@ -36,15 +36,7 @@ def test_every_installed_allocator_is_verified_on_a_normal_program(build, cli, s
     assert "verified" in p.stdout
 
 
-def test_static_binary_is_ineffective(build, cli, store_of):
-    require_allocator("jemalloc")
-    prog = build("churn", "-static")
-    p = cli("compare", "--runs", "1", "-a", "glibc", "-a", "jemalloc", "--", str(prog), "100", "1")
-    assert p.returncode == 0, p.stderr
-    got = statuses(store_of, cli.db)
-    assert got["jemalloc"].status == "ineffective"
-    assert "statically linked" in " ".join(got["jemalloc"].reasons)
-    assert "INEFFECTIVE" in p.stdout
+# A static binary is refused before compare runs it: tests/test_static_refused_e2e.py.
 
 
 def test_executable_defining_malloc_is_ineffective(build, cli, store_of):

@@ -85,6 +85,12 @@ class Allocator:
     race_in_tune: bool = True   # raced by `alloclab tune` as a plain allocator (not a near-copy of another)
     books: Books | None = None  # how its own accounting is read (allocators.toml)
     trims_with: tuple[str, ...] = ("brk",)   # the calls that give back heap it regrows in place
+    # A copy of `bundled` built into programs (the Rust mimalloc crate, tikv-jemallocator): no preload
+    # reaches it, only its own settings, read under `env_names` (MALLOC_CONF -> _RJEM_MALLOC_CONF).
+    bundled: str = ""
+    bundled_symbols: tuple[str, ...] = ()            # any of these defined in a program: this copy
+    bundled_versions: tuple[tuple[str, str], ...] = ()   # a string compiled into the copy -> its version
+    env_names: tuple[tuple[str, str], ...] = ()
 
     @property
     def is_system(self) -> bool:
@@ -97,7 +103,9 @@ class Allocator:
         its lists become tuples, its tunables Tunable entries."""
         a = cls(name=name, **entry)
         return dataclasses.replace(a, libraries=tuple(a.libraries), prefixed_symbols=tuple(a.prefixed_symbols),
-                                   trims_with=tuple(a.trims_with),
+                                   trims_with=tuple(a.trims_with), bundled_symbols=tuple(a.bundled_symbols),
+                                   bundled_versions=tuple(tuple(x) for x in a.bundled_versions),
+                                   env_names=tuple(dict(a.env_names).items()),
                                    tunables=tuple(Tunable.from_toml(k, v) for k, v in dict(a.tunables).items()),
                                    verbose_env=tuple(dict(a.verbose_env).items()),
                                    books=Books.from_toml(a.books) if isinstance(a.books, dict) else a.books)
@@ -247,7 +255,29 @@ def library_version(path: str, regex: str | None = None) -> str | None:
     return embedded_version(path, regex) or soname_version(path)
 
 
+def bundled_form(facts, catalog: Catalog) -> "Allocator | None":
+    """The catalog's entry for the allocator copy built into a program (its ElfFacts), if it knows one."""
+    return next((a for a in catalog.allocators.values()
+                 if a.bundled and set(a.bundled_symbols) & facts.defined), None)
+
+
+def bundled_version(allocator: Allocator, program: Path) -> str:
+    """The version of a bundled copy: its version string where it carries one (jemalloc does),
+    else the first of its version marks found in the program's bytes (mimalloc carries no version
+    string, but the names of its options, which changed with 2.1: purge_delay)."""
+    found = embedded_version(str(program), allocator.version_regex)
+    if found:
+        return found
+    try:
+        data = Path(program).read_bytes()
+    except OSError:
+        return ""
+    return next((version for mark, version in allocator.bundled_versions if mark.encode() in data), "")
+
+
 def version_of(allocator: Allocator, path: Path | None) -> str:
+    if allocator.bundled:
+        return "bundled"
     if allocator.is_system:
         return glibc_version()
     if path is None:

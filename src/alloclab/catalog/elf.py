@@ -44,6 +44,10 @@ class ElfFacts:
     # a canonical PLT entry, and the loader binds every library's reference to that entry. The
     # entry is no definition: it jumps to wherever the executable's own reference is bound.
     canonical_plt: frozenset[str] = frozenset()
+    # Section names and the .comment text: what says which toolchain built a program (Go's
+    # .go.buildinfo survives stripping, rustc signs .comment) where its symbols are gone.
+    sections: frozenset[str] = frozenset()
+    comment: str = ""
 
 
 @functools.cache
@@ -89,7 +93,11 @@ def _read(path: Path) -> ElfFacts:
             has_interp, has_dynamic = "PT_INTERP" in segments, "PT_DYNAMIC" in segments
             needed: list[str] = []
             defined, exported, imported, canonical_plt = set(), set(), set(), set()
+            sections, comment = set(), ""
             for section in elf.iter_sections():
+                sections.add(section.name)
+                if section.name == ".comment":
+                    comment = section.data()[:4096].replace(b"\0", b"\n").decode(errors="replace").strip()
                 if isinstance(section, DynamicSection):
                     needed += [t.needed for t in section.iter_tags() if t.entry.d_tag == "DT_NEEDED"]
                 if isinstance(section, SymbolTableSection):
@@ -112,7 +120,8 @@ def _read(path: Path) -> ElfFacts:
             is_static = e_type == "ET_EXEC" and not has_interp and not has_dynamic or (
                 not has_interp and e_type == "ET_DYN" and not needed and "malloc" in defined)
             return ElfFacts(path, True, is_static, tuple(needed), frozenset(defined),
-                            frozenset(exported), frozenset(imported), frozenset(canonical_plt))
+                            frozenset(exported), frozenset(imported), frozenset(canonical_plt),
+                            frozenset(sections), comment)
     except (ELFError, OSError, ValueError):
         return ElfFacts(path, False)
 

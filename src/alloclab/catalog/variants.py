@@ -209,9 +209,11 @@ def parse_variant(written: "str | VariantSpec", catalog: cat.Catalog | None = No
         else:
             value = _allocator_setting(spec, allocator, key, written, catalog, checked, shared, env, plain)
         settings.append(Setting(key, written, value))
+    renamed = dict(allocator.env_names) if allocator is not None else {}
     for var, items in shared.items():
         fmt, sep = catalog.combine.get(var, ("{key}={value}", ","))
-        env[var] = sep.join(fmt.format(key=k, value=v) for k, v in items)
+        # A bundled copy reads the variable under its prefix's name (_RJEM_MALLOC_CONF).
+        env[renamed.get(var, var)] = sep.join(fmt.format(key=k, value=v) for k, v in items)
     if allocator is None and settings:
         notes.append(f"{', '.join(f'{x.key}={x.written}' for x in settings)}: passed as environment; alloclab "
                      f"cannot check or read back the settings of a library given by path")

@@ -105,6 +105,7 @@ def workloads_for(target: Target, *, base: defaults.CommandDefaults | None = Non
         from alloclab.workloads.metrics import parse_metric_option
         metrics = [parse_metric_option(m) for m in target.metric]
         workloads = param_sweep.command_workloads(target.command, params, metrics, target.shell)
+        _refuse_static(workloads, target.shell)
         return Built(workloads, lambda: _cleanup(workloads), base, " ".join(target.command),
                      param_sweep.param_sweeps(workloads, params.swept))
     if isinstance(target, BuiltinTarget):
@@ -137,6 +138,19 @@ def _file_workloads(target: FileTarget, requirements: bool, note) -> Built:
         ef.service = dataclasses.replace(ef.service, idle=target.idle)
     workloads, session = service_executors.workloads(ef, params, keep=target.keep, clients=target.client, note=note)
     return Built(workloads, session.cleanup, ef.command_defaults(defaults.RUN), ef.name, [], session)
+
+
+def _refuse_static(workloads: list, shell: bool) -> None:
+    """A statically linked program takes no preload: refused here, before a run or the store
+    (measure/verify.py's static_refusal says what tunes its heap instead)."""
+    from alloclab.measure.verify import static_refusal
+
+    if shell:
+        return
+    for program in dict.fromkeys(w.program() for w in workloads):
+        refusal = static_refusal(program)
+        if refusal is not None:
+            raise refusal
 
 
 def _cleanup(workloads: list) -> None:

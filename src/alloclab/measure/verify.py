@@ -21,6 +21,7 @@ from pathlib import Path
 from alloclab.catalog import allocators as cat
 from alloclab.catalog import in_use
 from alloclab.catalog.elf import ElfFacts, elf_facts
+from alloclab.errors import AlloclabError
 from alloclab.workloads.command import real_executable
 
 VERIFIED, INEFFECTIVE, UNKNOWN = "verified", "ineffective", "unknown"
@@ -43,6 +44,53 @@ def shown_name(program: Path, exe: Path) -> str:
         return program.name if program.resolve() == exe.resolve() else exe.name
     except OSError:
         return exe.name
+
+
+# --- a static program: refused before anything runs ---------------------------------------
+
+def static_refusal(program: Path, catalog: cat.Catalog | None = None) -> AlloclabError | None:
+    """Why no allocator can be compared on `program`, where it is statically linked: with no
+    PT_INTERP the kernel starts it without the dynamic loader, which alone reads LD_PRELOAD, so
+    every variant would run the same program. Said before a run or the store, since a race of
+    identical programs answers only "keep the default" after minutes (a CGO_ENABLED=0 Go program
+    took 118 s so). Names what tunes its heap instead where alloclab can tell: Go's runtime
+    settings, a bundled allocator's own (they need no loader), a Rust program's allocator choice."""
+    catalog = catalog or cat.load_catalog()
+    exe = real_executable(program)
+    facts = elf_facts(exe)
+    if not facts.is_elf or not facts.is_static:
+        return None
+    name = shown_name(program, exe)
+    text = (f"{name} is statically linked: its ELF header names no interpreter (PT_INTERP), so the kernel starts "
+            f"it without the dynamic loader, which is what reads LD_PRELOAD. No allocator can be swapped in: every "
+            f"variant would run the same program, so alloclab ran nothing and stored nothing.")
+    form = cat.bundled_form(facts, catalog)
+    settings = sorted(t.name if not t.via else dict(form.env_names).get(t.via, t.via)
+                      for t in form.tunables) if form else []
+    if ".go.buildinfo" in facts.sections or "runtime.mallocgc" in facts.defined:
+        text += (" It is a Go program (built with CGO_ENABLED=0): its heap is the Go runtime's, not malloc's, and "
+                 "the runtime's own settings tune it: GOGC (how far the heap grows between collections, 100 by "
+                 "default: lower holds less memory for more collector CPU) and GOMEMLIMIT (a soft limit the "
+                 "collector keeps the heap under, e.g. GOMEMLIMIT=512MiB). Built with cgo (CGO_ENABLED=1) it is "
+                 "linked dynamically, and alloclab can compare allocators for its C side.")
+    elif "rustc version" in facts.comment or any(d.startswith("__rust_") for d in facts.defined):
+        if form is not None:
+            text += (f" It is a Rust program whose global allocator is {form.bundled} built into it "
+                     f"({', '.join(sorted(set(form.bundled_symbols) & facts.defined))}): that copy still reads its "
+                     f"own settings from the environment ({', '.join(dict.fromkeys(settings))}), with no loader. "
+                     f"Built for a dynamically linked target (x86_64-unknown-linux-gnu), `alloclab tune` races them.")
+        else:
+            text += (" It is a Rust program on the system allocator linked in statically (musl's, which reads no "
+                     "settings): built for x86_64-unknown-linux-gnu it links glibc dynamically and alloclab can "
+                     "compare allocators, or a global allocator crate (mimalloc, tikv-jemallocator) brings one "
+                     "whose own settings `alloclab tune` races.")
+    elif form is not None:
+        text += (f" It carries {form.bundled} built in ({', '.join(sorted(set(form.bundled_symbols) & facts.defined))}), "
+                 f"which still reads its own settings from the environment ({', '.join(dict.fromkeys(settings))}).")
+    else:
+        text += (" Link it dynamically (without -static) to compare allocators, or link each allocator in at build "
+                 "time (-ljemalloc, -ltcmalloc, -lmimalloc) and compare the builds' commands in an experiment file.")
+    return AlloclabError(text)
 
 
 # --- static verdict -------------------------------------------------------------------------
