@@ -13,7 +13,15 @@ sequential experiments built from their real within-block log-ratios.
     random (swapping the two labels of a block: an exact A/A null with the real noise). Injected
     effects add log(1.05) or log(1.10) to every block (one arm multiplied by 1.05 / 1.10).
     A family of 7 is 7 such comparisons judged at alpha/7 each.
-Pure computation on stored data (no process is run); about a minute on one core.
+  * races: families of 10 candidates, each a resampled sequence as above (independent draws: the
+    union bound's worst case; real candidates share the default's runs), judged at every look of
+    the race design as the runner does (a decided candidate leaves), with +15% injected in one of
+    them: the share of that one decided better by 8, 12 and 16 blocks, and the A/A rate over every
+    verdict of the family (a false better or worse among the nulls, or the injected one decided
+    worse or equivalent), with its 95% Wilson interval; for the race design before Design.race
+    (compare's looks with an early look at 6: 6, 10, 16, ... 300) and for Design.race planned over
+    a budget's horizon of 20 and 40 blocks.
+Pure computation on stored data (no process is run); about two minutes on one core.
 Usage: python bench/rules.py STORE.db [STORE.db ...] [--draws 4000] [--json out.json]
 """
 
@@ -116,13 +124,17 @@ def resample(srcs, draws: int, length: int, rng) -> np.ndarray:
     return out
 
 
-def yuen_rows(d: np.ndarray, drop: int, trim_from: int, trim: float = decide.TRIM):
-    """decide.yuen on every row: trimmed mean, standard error, df (h - 1 - drop)."""
-    n = d.shape[1]
-    s = np.sort(d, axis=1)
+def yuen_rows(d: np.ndarray, drop: int, trim_from: int, trim: float = decide.TRIM, plain_t: bool = False):
+    """decide.yuen on every row (the last axis): trimmed mean, standard error, df (h - 1 - drop); the
+    plain paired t below `trim_from` where `plain_t`."""
+    n = d.shape[-1]
+    s = np.sort(d, axis=-1)
     g = int(math.floor(trim * n)) if n >= trim_from else 0
-    w = np.clip(s, s[:, [g]], s[:, [n - g - 1]])
-    return s[:, g:n - g].mean(axis=1), w.std(axis=1, ddof=1) / ((1 - 2 * trim) * math.sqrt(n)), max(1, n - 2 * g - 1 - drop)
+    w = np.clip(s, s[..., [g]], s[..., [n - g - 1]])
+    plain = plain_t and not g
+    factor = 1.0 if plain else 1 - 2 * trim
+    return (s[..., g:n - g].mean(axis=-1), w.std(axis=-1, ddof=1) / (factor * math.sqrt(n)),
+            max(1, n - 2 * g - 1 - (0 if plain else drop)))
 
 
 def simulate(D: np.ndarray, design: Design, family: int, futility: bool):
@@ -194,6 +206,68 @@ def resampled(paths: list[str], looks, draws: int, min_blocks: int, seed: int) -
     return out
 
 
+# --- races of 10 -------------------------------------------------------------------------------------
+
+RACE_M = 10
+RACE_EFFECT = 0.15
+
+
+def race_walk(D: np.ndarray, design: Design):
+    """Every family of D (draws x candidates x blocks) judged at the design's looks; a decided candidate
+    leaves. Verdict per candidate (0 open, 1 lower, 2 higher, 3 equivalent) and the blocks it ended at."""
+    draws, m, _ = D.shape
+    verdict, used = np.zeros((draws, m), int), np.full((draws, m), design.looks[-1])
+    open_ = np.ones((draws, m), bool)
+    lm = math.log1p(MARGIN)
+    for n, a in zip(design.looks, design.look_alphas):
+        tm, se, df = yuen_rows(D[:, :, :n], design.df_drop, design.trim_from, plain_t=design.plain_t)
+        q = special.stdtrit(df, 1 - a / m / 2)
+        lo, hi = tm - q * se, tm + q * se
+        v = np.where((lo > -lm) & (hi < lm), 3, np.where(lo > 0, 2, np.where(hi < 0, 1, 0)))
+        new = open_ & (v > 0)
+        verdict[new], used[new] = v[new], n
+        open_ &= ~new
+    return verdict, used
+
+
+def wilson(k: int, n: int, z: float = 1.96) -> tuple[float, float]:
+    p = k / n
+    centre = (p + z * z / (2 * n)) / (1 + z * z / n)
+    half = z * math.sqrt(p * (1 - p) / n + z * z / (4 * n * n)) / (1 + z * z / n)
+    return centre - half, centre + half
+
+
+RACE_DESIGNS = {"before: compare's looks and an early one (6, 10, 16 .. 300)": Design.sequential(10, 300, early=6),
+                "Design.race over 20 blocks": Design.race(20),
+                "Design.race over 40 blocks": Design.race(40)}
+
+
+def races(paths: list[str], draws: int, min_blocks: int, seed: int) -> dict | None:
+    srcs = [s for path in paths for s in sources(path, min_blocks)]
+    if not srcs:
+        return None
+    rng = np.random.default_rng(seed)
+    longest = max(d.looks[-1] for d in RACE_DESIGNS.values())
+    D = np.stack([resample(srcs, draws, longest, rng) for _ in range(RACE_M)], axis=1)
+    out = {"sources": len(srcs), "draws": draws, "candidates": RACE_M, "effect": RACE_EFFECT, "designs": {}}
+    for name, design in RACE_DESIGNS.items():
+        d = D[:, :, :design.looks[-1]]
+        v, _ = race_walk(d, design)
+        aa = ((v == 1) | (v == 2)).any(axis=1)
+        inj = d.copy()
+        inj[:, 0, :] += math.log1p(RACE_EFFECT)
+        v2, n2 = race_walk(inj, design)
+        hit = v2[:, 0] == 2
+        wrong = ((v2[:, 1:] == 1) | (v2[:, 1:] == 2)).any(axis=1) | (v2[:, 0] == 1) | (v2[:, 0] == 3)
+        r = {"looks": list(design.looks), "aa": float(aa.mean()), "aa_ci": wilson(int(aa.sum()), draws),
+             "aa_injected": float(wrong.mean()), "aa_injected_ci": wilson(int(wrong.sum()), draws)}
+        for by in (8, 12, 16):
+            r[f"decided_by_{by}"] = float(np.mean(hit & (n2[:, 0] <= by)))
+        r["decided_at_end"] = float(hit.mean())
+        out["designs"][name] = r
+    return out
+
+
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("stores", nargs="+")
@@ -217,11 +291,28 @@ def main(argv=None) -> int:
         x = resampled(args.stores, looks, args.draws, args.min_blocks, 1)
         if x:
             report["resampled"][f"all stores pooled | {ctx}"] = x
+    report["races"] = races(args.stores, args.draws, args.min_blocks, 1)
     print_report(report)
     if args.json:
         with open(args.json, "w") as f:
             json.dump(report, f, indent=1, default=str)
     return 0
+
+
+def print_races(x: dict | None) -> None:
+    if not x:
+        return
+    print()
+    print(f"## races of {x['candidates']} candidates ({x['sources']} real comparisons resampled, {x['draws']} "
+          f"races; +{x['effect']:.0%} injected in one)")
+    for name, v in x["designs"].items():
+        lo, hi = v["aa_ci"]
+        lo2, hi2 = v["aa_injected_ci"]
+        print(f"  {name}: looks {v['looks'][:7]}{' ...' if len(v['looks']) > 7 else ''}")
+        print(f"    +{x['effect']:.0%} decided by 8 blocks {v['decided_by_8']:.1%}, by 12 {v['decided_by_12']:.1%}, "
+              f"by 16 {v['decided_by_16']:.1%}, at the design's end {v['decided_at_end']:.1%} | A/A over the "
+              f"family {v['aa']:.2%} [{lo:.2%}, {hi:.2%}]; with the injected one {v['aa_injected']:.2%} "
+              f"[{lo2:.2%}, {hi2:.2%}]")
 
 
 def print_report(r: dict) -> None:
@@ -252,6 +343,7 @@ def print_report(r: dict) -> None:
                   f"width {v['width5']:.1%} | +10%: {v['power10_m1']:.1%} (m=7 {v['power10_m7']:.1%}) runs q25/q50 "
                   f"{v['runs10_q25']:.0f}/{v['runs10']:.0f} (decided ones {v['runs10_decided']:.0f}), width {v['width10']:.1%} | "
                   f"A/A equivalent {v['aa_equivalent']:.1%}, futile {v['aa_futile']:.1%}; mean runs A/A-like +5% {v['runs5_all']:.0f}")
+    print_races(r.get("races"))
 
 
 if __name__ == "__main__":

@@ -306,3 +306,53 @@ def test_a_candidate_better_on_speed_races_on_alone_until_its_memory_may_make_it
     e, runs = _leader_race(tmp_path / "x", RaceJudge(),
                            peak_kb=lambda env: 20_480 if "MALLOC_TOP_PAD_" in env else 10_240)
     assert runs == {0: 4, 1: 4, 2: 4}, runs
+
+
+def _dominance_race(tmp_path, pad_kb: int):
+    """ARENA_MAX=1 about x3.4 the default's time with swings that keep it undecided at the first look,
+    holding half the memory; TOP_PAD as fast as the default, holding `pad_kb`. A race's design."""
+    from alloclab.tune.race import RaceJudge
+
+    def mean(env, n):
+        if "MALLOC_ARENA_MAX" in env:
+            return 0.4 * (1.8 if n % 2 else 0.5)
+        return 0.1
+    peak = lambda env: 5_120 if "MALLOC_ARENA_MAX" in env else pad_kb if "MALLOC_TOP_PAD_" in env else 10_240
+    store = Store(tmp_path / "dominance.db")
+    s = Settings(warmup=0, verify=False, until_decided=True, race=True, runs=5, first_look=5, max_runs=40,
+                 max_seconds=1e9, kind="tune")
+    runner = Runner(store, [Workload("fake", ["fake"], executor=FakeExecutor(mean, noise=0.01, peak_kb=peak))],
+                    parse_variants(VARIANTS), s, judge=RaceJudge())
+    runner.run()
+    e = store.load(runner.exp_id)
+    return e, sum(1 for r in e.runs if r.variant_idx == 1)
+
+
+def test_a_candidate_x3_slower_than_one_that_holds_no_more_stops_at_the_first_look(tmp_path):
+    e, runs = _dominance_race(tmp_path, pad_kb=5_120)
+    a = analyze(e)
+    speed = a.workloads[0].primary().cells[1].comparison
+    assert speed.verdict == "undecided" and speed.gain < 1 / 3, speed   # the rule, not a verdict, stopped it
+    assert runs == 5 and e.config.dropped == [[0, 1, "glibc TOP_PAD=8M", 5]], (runs, e.config.dropped)
+    # The control: where the fast one holds the default's memory, the slow one may be the memory pick.
+    (tmp_path / "x").mkdir()
+    e, runs = _dominance_race(tmp_path / "x", pad_kb=10_240)
+    assert runs > 5 and not any(d[1] == 1 for d in (e.config.dropped or [])), (runs, e.config.dropped)
+
+
+def test_a_race_design_is_planned_over_its_budget_and_judges_few_blocks_by_the_plain_t():
+    from alloclab.plan.design import Design
+    from alloclab.stats import decide
+
+    d = Design.race(40)
+    assert d.looks == (5, 8, 12, 18, 27, 40) and all(abs(x - 0.05 / 6) < 1e-12 for x in d.look_alphas[:3])
+    assert abs(sum(d.look_alphas) - 0.05) < 1e-12
+    assert Design.of_stored(d.to_config(), None) == d
+    logs = [0.10, 0.14, 0.12, 0.18, 0.11]
+    plain = decide.yuen(logs, 0.99, trim_from=d.trim_from, plain_t=True)
+    yuen = decide.yuen(logs, 0.99, df_drop=1, trim_from=d.trim_from)
+    import numpy as np
+    from scipy import stats
+    sd = np.std(logs, ddof=1)
+    assert abs(plain[2] - plain[1] - 2 * stats.t.ppf(0.995, 4) * sd / np.sqrt(5)) < 1e-9   # the textbook t
+    assert (yuen[2] - yuen[1]) > 1.9 * (plain[2] - plain[1])   # Yuen's factor and one df fewer

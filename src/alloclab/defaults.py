@@ -34,11 +34,10 @@ COMPARE = CommandDefaults(first_look=10, max_runs=300, budget="10m", timeout_s=N
 SUITE = CommandDefaults(first_look=8, max_runs=80, budget="3m", timeout_s=120.0)
 # An experiment file's own [experiment] runs, max_runs and budget come before these.
 RUN = CommandDefaults(first_look=5, max_runs=30, budget="25m", timeout_s=None)
-# tune's race of a command adds a look at 6 runs before compare's first at 10: a candidate far
-# from the leader (or decided at once) leaves there. 6 is the fewest at which the 20%-trimmed t
-# keeps two degrees of freedom (5 leaves one, whose quantiles decide nothing). The look at 10 still
-# tests at alpha/K (plan/design.py); with one more look, K is 10 instead of 9.
-TUNE = dataclasses.replace(COMPARE, early_look=6)
+# tune's race looks first at 5 runs (a file's first look where it is earlier), then at 8, 12, 18, ...
+# over the blocks its budget reaches (plan/design.py Design.race): a candidate decided at once, or far
+# from the leader, leaves at the first look.
+TUNE = dataclasses.replace(COMPARE, early_look=5)
 
 
 def refusal(*, runs: int | None = None, warmup: int | None = None, max_runs: int | None = None,

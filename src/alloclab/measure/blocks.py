@@ -79,7 +79,8 @@ class MoreBlocks:
         self.progress.note(f"{plan}: the first look sized down to {keep} runs per variant"
                            + ("" if fits >= 2 else f" (2 is the fewest that can decide anything: about "
                                                    f"{2 * block_s:.0f} s)"))
-        self.design = type(self.design).sequential(keep, s.max_runs, s.alpha)
+        self.design = (type(self.design).race(s.max_runs, s.alpha, first=keep) if s.race
+                       else type(self.design).sequential(keep, s.max_runs, s.alpha))
         self._measured = keep
         self.config |= {"runs": keep, "design": self.design.to_config(), "first_look_sized": plan}
         self.recorder.set_config(self.config)

@@ -49,6 +49,7 @@ class Settings:
     until_decided: bool = False          # add blocks until every primary comparison has a verdict
     first_look: int = 10                 # until decided: blocks before the first look
     early_look: int | None = None        # until decided: a race's look before the first (plan/design.py)
+    race: bool = False                   # until decided: a race's design over max_runs (Design.race)
     margin: float = defaults.MARGIN      # equivalence margin (--min-effect)
     alpha: float = defaults.ALPHA
     max_runs: int = 50
@@ -107,7 +108,8 @@ class Runner(MoreBlocks):
 
     def __post_init__(self) -> None:
         s = self.settings   # checked when it was made (Settings.__post_init__)
-        self.design = (Design.sequential(s.first_look, s.max_runs, s.alpha, early=s.early_look) if s.until_decided
+        self.design = (Design.race(s.max_runs, s.alpha, first=s.first_look) if s.until_decided and s.race
+                       else Design.sequential(s.first_look, s.max_runs, s.alpha, early=s.early_look) if s.until_decided
                        else Design.fixed(s.runs, s.alpha))
         if (s.until_decided or s.until_precise) and self.judge is None:
             raise TypeError("measuring until decided or precise needs a judge (alloclab.stats.looks.Judge)")

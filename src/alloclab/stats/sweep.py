@@ -325,7 +325,7 @@ def _interaction_ci(base: Cell, singles: list[Cell], combined: Cell, a: Analysis
     design = a.design or decide.Design.fixed(1, a.alpha)
     level = design.alpha_at(max(c.n_blocks for c in cells))
     est, lo, hi, *_ = decide.yuen(np.array(logs), 1 - level, df_drop=design.df_drop,
-                                trim_from=design.trim_from)
+                                trim_from=design.trim_from, plain_t=design.plain_t)
     return math.exp(est), math.exp(lo), math.exp(hi)
 
 

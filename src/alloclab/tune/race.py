@@ -12,6 +12,10 @@ memory metric (peak RSS, at the end, after each phase, the user's) it is decided
 a memory leader. The intervals are the analysis's own, simultaneous over the family and the looks,
 so the error of "below the leader" is controlled with the verdicts' (both intervals hold together).
 
+A candidate at least x3 slower than another that holds no more memory leaves too (dominated_by),
+on the two estimates, at any look: it cannot be an answer that the other is not, and every block
+waits for its runs.
+
 The speed leader (stats/best.py's decided best on the primary metric, within --max-rss-increase:
 the answer's "best for speed", by the same rule) stays in the race after its verdict while its peak RSS against the default is still
 undecided and other candidates run anyway: the cost beside the pick is half of the answer (the
@@ -23,6 +27,8 @@ RSS still undecided at 10 runs, beside allocators as fast that hold 21% more).
 """
 
 from __future__ import annotations
+
+import math
 
 from alloclab.stats.analysis import WorkloadResult, analyze
 from alloclab.stats.best import speed_pick
@@ -46,6 +52,44 @@ def below_leader(w: WorkloadResult, metric: str, vi: int, base: int) -> int | No
         if least > best_least:
             best, best_least = cell.variant_idx, least
     return best
+
+
+DOMINATED_SLOWER = 3.0   # a candidate this many times slower than another that holds no more leaves
+
+
+def dominated_by(w: WorkloadResult, vi: int, base: int, margin: float) -> int | None:
+    """The candidate that makes `vi` pointless to race on in this workload: at least x3 faster than
+    `vi` by the two estimates against the default, and holding no more memory on any memory metric
+    (its estimate no more than the margin above `vi`'s); None where none does.
+
+    Why on estimates, not intervals: at the early look a slow candidate's interval spans x2 either
+    way, and every block waits for its runs (a threaded CPython program: five memory settings at
+    x4.4-4.9 the time held each block for five times a fast candidate's run). A factor of 3 is far
+    beyond run-to-run noise, and the candidate is not said to be worse: it is said to be below the
+    one that dominates it, with the interval it had."""
+    row = w.primary()
+    mine = w.comparison(row.name, vi) if row is not None else None
+    if mine is None or not math.isfinite(mine.gain) or mine.gain <= 0:
+        return None
+    for cell in row.cells:
+        u, c = cell.variant_idx, cell.comparison
+        if u in (vi, base) or c is None or not math.isfinite(c.gain) or c.gain < DOMINATED_SLOWER * mine.gain:
+            continue
+        holds_no_more = True
+        for name in memory_metrics(w):
+            mv, uv = w.comparison(name, vi), w.comparison(name, u)
+            if mv is None:
+                continue
+            if uv is None or not (math.isfinite(uv.ratio) and math.isfinite(mv.ratio)):
+                holds_no_more = False
+                break
+            # Memory is lower-is-better: u's ratio against the default no more than v's (and the margin).
+            if uv.ratio > mv.ratio * (1 + margin):
+                holds_no_more = False
+                break
+        if holds_no_more:
+            return u
+    return None
 
 
 def cost_open(w: WorkloadResult, vi: int) -> bool:
@@ -123,6 +167,9 @@ class RaceJudge(Judge):
                 if leader is not None and not could_hold_least(w, vi, a.baseline_idx):
                     out[w.idx].discard(vi)
                     self.dropped.setdefault(w.idx, {})[vi] = a.labels[leader]
+                elif (over := dominated_by(w, vi, a.baseline_idx, margin)) is not None:
+                    out[w.idx].discard(vi)
+                    self.dropped.setdefault(w.idx, {})[vi] = a.labels[over]
         for w in a.workloads:
             out[w.idx] = out.get(w.idx, set()) | may_be_better_on_both(a, w)
         self._narrow(a, out, experiment)

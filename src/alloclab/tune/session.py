@@ -242,17 +242,26 @@ class TuneRun:
         return chosen.kept, chosen.screened_out, screen_id
 
     def _cap(self, variant_run_s: float, left_s: float):
-        """The race's run cap: the user's --max-runs as given; else the file's or the default's, raised
-        to what the budget left fits at `variant_run_s` a run of every variant (a race that would need
-        more runs than a recipe's cap but has the time for them takes them). (cap, its design)."""
-        from alloclab.plan.design import Design
+        """The race's run cap and its design: the user's --max-runs as given; else the file's or the
+        default's, raised to what the budget left fits at `variant_run_s` a run of every variant (a race
+        that would need more runs than a recipe's cap but has the time for them takes them). The
+        design's looks are planned over at most twice what the budget fits (a decided candidate
+        leaves, so later blocks are shorter), not over the 300 a command may reach: alpha spent over
+        looks that the budget never reaches is alpha the looks it does reach lack. (cap, its design)."""
+        from alloclab.plan.design import RACE_TRIM_FROM, Design
 
         d = self.defaults
         cap = self.opts.max_runs if self.opts.max_runs is not None else d.max_runs
         block_s = variant_run_s * max(1, len(self.workloads))
         if self.opts.max_runs is None and block_s > 0:
-            cap = max(cap, min(MOST_RUNS, int(left_s / block_s)))
-        return cap, Design.sequential(min(d.first_look, cap), cap, early=d.early_look)
+            fits = int(left_s / block_s)
+            cap = max(cap, min(MOST_RUNS, fits))
+            cap = min(cap, max(RACE_TRIM_FROM - 1, 2 * fits))
+        return cap, Design.race(cap, first=self._first_look(cap))
+
+    def _first_look(self, cap: int) -> int:
+        d = self.defaults
+        return max(2, min(d.early_look or d.first_look, d.first_look, cap))
 
     def _race(self, store: Store, variants: list, record: TuneRecord, run_s: float) -> int:
         from alloclab.measure.runner import Settings
@@ -261,13 +270,17 @@ class TuneRun:
         opts, d = self.opts, self.defaults
         left = self.left()
         given = opts.max_runs if opts.max_runs is not None else d.max_runs
-        cap, _ = self._cap(run_s * len(variants), left)
+        cap, design = self._cap(run_s * len(variants), left)
         if cap > given:
             record.run_cap = [given, cap]
             self.ui.note(f"Raised the run cap from {given} to {cap} runs per variant: the {left:.0f} s of budget left "
                          f"fit them (at about {run_s:.1f} s a run); the race still stops once decided.")
-        settings = Settings(runs=min(d.first_look, cap), until_decided=True, auto_profile=True,
-                            first_look=min(d.first_look, cap), early_look=d.early_look, max_runs=cap, max_seconds=left,
+        elif cap < given:
+            self.ui.note(f"The race's looks are planned over {cap} runs per variant ({', '.join(map(str, design.looks))}): "
+                         f"twice what the {left:.0f} s of budget left fit at about {run_s:.1f} s a run.")
+        first = self._first_look(cap)
+        settings = Settings(runs=first, until_decided=True, auto_profile=True, race=True,
+                            first_look=first, max_runs=cap, max_seconds=left,
                             margin=opts.min_effect, warmup=opts.warmup if opts.warmup is not None else d.warmup,
                             timeout_s=opts.timeout_s, seed=opts.seed, verify=opts.verify, kind="tune", title=self.title,
                             extra_config={"tune": record.to_dict()})
