@@ -42,6 +42,23 @@ def _arena_table(s: Snapshot) -> Table:
     return t
 
 
+def _environment(systemd: str) -> list[str]:
+    """A drop-in's own lines (its Environment= and UnsetEnvironment=), without the form around them."""
+    return [ln for ln in systemd.splitlines() if ln.startswith(("Environment=", "UnsetEnvironment="))]
+
+
+def _drop_in_form(ans) -> str:
+    """The drop-in form once for every candidate of the answer: where it goes, and that a candidate's
+    lines go under [Service] (the comment line of the first candidate's drop-in says where)."""
+    for f in ans.fired:
+        for st in f.settings:
+            head = next((ln for ln in st.systemd.splitlines() if ln.startswith("#")), None)
+            if head and _environment(st.systemd):
+                return (f"`{head.lstrip('# ').split('  ')[0]}`, and under [Service] its systemd line "
+                        f"({head.split('(', 1)[1].rstrip(')')})" if "(" in head else head.lstrip("# "))
+    return ""
+
+
 def render_terminal(items: list[Inspection], console: Console, experiment: int | None = None) -> None:
     for ins in items:
         s, ans = ins.snapshot, ins.answer
@@ -79,14 +96,18 @@ def render_terminal(items: list[Inspection], console: Console, experiment: int |
         for note in s.notes:
             console.print(f"  [dim]{note}[/]", highlight=False)
         if ans.fired:
-            console.print("[bold]What would give it back[/]")
+            console.print("[bold]What would give it back[/] (each setting at the program's next start)")
         for f in ans.fired:
             console.print(f"  [bold]{f.rule}[/]: {f.mechanism}", highlight=False)
             console.print(f"    {f.why}", highlight=False)
             for st in f.settings:
                 console.print(f"    run:     {st.env_line}", highlight=False, soft_wrap=True)
-                if st.systemd:
-                    console.print("    systemd: " + st.systemd.replace("\n", "\n             "), highlight=False)
+                lines = _environment(st.systemd)
+                if lines:
+                    console.print("    systemd: " + "; ".join(lines), highlight=False, soft_wrap=True)
+        form = _drop_in_form(ans)
+        if form:
+            console.print("  under systemd, one of them: " + form, highlight=False, soft_wrap=True)
         for line in ans.said:
             console.print(f"  {line}", highlight=False)
         if not ans.fired:

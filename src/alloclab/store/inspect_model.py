@@ -61,6 +61,8 @@ class Snapshot(Plain):
     mapped_bytes: int = 0
     mapped_resident: int = 0
     thresholds: dict[str, int] = field(default_factory=dict)    # mp_: trim, mmap, fixed, raised_by, top_pad
+    # The heaps' chunks by power-of-two class of their size: class, free, free_bytes, free_min, used, used_bytes
+    chunk_sizes: list[dict] = field(default_factory=list)
     split: MemorySplit | None = None
     booked: dict[str, int] = field(default_factory=dict)        # the parts as address space
     smaps: dict[str, int] = field(default_factory=dict)         # heap, anonymous maps, stacks, file-backed

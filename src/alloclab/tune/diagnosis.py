@@ -84,6 +84,16 @@ def rest_values(sp: MemorySplit | None, hist: list[SizeClass]) -> dict[str, floa
         v["rest_arena_free"] = float(min(b["arena_free"], sp.parts.get("free_top", 0) + sp.parts.get("free_inside", 0)))
     if "trim_threshold" in b and sp.parts.get("free_top"):
         v["trim_over_top"] = b["trim_threshold"] / sp.parts["free_top"]
+    # Each thread arena's top, where the books give them one by one (an inspection's walk): glibc
+    # weighs each top against the trim threshold at a free in its arena, so the largest below it
+    # means every one is kept.
+    if "arena_top" in b:
+        v["rest_arena_top"] = float(min(b["arena_top"], sp.parts.get("free_top", 0)))
+        v |= {k: float(b[k]) for k in ("arena_tops", "arena_top_max", "arena_top_min") if k in b}
+        if "trim_threshold" in b and b.get("arena_top_max"):
+            v["trim_over_arena_top"] = b["trim_threshold"] / b["arena_top_max"]
+    if "mmap_default" in b:
+        v["mmap_default"] = float(b["mmap_default"])
     # Blocks at or above 128 KiB asked below the mmap threshold as it stood: glibc served them from
     # its heap, as it does no block under its default threshold. A size class (2^(c-1), 2^c] counts
     # where it starts below the threshold: a threshold raised by a freed block sits between powers of
@@ -96,6 +106,38 @@ def rest_values(sp: MemorySplit | None, hist: list[SizeClass]) -> dict[str, floa
             v["heap_big_bytes"] = float(sum(h.bytes for h in below))
             v["heap_big_min"] = float(min(1 << (h.size_class - 1) for h in below))
     return v
+
+
+def hist_of_chunks(rows: list[dict]) -> list[SizeClass]:
+    """An inspection's chunks, free and in use, as the request histogram a fingerprint counts: the
+    chunks a heap holds are the requests it served that are still there (a chunk's size is its
+    request's plus a header, rounded to 16), which is what a snapshot has of them."""
+    return [SizeClass(r["class"], "", r["free"] + r["used"], r["free_bytes"] + r["used_bytes"])
+            for r in rows if r["free"] + r["used"]]
+
+
+BIG_FREE = 64 * 1024   # below this a fixed mmap threshold would map the small blocks most programs make
+
+
+def free_chunk_values(rows: list[dict], sp: MemorySplit | None) -> dict[str, float]:
+    """The free chunks between live ones that sit in one size class of 64 KiB and more (the class
+    that carries the most of their bytes), as readings: what a fixed mmap threshold below that size
+    would have kept out of the heap. Their bytes are the class's and every larger one's, resident in
+    the share the free chunks' resident bytes hold of their address space."""
+    big = [r for r in rows if r["free"] and (1 << (r["class"] - 1)) >= BIG_FREE]
+    if not big or sp is None:
+        return {}
+    top = max(big, key=lambda r: r["free_bytes"])
+    above = [r for r in rows if r["class"] >= top["class"]]
+    free_booked = sum(r["free_bytes"] for r in rows)
+    booked = sum(r["free_bytes"] for r in above)
+    resident = sp.parts.get("free_inside", 0) * booked / free_booked if free_booked else 0.0
+    return {"rest_free_big": float(min(resident, booked)), "free_big_min": float(top["free_min"]),
+            "free_big_count": float(sum(r["free"] for r in above)),
+            "free_big_share": booked / free_booked if free_booked else 0.0,
+            "free_big_pages": float(-(-top["free_min"] // PAGE)),
+            "live_big_count": float(sum(r["used"] for r in above))} | (
+        {"mmap_over_free_big": sp.books["mmap_threshold"] / top["free_min"]} if "mmap_threshold" in sp.books else {})
 
 
 def _known(**figures: float | None) -> dict[str, float]:
@@ -258,7 +300,8 @@ def value_text(name: str, value: float) -> str:
         return size_text(value)
     if name in ("heap_swing", "big_block", "trim_bytes", "brk_trim_bytes", "arena_trim_bytes", "munmap_bytes", "madvise_bytes", "overhead_end",
                 "overhead_peak", "overhead_most", "end_live", "peak_live", "peak_anon", "held_after_phase",
-                "trim_threshold", "mmap_threshold", "raised_by", "heap_big_bytes", "heap_big_min") \
+                "trim_threshold", "mmap_threshold", "raised_by", "heap_big_bytes", "heap_big_min", "arena_top_max",
+                "arena_top_min", "mmap_default", "free_big_min") \
             or name.startswith("rest_"):
         return size_text(value)
     return f"{value:,.0f}"

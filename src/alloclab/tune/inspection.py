@@ -13,7 +13,7 @@ import shlex
 
 from alloclab.catalog.tune_rules import load_rules
 from alloclab.store.inspect_model import Answer, Finding, Setting, Snapshot
-from alloclab.tune.diagnosis import Reading, rest_values, size_text
+from alloclab.tune.diagnosis import Reading, free_chunk_values, hist_of_chunks, rest_values, size_text
 from alloclab.tune.prescribe import prescribe
 
 REST_WHERE = "now"
@@ -28,7 +28,11 @@ def memory_rules():
 def reading(snap: Snapshot) -> Reading | None:
     if snap.split is None:
         return None
-    values = {k: float(v) for k, v in rest_values(snap.split, []).items() if v is not None}
+    # The chunks the walk counted stand in for the sizes a fingerprint would have counted the
+    # program asking for: a snapshot has no requests, only the chunks still serving them.
+    values = {k: float(v) for k, v in rest_values(snap.split, hist_of_chunks(snap.chunk_sizes)).items()
+              if v is not None}
+    values |= free_chunk_values(snap.chunk_sizes, snap.split)
     values |= {"threads": float(snap.threads), "cpus": float(os.cpu_count() or 1)}
     return Reading(snap.allocator, snap.allocator, values, rest_where=REST_WHERE)
 
@@ -86,6 +90,12 @@ def answer(snap: Snapshot) -> Answer:
         f = by_rule.setdefault(c.rule, Finding(c.rule, c.mechanism, c.why, c.expect))
         f.settings.append(_setting(c.spec, line))
     out.fired = list(by_rule.values())
+    if {"glibc-free-sized", "glibc-free-pinned"} & set(by_rule):
+        # A setting acts on a restarted process; the memory free inside it now can go back today.
+        out.said.append(f"now, without a restart: malloc_trim(0) called inside process {snap.pid} gives back the "
+                        f"whole pages of its free chunks ({size_text(snap.split.parts.get('free_inside', 0))} free "
+                        f"inside): the program's own call where it has one, else `gdb -p {snap.pid} -batch -ex "
+                        f"'call (int) malloc_trim(0)'`, which stops it and runs glibc's code in it")
     out.silent = [name for name in rx.silent]
     parts = snap.split.parts
     if snap.allocator == "glibc" and not snap.thresholds and parts.get("free_top", 0) >= KEPT_TOP:

@@ -3,6 +3,8 @@ split and figures (glibc_split.py), gathered into the Snapshot's fields."""
 
 from __future__ import annotations
 
+import numpy as np
+
 from alloclab.catalog.glibc_layout import GlibcLayout
 from alloclab.measure.inspect import glibc_read, glibc_split
 from alloclab.measure.inspect.libc import Libc
@@ -29,6 +31,38 @@ def resident_counter(mem: Memory, maps: list[Mapping]):
     return resident_in
 
 
+def _thread_tops(arenas) -> dict[str, int]:
+    """The thread arenas' tops: what each keeps free at its heap's end, resident (the rules weigh each
+    top against the trim threshold, which glibc compares with each arena's own top, not their sum)."""
+    tops = [a for a in arenas if not a.main and a.top_resident >= 1 << 20]
+    if not tops:
+        return {}
+    return {"arena_top": sum(a.top_resident for a in tops), "arena_tops": len(tops),
+            "arena_top_max": max(a.top for a in tops), "arena_top_min": min(a.top for a in tops)}
+
+
+def chunk_sizes(state) -> list[dict]:
+    """The heaps' chunks by power-of-two class of their size (class c: [2^(c-1), 2^c)), free and in
+    use, with the smallest free chunk of each class: what a snapshot has of the sizes the program
+    asks for (a fingerprint counts its requests; here the chunks that serve them stand in)."""
+    used_n = sum((h.walk.used_count for r in state.arenas for h in r.heaps), np.zeros(64, dtype=np.int64))
+    used_b = sum((h.walk.used_bytes for r in state.arenas for h in r.heaps), np.zeros(64, dtype=np.int64))
+    sizes = [h.walk.free_chunks()[1] for r in state.arenas for h in r.heaps]
+    free = np.concatenate(sizes) if sizes else np.zeros(0, dtype=np.int64)
+    classes = np.zeros(len(free), dtype=np.int64)
+    if len(free):
+        classes = np.floor(np.log2(free)).astype(np.int64) + 1
+    out = []
+    for c in range(64):
+        mine = free[classes == c]
+        if not len(mine) and not used_n[c]:
+            continue
+        out.append({"class": c, "free": int(len(mine)), "free_bytes": int(mine.sum()),
+                    "free_min": int(mine.min()) if len(mine) else 0, "used": int(used_n[c]),
+                    "used_bytes": int(used_b[c])})
+    return out
+
+
 def read(snap: Snapshot, pid: int, maps: list[Mapping], libc: Libc, layout: GlibcLayout, mem: Memory,
          freezer: Freezer) -> None:
     resident_in = resident_counter(mem, maps)
@@ -47,7 +81,10 @@ def read(snap: Snapshot, pid: int, maps: list[Mapping], libc: Libc, layout: Glib
                "fast": sum(a.fast for a in arenas), "bins": sum(a.free for a in arenas),
                "top": sum(a.top for a in arenas), "main_top": arenas[0].top if arenas else 0,
                "arena_free": sum(a.top + a.free + a.fast for a in arenas if not a.main),
-               "mmap_count": len(state.mapped.chunks), "mmap_bytes": state.mapped.bytes}
+               "mmap_count": len(state.mapped.chunks), "mmap_bytes": state.mapped.bytes,
+               "mmap_default": layout.default_mmap_threshold}
+    figures |= _thread_tops(arenas)
+    snap.chunk_sizes = chunk_sizes(state)
     p = state.params
     if p is not None:
         raised = p.mmap_threshold if not p.no_dyn_threshold and p.mmap_threshold > layout.default_mmap_threshold else 0

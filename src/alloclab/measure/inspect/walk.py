@@ -45,6 +45,9 @@ class HeapWalk:
     free_at: list[np.ndarray] = field(default_factory=list)    # free chunks: starts and sizes
     free_size: list[np.ndarray] = field(default_factory=list)
     tcache_like: list[int] = field(default_factory=list)       # in-use chunks of a tcache struct's size
+    # In-use chunks by power-of-two class of their size (class c: [2^(c-1), 2^c)): count, bytes.
+    used_count: np.ndarray = field(default_factory=lambda: np.zeros(64, dtype=np.int64))
+    used_bytes: np.ndarray = field(default_factory=lambda: np.zeros(64, dtype=np.int64))
     unread: int = 0
     unread_spans: list[tuple[int, int]] = field(default_factory=list)
     fencepost: bool = False     # ended at glibc's fenceposts (a heap followed by another)
@@ -67,6 +70,9 @@ class HeapWalk:
         if used:
             self.in_use += 1
             self.in_use_bytes += size
+            c = int(size).bit_length()
+            self.used_count[c] += 1
+            self.used_bytes[c] += size
             if size == self.tcache_struct and len(self.tcache_like) < 100_000:
                 self.tcache_like.append(at)
         else:
@@ -185,6 +191,9 @@ class HeapWalk:
         used = int(bits.sum())
         self.in_use += used
         self.in_use_bytes += used * size
+        c = int(size).bit_length()
+        self.used_count[c] += used
+        self.used_bytes[c] += used * size
         starts = pos + size * np.arange(k - 1, dtype=np.int64)
         free = np.flatnonzero(~bits)
         if len(free):
