@@ -130,6 +130,10 @@ def check(variant, env: dict[str, str]) -> list[Readback]:
         return []
     a = variant.allocator
     who = f"{a.name} {variant.version()}"
+    if a.bundled:
+        # No probe holds the copy: only the program it is built into could report its settings.
+        return [Readback(s, UNCONFIRMED, why=f"the {a.bundled} built into the program reports its settings only "
+                         f"from inside it") for s in variant.tunables]
     if not a.readback:
         return [Readback(s, UNCONFIRMED, why=f"the catalog names no way to read {a.name}'s settings back")
                 for s in variant.tunables]

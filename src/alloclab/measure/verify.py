@@ -141,7 +141,11 @@ def static_check(variant, program: Path, catalog: cat.Catalog | None = None) -> 
     _check_indirect(ev, variant, exe, facts, catalog)
     for other in catalog.allocators.values():
         bundled = sorted(set(other.prefixed_symbols) & facts.defined)
-        if bundled:
+        if bundled and variant.allocator is not None and variant.allocator.bundled == other.name:
+            # The copy built in, run as it is with its own settings: what this variant names.
+            ev.note(f"{name} bundles its own {other.name} ({', '.join(bundled)}): the variant runs that copy, "
+                    f"nothing preloaded, with its own settings")
+        elif bundled:
             ev.fail(f"{name} bundles its own {other.name} ({', '.join(bundled)}): LD_PRELOAD only "
                     f"swaps libc's malloc, the program's own allocations stay with the bundled copy")
     for soname, path in libs:

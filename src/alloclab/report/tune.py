@@ -27,6 +27,11 @@ def fact_line(fact: dict) -> str:
         version = f" {fact['version']}" if fact.get("version") else ""
         return (f"{fact['program']} links {fact['allocator']}{version} ({fact['library']}{via}): the baseline is "
                 f"{fact['allocator']} as linked, and glibc races as a candidate, through alloclab's forwarding preload")
+    if fact.get("fact") == "baseline" and fact["how"] == "bundled" and fact.get("settings"):
+        version = f" {fact['version']}" if fact.get("version") else ""
+        return (f"{fact['program']} bundles its own {fact['via']}{version} ({fact['library']}): no preload replaces "
+                f"it, so none races; the baseline is that copy as built, and its own settings "
+                f"({', '.join(fact['settings'][:4])}) are the candidates")
     if fact.get("fact") == "baseline" and fact["how"] == "bundled":
         return (f"{fact['program']} bundles its own {fact['via']} under prefixed names ({fact['library']}): no preload "
                 f"replaces it, so every candidate changes only what reaches the malloc family; the baseline is the "

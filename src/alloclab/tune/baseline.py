@@ -5,8 +5,11 @@ that allocator, as linked, is the default: its books are read, its rules fire (f
 rest, fixed by its decay), and glibc races as a candidate, through the forwarding preload
 (measure/forward.py). The baseline preloads the very library the program links (the same object,
 found first): verification proves it serves malloc, as for any variant. A program that bundles an
-allocator under prefixed names (je_malloc) keeps it whatever is preloaded: the baseline stays glibc,
-and the answer says what no preload can replace.
+allocator under prefixed names (je_malloc, the Rust mimalloc crate's mi_*) keeps it whatever is
+preloaded, so no preload races: where the catalog knows the bundled copy (catalog/allocators.toml's
+`bundled` entries), the baseline is that copy as built and its own settings, under the names its
+version reads, are the candidates; where it does not, nothing can act and tune says so before it
+runs anything (a race of preloads that cannot act spent three minutes answering "keep the default").
 
 In: the workloads and the catalog. Out: a Baseline (the variant, the allocator whose readings are
 the default's, and what the answer's first line says), and the plain variants the diagnosis runs.
@@ -35,9 +38,12 @@ class Baseline:
                                # the allocator bundled
 
     def record(self) -> dict:
-        """As TuneRecord stores it (report/ words it)."""
-        return {"fact": "baseline", "how": self.how, "allocator": self.reads, "version": self.version,
-                "program": self.program, "library": self.library, "via": self.via, "label": self.variant.label}
+        """As TuneRecord stores it (report/ words it). A bundled copy whose settings race says which."""
+        out = {"fact": "baseline", "how": self.how, "allocator": self.reads, "version": self.version,
+               "program": self.program, "library": self.library, "via": self.via, "label": self.variant.label}
+        if self.how == BUNDLED and self.variant.allocator is not None and self.variant.allocator.bundled:
+            out["settings"] = _setting_names(self.variant.allocator)
+        return out
 
 
 def _program(workloads: list) -> Path | None:
@@ -74,6 +80,12 @@ def baseline_of(workloads: list, catalog: cat.Catalog | None = None) -> Baseline
                         cat.version_of(a, linked.path), linked.soname, linked.via or "")
     exe = real_executable(program)
     facts = elf_facts(exe)
+    form = cat.bundled_form(facts, catalog)
+    if form is not None:
+        found = sorted(set(form.bundled_symbols) & facts.defined)
+        return Baseline(parse_variant(f"{form.name}@{form.bundled} (bundled)", catalog), form.name, BUNDLED,
+                        named or shown_name(program, exe), cat.bundled_version(form, exe), ", ".join(found),
+                        form.bundled)
     for a in catalog.allocators.values():
         bundled = sorted(set(a.prefixed_symbols) & facts.defined)
         if bundled:
@@ -88,6 +100,8 @@ def plain_variants(names: tuple[str, ...], baseline: Baseline) -> list:
     from alloclab.catalog.variants import installed_variants, parse_variant
 
     catalog = cat.load_catalog()
+    if baseline.how == BUNDLED:
+        return [baseline.variant] if _reached(baseline, catalog) else _unreachable(baseline)
     if not names:
         others = [v for v in installed_variants(catalog) if v.allocator is None or v.allocator.race_in_tune]
     else:
@@ -106,3 +120,32 @@ def plain_variants(names: tuple[str, ...], baseline: Baseline) -> list:
     base = baseline.variant
     same = lambda v: v.spec == base.spec.split("@")[0] or (v.library is not None and v.library == base.library)
     return [base] + [v for v in others if not same(v)]
+
+
+def _setting_names(form: cat.Allocator) -> list[str]:
+    """The variables a bundled copy reads, under its own names (_RJEM_MALLOC_CONF, MIMALLOC_PURGE_DELAY)."""
+    renamed = dict(form.env_names)
+    names = list(dict.fromkeys(renamed.get(t.via, t.via) if t.via else t.name for t in form.tunables))
+    prefix = names[0].split("_", 1)[0] + "_" if names and "_" in names[0] else ""
+    # Variables that share a prefix read as one family: MIMALLOC_*.
+    return [prefix + "*"] if prefix and len(names) > 1 and all(n.startswith(prefix) for n in names) else names
+
+
+def _reached(baseline: Baseline, catalog: cat.Catalog) -> bool:
+    a = baseline.variant.allocator
+    return a is not None and bool(a.bundled) and any(r.reads == a.name for r in _rules())
+
+
+def _rules():
+    from alloclab.catalog.tune_rules import load_rules
+    return load_rules()
+
+
+def _unreachable(baseline: Baseline):
+    """Nothing can act on a bundled copy the catalog does not know: said before anything runs, rather
+    than a race of preloads that all run the same allocator."""
+    raise AlloclabError(
+        f"{baseline.program} bundles its own {baseline.via} under prefixed names ({baseline.library}): no preload "
+        f"replaces it, and alloclab knows no setting that this copy reads, so every variant tune could race would "
+        f"run the same allocator. Nothing was run. Link the program against the shared {baseline.via} (or build it "
+        f"without its bundled copy) to compare allocators.")

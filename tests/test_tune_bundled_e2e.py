@@ -1,0 +1,57 @@
+"""A program that carries its own allocator is tuned through that copy's own settings, not preloads
+that cannot reach it: a Rust program on the mimalloc crate (mimalloc built in, `mi_*`) holds what
+its threads freed while it rests, and tune races MIMALLOC_PURGE_DELAY=0 against the copy as built,
+with no LD_PRELOAD in any variant. Where alloclab knows no setting of the bundled copy, tune says so
+before anything runs."""
+
+from __future__ import annotations
+
+import subprocess
+
+import pytest
+
+from native_programs import rust_program
+
+pytestmark = pytest.mark.e2e
+
+RSS_IDLE = r"rss_idle=rss_idle_kb: (\d+):lower"
+
+
+@pytest.mark.slow
+def test_tune_races_the_bundled_mimallocs_own_setting(cli, store_of):
+    prog = rust_program("rust-mimalloc")
+    # By hand first: the program holds its freed windows at rest, and the setting returns them.
+    by_hand = {}
+    for env in ({}, {"MIMALLOC_PURGE_DELAY": "0"}):
+        out = subprocess.run([str(prog), "8", "600", "48", "300"], capture_output=True, text=True, check=True,
+                             env={"PATH": "/usr/bin:/bin", **env}).stdout
+        by_hand[bool(env)] = int(out.split("rss_idle_kb:")[1].split()[0])
+    assert by_hand[True] < by_hand[False] / 4, by_hand
+
+    p = cli("tune", "--budget", "4m", "--metric", RSS_IDLE, "--", str(prog), "8", "600", "48", "300", timeout=400)
+    said = " ".join(p.stdout.split())
+    assert p.returncode == 0, p.stdout + p.stderr
+    assert "bundles its own mimalloc 2.1 or later" in said and "the baseline is that copy as built" in said, said
+    assert "mimalloc-bundled-held" in said
+    store = store_of(cli.db)
+    race = [e for e in store.listing() if e.kind == "tune"]
+    assert len(race) == 1
+    e = store.load(race[0].id)
+    specs = [v.spec for v in e.variants]
+    assert specs == ["mimalloc-bundled@mimalloc (bundled)", "mimalloc-bundled:MIMALLOC_PURGE_DELAY=0"], specs
+    assert all("LD_PRELOAD" not in v.env for v in e.variants), [v.env for v in e.variants]
+    assert e.variants[1].env.get("MIMALLOC_PURGE_DELAY") == "0"
+    # Decided, on the program's own memory at rest, where the hand runs put it.
+    assert "Best for memory: rss_idle" in said and "mimalloc-bundled PURGE_DELAY=0" in said, said
+
+
+def test_a_bundled_copy_no_setting_reaches_is_answered_before_anything_runs(build, cli):
+    """tcmalloc's prefixed names (tc_malloc) with no copy of it the catalog knows: every variant
+    would run the same allocator, so nothing runs and nothing is stored."""
+    prog = build("bundled", "-Dje_malloc=tc_malloc", "-Dje_free=tc_free")
+    p = cli("tune", "--", str(prog))
+    said = " ".join((p.stdout + p.stderr).split())
+    assert p.returncode != 0, said
+    assert "bundles its own tcmalloc under prefixed names (tc_free, tc_malloc)" in said, said
+    assert "knows no setting that this copy reads" in said and "Nothing was run" in said, said
+    assert not cli.db.exists()
