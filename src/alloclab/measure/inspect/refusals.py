@@ -4,6 +4,7 @@ Nothing is written into the process before any of them, and the process is left 
 from __future__ import annotations
 
 import os
+from dataclasses import dataclass
 
 from alloclab.errors import AlloclabError
 
@@ -19,34 +20,107 @@ def gone(pid: int, during: str) -> AlloclabError:
                          f"`alloclab tune -- CMD` to read it from start to end.")
 
 
-def _ptrace_scope() -> str | None:
+CAP_SYS_PTRACE = 19
+
+
+@dataclass(frozen=True)
+class Rights:
+    """What decides whether alloclab may read a process, as /proc shows it: its own uid and
+    capabilities and seccomp mode, the process's owner, tracer and capabilities, Yama's scope, the
+    user namespaces, and the security modules the kernel runs (where /sys/kernel/security says)."""
+    me: int
+    caps: int                      # alloclab's effective capabilities
+    seccomp: int                   # alloclab's seccomp mode: 0 none, 1 strict, 2 a filter
+    owner: int | None              # the process's uid
+    tracer: int = 0                # TracerPid: a process has one tracer at most
+    tracer_name: str = ""
+    its_caps: int | None = None    # the process's permitted capabilities
+    scope: str | None = None       # kernel.yama.ptrace_scope; None: Yama is not running
+    same_userns: bool | None = None   # None: the process's namespace could not be read
+    lsm: tuple[str, ...] = ()
+
+    @property
+    def ptrace_cap(self) -> bool:
+        return bool(self.caps >> CAP_SYS_PTRACE & 1)
+
+
+def _read(path: str) -> str | None:
     try:
-        with open("/proc/sys/kernel/yama/ptrace_scope") as fh:
-            return fh.read().strip()
+        with open(path) as fh:
+            return fh.read()
     except OSError:
         return None
 
 
-def not_permitted(pid: int, what: str) -> AlloclabError:
-    """What reading another process's memory needs: ptrace's attach rights over it."""
+def _status(text: str | None) -> dict[str, str]:
+    return dict(ln.split(":", 1) for ln in (text or "").splitlines() if ":" in ln)
+
+
+def rights(pid: int, proc: str = "/proc", sys: str = "/sys", me: int | None = None) -> Rights:
+    """The facts, read where they are readable: a process alloclab may not read still shows its
+    status to everyone."""
+    mine, its = _status(_read(f"{proc}/self/status")), _status(_read(f"{proc}/{pid}/status"))
+    uid = its.get("Uid", "").split()
+    tracer = int(its.get("TracerPid", "0").strip() or 0)
+    name = (_read(f"{proc}/{tracer}/comm") or "").strip() if tracer else ""
+    scope = _read(f"{proc}/sys/kernel/yama/ptrace_scope")
     try:
-        owner = os.stat(f"/proc/{pid}").st_uid
+        same = os.readlink(f"{proc}/self/ns/user") == os.readlink(f"{proc}/{pid}/ns/user")
     except OSError:
-        owner = None
-    me = os.geteuid()
-    scope = _ptrace_scope()
-    needs = []
-    if owner is not None and owner != me:
-        needs.append(f"it runs as uid {owner} and alloclab as uid {me}: run alloclab as that user, or with "
-                     f"CAP_SYS_PTRACE (as root, or `sudo setpriv --inh-caps=+sys_ptrace ...`)")
-    elif scope not in (None, "0"):
-        needs.append(f"kernel.yama.ptrace_scope is {scope}, which lets a process read only its own children: "
-                     f"set it to 0 (`sysctl kernel.yama.ptrace_scope=0`) or give alloclab CAP_SYS_PTRACE")
-    else:
-        needs.append("it is not dumpable (a setuid program, or one that called prctl(PR_SET_DUMPABLE, 0)), or "
-                     "a security module refuses: give alloclab CAP_SYS_PTRACE")
+        same = None
+    lsm = tuple(x for x in (_read(f"{sys}/kernel/security/lsm") or "").strip().split(",") if x)
+    return Rights(me=os.geteuid() if me is None else me, caps=int(mine.get("CapEff", "0").strip() or "0", 16),
+                  seccomp=int(mine.get("Seccomp", "0").strip() or 0), owner=int(uid[1]) if len(uid) > 1 else None,
+                  tracer=tracer, tracer_name=name,
+                  its_caps=int(its["CapPrm"].strip(), 16) if "CapPrm" in its else None,
+                  scope=scope.strip() if scope is not None else None, same_userns=same, lsm=lsm)
+
+
+def missing(r: Rights) -> str:
+    """What is really missing, from the facts: the first of them that the kernel's check stops at."""
+    traced = (f"; it is traced by process {r.tracer}" + (f" ({r.tracer_name})" if r.tracer_name else "") +
+              ", and a process has one tracer at most: its stops are that tracer's") if r.tracer else ""
+    if r.scope == "3":
+        return ("kernel.yama.ptrace_scope is 3, which lets no process attach to another whatever its rights, "
+                "until the next boot" + traced)
+    if not r.ptrace_cap:
+        if r.owner is not None and r.owner != r.me:
+            return (f"it runs as uid {r.owner} and alloclab as uid {r.me}: run alloclab as that user, or with "
+                    f"CAP_SYS_PTRACE (as root, or `sudo setpriv --inh-caps=+sys_ptrace ...`)" + traced)
+        if r.scope == "2":
+            return ("kernel.yama.ptrace_scope is 2, which lets only a process with CAP_SYS_PTRACE attach: give "
+                    "alloclab CAP_SYS_PTRACE (run it as root)" + traced)
+        if r.scope == "1":
+            return ("kernel.yama.ptrace_scope is 1, which lets a process read only its own children: set it to 0 "
+                    "(`sysctl kernel.yama.ptrace_scope=0`) or give alloclab CAP_SYS_PTRACE" + traced)
+        if r.its_caps is not None and r.its_caps & ~r.caps:
+            return (f"it holds capabilities alloclab does not (permitted {r.its_caps:#x} against alloclab's "
+                    f"{r.caps:#x}), and a process may read only one whose capabilities it has: give alloclab "
+                    f"CAP_SYS_PTRACE" + traced)
+        return ("it is not dumpable (a setuid program, or one that called prctl(PR_SET_DUMPABLE, 0)), or a "
+                "security module refuses: give alloclab CAP_SYS_PTRACE" + traced)
+    # alloclab has CAP_SYS_PTRACE: what is left is a namespace, a seccomp filter or a security module.
+    if r.same_userns is False:
+        return ("the process is in another user namespace (a container's), where alloclab's CAP_SYS_PTRACE "
+                "does not count: run alloclab in the process's namespace or in one above it (the host's)" + traced)
+    who = f"alloclab runs as uid {r.me} with CAP_SYS_PTRACE" + (", as the process's owner" if r.owner == r.me else "")
+    if r.seccomp == 2:
+        return (f"{who}, under a seccomp filter (a container's profile) that may refuse ptrace: run it with a "
+                f"profile that allows ptrace (`docker run --cap-add SYS_PTRACE`, or "
+                f"`--security-opt seccomp=unconfined`)" + traced)
+    active = f" ({', '.join(m for m in r.lsm if m not in ('capability', 'lockdown'))} run here)" if r.lsm else ""
+    yama = "no Yama scope in the way" if r.scope in (None, "0") else f"Yama's scope {r.scope}"
+    return (f"{who}, {yama} and no seccomp filter, and the kernel still refuses: a security module does{active} "
+            f"(Landlock, where alloclab itself runs in a sandbox that may not reach processes outside it; "
+            f"AppArmor, SELinux): run alloclab outside that sandbox, beside the process, and see the kernel's log or the "
+            f"audit log for the module's word" + traced)
+
+
+def not_permitted(pid: int, what: str, facts: Rights | None = None) -> AlloclabError:
+    """What reading another process's memory needs: ptrace's attach rights over it."""
+    facts = facts if facts is not None else rights(pid)
     return AlloclabError(f"Not permitted to read process {pid}'s {what}: reading another process's memory needs "
-                         f"ptrace attach rights over it, and {needs[0]}.")
+                         f"ptrace attach rights over it, and {missing(facts)}.")
 
 
 def static(pid: int, exe: str) -> AlloclabError:
