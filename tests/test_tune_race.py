@@ -356,3 +356,25 @@ def test_a_race_design_is_planned_over_its_budget_and_judges_few_blocks_by_the_p
     sd = np.std(logs, ddof=1)
     assert abs(plain[2] - plain[1] - 2 * stats.t.ppf(0.995, 4) * sd / np.sqrt(5)) < 1e-9   # the textbook t
     assert (yuen[2] - yuen[1]) > 1.9 * (plain[2] - plain[1])   # Yuen's factor and one df fewer
+
+
+def test_the_screen_gives_its_first_slot_to_a_candidate_it_saw_better_on_both(tmp_path):
+    from alloclab.tune import screen
+    # TOP_PAD the fastest (expected faster); ARENA_MAX=1 a little faster and holding half the memory
+    # (expected less memory): better on both on the screen's run, so it takes the one slot.
+    specs = ["glibc", "glibc:MALLOC_ARENA_MAX=1", "glibc:MALLOC_TOP_PAD_=8M"]
+    speed = {"MALLOC_ARENA_MAX": 0.09, "MALLOC_TOP_PAD_": 0.07}
+    mean = lambda env, n: next((t for k, t in speed.items() if k in env), 0.1)
+
+    def run(peak, name):
+        store = Store(tmp_path / f"{name}.db")
+        workload = Workload("fake", ["fake"], executor=FakeExecutor(mean, noise=0.01, peak_kb=peak))
+        runner = Runner(store, [workload], parse_variants(specs), Settings(runs=1, warmup=0, verify=False,
+                                                                           kind="tune-screen"), judge=Judge())
+        runner.run()
+        cands = [Candidate(specs[1], "glibc-arena-bloat", "less memory", "m", "w"),
+                 Candidate(specs[2], "glibc-trim-churn", "faster", "m", "w")]
+        return [c.spec for c in screen.finalists(analyze(store.load(runner.exp_id)), cands, slots=1).kept]
+    assert run(lambda env: 5_120 if "MALLOC_ARENA_MAX" in env else 10_240, "half") == [specs[1]]
+    # The control: holding the default's memory, it is no better on both, and speed's leader goes first.
+    assert run(lambda env: 10_240, "same") == [specs[2]]

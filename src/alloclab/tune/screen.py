@@ -136,6 +136,15 @@ def _speed_rank(a: Analysis, vi: int) -> tuple[float, float]:
     return round(max(cut, 0.0), 1), statistics.geometric_mean(most) if most else 0.0
 
 
+def _both_gain(a: Analysis, vi: int, cand: Candidate) -> float | None:
+    """The product of the screen's speed and memory gains where both are above 1 (better on both by
+    the estimates), else None."""
+    speed, memory = _mean_gain(a, vi, _primary), _mean_gain(a, vi, _memory_of(cand))
+    if speed is None or memory is None or speed <= 1 or memory <= 1:
+        return None
+    return speed * memory
+
+
 def _worse_throughout(a: Analysis, vi: int, cand: Candidate) -> bool:
     """Its interval wholly on the worse side in every workload, on the metric it was expected to move."""
     cs = _comparisons(a, vi, _expected(cand))
@@ -174,6 +183,12 @@ def finalists(a: Analysis, candidates: list[Candidate], slots: int, fired: list[
     first, second = (memory, speed) if memory and (not speed or asks_memory and (memory[0][2] or 0) > (speed[0][3] or 0)) \
         else (speed, memory)
     order = [s[0] for pair in itertools.zip_longest(first, second) for s in pair if s is not None]
+    # Those the screen saw better on both axes come first, the larger product of the two gains
+    # first: each may be the answer's first line. A threaded CPython program screened tcmalloc at
+    # -36% time and -34% memory; speed's ranking gave the one slot to a jemalloc decay setting, and
+    # tcmalloc, faster and smaller by hand, never raced.
+    both = sorted((s for s in rest if _both_gain(a, s[1], s[0]) is not None), key=lambda s: -_both_gain(a, s[1], s[0]))
+    order = [s[0] for s in both] + [c for c in order if c not in {s[0] for s in both}]
     kept += order[:max(1, slots - len(kept))]
     kept = kept or [s[0] for s in scored[:1]]
     out = []
