@@ -55,6 +55,7 @@ class RunResult:
     peak_rss_kb: int = 0             # sampled: the largest sum over the whole tree
     final_rss_kb: int = 0
     end_anon_kb: int = -1            # anonymous RSS just before the program exited (-1: unknown)
+    end_lazyfree_kb: int = -1        # of the RSS then, pages freed with MADV_FREE not yet reclaimed (-1: unknown)
     minflt: int = 0
     majflt: int = 0
     nvcsw: int = 0
@@ -377,13 +378,14 @@ def read_launcher_result(path: Path, result: RunResult) -> bool:
 
 def parse_launcher_line(text: str, result: RunResult) -> bool:
     fields = text.split()
-    if len(fields) not in (10, 11) or fields[0] not in ("exit", "signal"):
+    if len(fields) not in (10, 11, 12) or fields[0] not in ("exit", "signal"):
         return False
-    kind, code, wall_ns, utime, stime, maxrss, minflt, majflt, nvcsw, nivcsw, end_anon = (fields + ["-1"])[:11]
+    kind, code, wall_ns, utime, stime, maxrss, minflt, majflt, nvcsw, nivcsw, end_anon, end_lazy = \
+        (fields + ["-1", "-1"])[:12]
     result.signal, result.exit_code = (int(code), None) if kind == "signal" else (None, int(code))
     result.wall_s = int(wall_ns) / 1e9
     result.user_s, result.sys_s = int(utime) / 1e6, int(stime) / 1e6
-    result.max_rss_kb, result.end_anon_kb = int(maxrss), int(end_anon)
+    result.max_rss_kb, result.end_anon_kb, result.end_lazyfree_kb = int(maxrss), int(end_anon), int(end_lazy)
     result.minflt, result.majflt, result.nvcsw, result.nivcsw = map(int, (minflt, majflt, nvcsw, nivcsw))
     # A run too short for the sampler still has the kernel's figure.
     result.peak_rss_kb = max(result.peak_rss_kb, result.max_rss_kb)

@@ -13,5 +13,10 @@ def standard_values(r: RunResult) -> dict[str, float]:
         "peak_rss_mb": r.peak_rss_kb / 1024, "max_rss_mb": r.max_rss_kb / 1024,
         "final_rss_mb": r.final_rss_kb / 1024,
         **({"end_anon_mb": r.end_anon_kb / 1024} if r.end_anon_kb >= 0 else {}),
+        # MADV_FREE'd pages stay in RSS until the kernel reclaims them: an allocator that frees so
+        # (jemalloc's muzzy pages) looks as if it held them. Beside the end reading, and without them.
+        **({"end_lazyfree_mb": r.end_lazyfree_kb / 1024,
+            "end_anon_nolazy_mb": max(0, r.end_anon_kb - r.end_lazyfree_kb) / 1024}
+           if r.end_anon_kb >= 0 and r.end_lazyfree_kb >= 0 else {}),
         "minflt": r.minflt, "majflt": r.majflt, "nvcsw": r.nvcsw, "nivcsw": r.nivcsw,
     }
