@@ -13,6 +13,12 @@ from alloclab.store.fingerprint_model import PARTS
 from alloclab.store.inspect_model import Inspection, Snapshot
 
 
+# The parts of `other` that are not the allocator's heap, named where the reading told them apart
+# (measure/inspect/runtimes.py).
+OTHER_WORDS = {"own_maps": "own maps", "cpython_arenas": "CPython's object arenas (pymalloc)",
+               "go_heap": "Go's heap", "java_heap": "the Java heap"}
+
+
 def _parts_line(parts: dict[str, int]) -> str:
     return ", ".join(f"{PART_WORDS[k]} {_size(parts[k])}" for k in PARTS if k in parts)
 
@@ -78,7 +84,7 @@ def render_terminal(items: list[Inspection], console: Console, experiment: int |
             if s.booked:
                 console.print(f"  as address space: {_parts_line(s.booked)}", highlight=False)
             if sp.other_parts and sp.parts.get("other"):
-                console.print("  other: " + ", ".join(f"{k.replace('_', ' ')} {_size(v)}"
+                console.print("  other: " + ", ".join(f"{OTHER_WORDS.get(k, k.replace('_', ' '))} {_size(v)}"
                                                       for k, v in sp.other_parts.items() if v), highlight=False)
         if s.smaps and s.source == "smaps alone":
             console.print("  smaps: " + ", ".join(f"{k} {_size(v)}" for k, v in s.smaps.items()), highlight=False)

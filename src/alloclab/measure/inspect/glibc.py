@@ -31,6 +31,19 @@ def resident_counter(mem: Memory, maps: list[Mapping]):
     return resident_in
 
 
+def _name_runtimes(snap: Snapshot, pid: int, maps, regions, mem, resident_in, sp) -> None:
+    """The program's own maps (and stacks) less what a language runtime's heap holds of them
+    (runtimes.py), each such heap a part of `other` by its name."""
+    from alloclab.measure.inspect import runtimes
+    for key, (kind, n) in runtimes.name(pid, snap.exe, maps, regions.kind_of, mem, resident_in).items():
+        name = key.split(":")[0]
+        n = min(n, sp.other_parts.get(kind, 0))
+        sp.other_parts[kind] -= n
+        sp.books[kind] = sp.other_parts[kind]
+        sp.other_parts[name] = sp.other_parts.get(name, 0) + n
+        sp.books[name] = sp.other_parts[name]
+
+
 def _thread_tops(arenas) -> dict[str, int]:
     """The thread arenas' tops: what each keeps free at its heap's end, resident (the rules weigh each
     top against the trim threshold, which glibc compares with each arena's own top, not their sum)."""
@@ -96,6 +109,7 @@ def read(snap: Snapshot, pid: int, maps: list[Mapping], libc: Libc, layout: Glib
                                                       "raised_by")}
     heap_anon = sum(m.anon for m in maps if any(lo <= m.lo < hi for lo, hi in allocator[:n_heaps]))
     sp, booked, books = glibc_split.split(state, layout, regions, regions.anon, figures, resident_in, heap_anon)
+    _name_runtimes(snap, pid, maps, regions, mem, resident_in, sp)
     snap.split, snap.booked, snap.arenas = sp, booked, arenas
     snap.smaps = regions.categories()
     snap.mapped_count, snap.mapped_bytes = len(state.mapped.chunks), state.mapped.bytes
