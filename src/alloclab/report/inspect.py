@@ -31,6 +31,8 @@ def _how(s: Snapshot) -> list[str]:
         out.append(f"not stopped: already traced by process {s.traced_by}, read while it ran")
     if s.residency:
         out.append(f"residency from {s.residency}")
+    if s.cpus:
+        out.append(f"CPUs it may use: {s.cpus} ({s.cpus_how})")
     return out
 
 

@@ -56,6 +56,8 @@ class Snapshot(Plain):
     read_s: float = 0.0
     unread: int = 0              # bytes the walk could not read or trust
     threads: int = 0
+    cpus: int = 0                # the CPUs it may use (its affinity, its cgroup's quota); 0: not read
+    cpus_how: str = ""
     arenas: list[ArenaFigures] = field(default_factory=list)
     mapped_count: int = 0
     mapped_bytes: int = 0

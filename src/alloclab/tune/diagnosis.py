@@ -140,6 +140,14 @@ def free_chunk_values(rows: list[dict], sp: MemorySplit | None) -> dict[str, flo
         {"mmap_over_free_big": sp.books["mmap_threshold"] / top["free_min"]} if "mmap_threshold" in sp.books else {})
 
 
+def arena_fit(v: dict[str, float]) -> dict[str, float]:
+    """The arenas to keep: half those in use, and no more than the CPUs the process may use (more
+    threads than CPUs never run at once, so more arenas than CPUs only keep more free memory apart)."""
+    if "arenas" not in v or "cpus" not in v:
+        return {}
+    return {"arenas_to_keep": float(max(1, min(int(v["arenas"] * 0.5), int(v["cpus"]))))}
+
+
 def _known(**figures: float | None) -> dict[str, float]:
     """The figures the fingerprint gave, as floats; one it could not give (None) is left out."""
     return {name: float(x) for name, x in figures.items() if x is not None}
@@ -222,6 +230,7 @@ def reading(allocator: str, label: str, fp: Fingerprint | dict, cpus: int | None
         v["faults"] = float(fp.minflt)
     rest, rest_where, rest_metric = _rest(fp)
     v |= _known(**rest_values(rest, fp.hist))
+    v |= arena_fit(v)
     return Reading(allocator, label, v, per, where, rest_where, rest_metric, words)
 
 

@@ -13,7 +13,7 @@ import shlex
 
 from alloclab.catalog.tune_rules import load_rules
 from alloclab.store.inspect_model import Answer, Finding, Setting, Snapshot
-from alloclab.tune.diagnosis import Reading, free_chunk_values, hist_of_chunks, rest_values, size_text
+from alloclab.tune.diagnosis import Reading, arena_fit, free_chunk_values, hist_of_chunks, rest_values, size_text
 from alloclab.tune.prescribe import prescribe
 
 REST_WHERE = "now"
@@ -33,7 +33,9 @@ def reading(snap: Snapshot) -> Reading | None:
     values = {k: float(v) for k, v in rest_values(snap.split, hist_of_chunks(snap.chunk_sizes)).items()
               if v is not None}
     values |= free_chunk_values(snap.chunk_sizes, snap.split)
-    values |= {"threads": float(snap.threads), "cpus": float(os.cpu_count() or 1)}
+    # The CPUs the process may use, not alloclab's: a service pinned to one runs one thread at once.
+    values |= {"threads": float(snap.threads), "cpus": float(snap.cpus or os.cpu_count() or 1)}
+    values |= arena_fit(values)
     return Reading(snap.allocator, snap.allocator, values, rest_where=REST_WHERE)
 
 

@@ -86,6 +86,9 @@ def inspect(pid: int, options: Options = Options(), t0: float | None = None) -> 
         st = procfs.status(pid)
         snap.traced_by = int(st.get("TracerPid", "0") or 0)
         snap.threads = int(st.get("Threads", "1") or 1)
+        from alloclab.measure.inspect.cpus import usable
+        n, snap.cpus_how = usable(pid)
+        snap.cpus = n or 0
         maps = procfs.mappings(pid)
         snap.rollup = procfs.rollup(pid)
         snap.rss, snap.pss = snap.rollup.get("Rss", 0), snap.rollup.get("Pss", 0)

@@ -1,0 +1,81 @@
+"""The CPUs a process may use size the arena rule's MALLOC_ARENA_MAX, not alloclab's own count: a
+service pinned to one CPU, or in a cgroup allowed 1.5, runs no more threads at once than that. The
+reader is tried on /proc and cgroup files laid out in the test's own directory (the machine's
+cgroups are never changed), and on a real process pinned with `taskset -c 0`."""
+
+from __future__ import annotations
+
+import os
+import shutil
+from pathlib import Path
+
+import pytest
+
+from alloclab.measure.inspect.cpus import cpu_list, usable
+from inspect_helpers import inspection, pause_argv
+
+
+def _layout(tmp: Path, allowed: str, cgroup_line: str, files: dict[str, str]) -> tuple[str, str]:
+    proc, cg = tmp / "proc", tmp / "cgroup"
+    (proc / "42").mkdir(parents=True)
+    (proc / "42" / "status").write_text(f"Name:\tsvc\nCpus_allowed_list:\t{allowed}\n")
+    (proc / "42" / "cgroup").write_text(cgroup_line + "\n")
+    for rel, text in files.items():
+        (cg / rel).parent.mkdir(parents=True, exist_ok=True)
+        (cg / rel).write_text(text + "\n")
+    return str(proc), str(cg)
+
+
+def test_a_cpu_list_counts_ranges_and_singles():
+    assert cpu_list("0-3,8,10-11") == 7 and cpu_list("0") == 1
+
+
+def test_affinity_alone(tmp_path):
+    proc, cg = _layout(tmp_path, "0-7", "0::/", {})
+    assert usable(42, proc, cg)[0] == 8
+
+
+def test_a_cgroup_v2_quota_and_its_tighter_parent(tmp_path):
+    proc, cg = _layout(tmp_path, "0-7", "0::/system.slice/svc.service",
+                       {"cpu.max": "max 100000", "system.slice/cpu.max": "250000 100000",
+                        "system.slice/svc.service/cpu.max": "150000 100000"})
+    n, how = usable(42, proc, cg)
+    assert n == 2 and "quota 1.5 CPUs" in how, how        # 1.5 CPUs: two threads run at once
+    proc, cg = _layout(tmp_path / "b", "0-7", "0::/a/b",
+                       {"a/cpu.max": "100000 100000", "a/b/cpu.max": "400000 100000"})
+    assert usable(42, proc, cg)[0] == 1
+
+
+def test_a_cgroup_v1_quota(tmp_path):
+    proc, cg = _layout(tmp_path, "0-3", "4:cpu,cpuacct:/docker/abc",
+                       {"cpu,cpuacct/docker/abc/cpu.cfs_quota_us": "300000",
+                        "cpu,cpuacct/docker/abc/cpu.cfs_period_us": "100000"})
+    assert usable(42, proc, cg)[0] == 3
+
+
+def test_the_affinity_bounds_a_looser_quota(tmp_path):
+    proc, cg = _layout(tmp_path, "0", "0::/x", {"x/cpu.max": "800000 100000"})
+    assert usable(42, proc, cg)[0] == 1
+
+
+@pytest.mark.e2e
+def test_a_process_pinned_to_one_cpu_is_told_one_arena(build, cli, tmp_path):
+    taskset = shutil.which("taskset")
+    if taskset is None:
+        pytest.skip("taskset is not installed (util-linux)")
+    prog = build("keptheap", "-pthread")
+
+    def arena_max(argv):
+        p = pause_argv(argv)
+        try:
+            (ins,) = inspection(cli("inspect", str(p.pid), "-f", "json"))
+        finally:
+            p.go()
+        (f,) = [f for f in ins["answer"]["fired"] if f["rule"] == "glibc-arena-free"]
+        (s,) = f["settings"]
+        return ins["snapshot"]["cpus"], int(s["spec"].rsplit("=", 1)[1])
+
+    # Five arenas (the main one and four threads'): half is 2, on a machine of two CPUs or more.
+    cpus, plain = arena_max([str(prog), "tops", "12", "4"])
+    assert cpus == len(os.sched_getaffinity(0)) and plain == min(2, cpus)
+    assert arena_max([taskset, "-c", "0", str(prog), "tops", "12", "4"]) == (1, 1)
