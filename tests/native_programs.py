@@ -37,9 +37,11 @@ def go_program(name: str, *, cgo: bool = False) -> Path:
     go = _toolchain("go", "golang-go")
     src = PROGRAMS / f"{name}.go"
     version = subprocess.run([go, "version"], capture_output=True, text=True, check=True).stdout.strip()
-    out = cache.root() / f"test-go-{name}-{_digest([src], version, str(cgo))}"
+    # A folder per build, the program under its own name: tune's answer names it so.
+    out = cache.root() / "tests" / f"go-{name}-{_digest([src], version, str(cgo))}" / name
     if out.exists():
         return out
+    out.parent.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(dir=cache.root()) as tmp:
         env = os.environ | {"CGO_ENABLED": "1" if cgo else "0", "GOFLAGS": "-mod=mod", "GOPROXY": "off",
                             "GOCACHE": str(cache.root() / "go-build")}
@@ -56,9 +58,10 @@ def rust_program(name: str) -> Path:
     pkg = PROGRAMS / name
     files = sorted(f for f in pkg.rglob("*") if f.is_file() and "target" not in f.parts)
     version = subprocess.run([cargo, "--version"], capture_output=True, text=True, check=True).stdout.strip()
-    out = cache.root() / f"test-rust-{name}-{_digest(files, version)}"
+    out = cache.root() / "tests" / f"rust-{name}-{_digest(files, version)}" / name
     if out.exists():
         return out
+    out.parent.mkdir(parents=True, exist_ok=True)
     target = cache.root() / "cargo-target"
     proc = subprocess.run([cargo, "build", "--release", "--locked", "-q", "--manifest-path", str(pkg / "Cargo.toml")],
                           capture_output=True, text=True, env=os.environ | {"CARGO_TARGET_DIR": str(target)})

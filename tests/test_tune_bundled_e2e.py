@@ -1,7 +1,7 @@
 """A program that carries its own allocator is tuned through that copy's own settings, not preloads
 that cannot reach it: a Rust program on the mimalloc crate (mimalloc built in, `mi_*`) holds what
 its threads freed while it rests, and tune races MIMALLOC_PURGE_DELAY=0 against the copy as built,
-with no LD_PRELOAD in any variant. Where alloclab knows no setting of the bundled copy, tune says so
+with no LD_PRELOAD in any variant; one on tikv-jemallocator, _RJEM_MALLOC_CONF's decay. Where alloclab knows no setting of the bundled copy, tune says so
 before anything runs."""
 
 from __future__ import annotations
@@ -31,7 +31,7 @@ def test_tune_races_the_bundled_mimallocs_own_setting(cli, store_of):
     p = cli("tune", "--budget", "4m", "--metric", RSS_IDLE, "--", str(prog), "8", "600", "48", "300", timeout=400)
     said = " ".join(p.stdout.split())
     assert p.returncode == 0, p.stdout + p.stderr
-    assert "bundles its own mimalloc 2.1 or later" in said and "the baseline is that copy as built" in said, said
+    assert "rust-mimalloc bundles its own mimalloc 2.1 or later" in said and "the baseline is that copy as built" in said, said
     assert "mimalloc-bundled-held" in said
     store = store_of(cli.db)
     race = [e for e in store.listing() if e.kind == "tune"]
@@ -43,6 +43,30 @@ def test_tune_races_the_bundled_mimallocs_own_setting(cli, store_of):
     assert e.variants[1].env.get("MIMALLOC_PURGE_DELAY") == "0"
     # Decided, on the program's own memory at rest, where the hand runs put it.
     assert "Best for memory: rss_idle" in said and "mimalloc-bundled PURGE_DELAY=0" in said, said
+
+
+@pytest.mark.slow
+def test_tune_races_tikv_jemallocators_own_decay(cli, store_of):
+    """tikv-jemallocator's jemalloc reads _RJEM_MALLOC_CONF, not MALLOC_CONF: the candidate sets the
+    prefixed variable, and it returns what the copy kept at rest."""
+    prog = rust_program("rust-jemalloc")
+    by_hand = {}
+    for name, env in (("as built", {}), ("prefixed", {"_RJEM_MALLOC_CONF": "dirty_decay_ms:0,muzzy_decay_ms:0"}),
+                      ("unprefixed", {"MALLOC_CONF": "dirty_decay_ms:0,muzzy_decay_ms:0"})):
+        out = subprocess.run([str(prog), "8", "600", "48", "300"], capture_output=True, text=True, check=True,
+                             env={"PATH": "/usr/bin:/bin", **env}).stdout
+        by_hand[name] = int(out.split("rss_idle_kb:")[1].split()[0])
+    assert by_hand["prefixed"] < by_hand["as built"] / 2 < by_hand["unprefixed"], by_hand
+
+    p = cli("tune", "--budget", "4m", "--metric", RSS_IDLE, "--", str(prog), "8", "600", "48", "300", timeout=400)
+    said = " ".join(p.stdout.split())
+    assert p.returncode == 0, p.stdout + p.stderr
+    assert "rust-jemalloc bundles its own jemalloc 5.3.0 (_rjem_malloc, _rjem_mallocx)" in said, said
+    e = store_of(cli.db).load(next(x.id for x in store_of(cli.db).listing() if x.kind == "tune"))
+    assert [v.spec for v in e.variants] == ["jemalloc-rjem@jemalloc (bundled)",
+                                            "jemalloc-rjem:dirty_decay_ms=0,muzzy_decay_ms=0"]
+    assert e.variants[1].env == {"_RJEM_MALLOC_CONF": "dirty_decay_ms:0,muzzy_decay_ms:0"}, e.variants[1].env
+    assert "Best for memory: rss_idle" in said and "jemalloc-rjem dirty_decay_ms=0,muzzy_decay_ms=0" in said, said
 
 
 def test_a_bundled_copy_no_setting_reaches_is_answered_before_anything_runs(build, cli):
