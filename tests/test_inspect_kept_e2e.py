@@ -83,6 +83,8 @@ def test_free_chunks_of_one_size_above_64_kib_name_a_fixed_mmap_threshold_below_
     assert "640 chunks of 100 KiB" in f["mechanism"]
     assert "an mmap and a munmap call and 26 page faults at every allocation of 100 KiB" in f["why"]
     assert any(f"malloc_trim(0) called inside process {snap['pid']}" in s for s in answer["said"]), answer["said"]
+    # Whose words ("no setting of glibc's gives it back") the setting beside them would belie.
+    assert "glibc-free-pinned" not in fired
     free_inside = snap["split"]["parts"]["free_inside"]
     plain = _paused_anonymous(argv, {})
     with_it = _paused_anonymous(argv, _env("glibc:MALLOC_MMAP_THRESHOLD_=64K"))

@@ -74,7 +74,10 @@ def rest_values(sp: MemorySplit | None, hist: list[SizeClass]) -> dict[str, floa
     if sp is None:
         return {}
     v: dict[str, float | None] = {f"rest_{k}": float(x) for k, x in sp.parts.items()}
+    # rest_free_unsized: free inside that no fixed mmap threshold keeps out (an inspection takes off
+    # the free chunks of one size of 64 KiB and more: free_chunk_values); a fingerprint's is all of it.
     v |= {"rest_anon": float(sp.anon), "rest_free": float(sp.free),
+          "rest_free_unsized": float(sp.parts.get("free_inside", 0)),
           "rest_free_inside_share": sp.parts.get("free_inside", 0) / sp.anon if sp.anon > 0 else None}
     b = sp.books
     for k in ("trim_threshold", "mmap_threshold", "thresholds_fixed", "raised_by", "arenas"):
@@ -132,7 +135,9 @@ def free_chunk_values(rows: list[dict], sp: MemorySplit | None) -> dict[str, flo
     free_booked = sum(r["free_bytes"] for r in rows)
     booked = sum(r["free_bytes"] for r in above)
     resident = sp.parts.get("free_inside", 0) * booked / free_booked if free_booked else 0.0
-    return {"rest_free_big": float(min(resident, booked)), "free_big_min": float(top["free_min"]),
+    big_resident = float(min(resident, booked))
+    return {"rest_free_big": big_resident, "free_big_min": float(top["free_min"]),
+            "rest_free_unsized": max(0.0, sp.parts.get("free_inside", 0) - big_resident),
             "free_big_count": float(sum(r["free"] for r in above)),
             "free_big_share": booked / free_booked if free_booked else 0.0,
             "free_big_pages": float(-(-top["free_min"] // PAGE)),
