@@ -41,6 +41,9 @@ def test_tune_races_the_bundled_mimallocs_own_setting(cli, store_of):
     assert specs == ["mimalloc-bundled@mimalloc (bundled)", "mimalloc-bundled:MIMALLOC_PURGE_DELAY=0"], specs
     assert all("LD_PRELOAD" not in v.env for v in e.variants), [v.env for v in e.variants]
     assert e.variants[1].env.get("MIMALLOC_PURGE_DELAY") == "0"
+    # Read back from the program's own copy (its options, printed under MIMALLOC_VERBOSE=1 as it starts).
+    notes = " ".join(n for (_, vi), v in e.verifications.items() if vi == 1 for n in v.notes)
+    assert "purge_delay = 0 (asked MIMALLOC_PURGE_DELAY=0): in effect" in notes, notes
     # Decided, on the program's own memory at rest, where the hand runs put it.
     assert "Best for memory: rss_idle" in said and "mimalloc-bundled PURGE_DELAY=0" in said, said
 
@@ -67,6 +70,20 @@ def test_tune_races_tikv_jemallocators_own_decay(cli, store_of):
                                             "jemalloc-rjem:dirty_decay_ms=0,muzzy_decay_ms=0"]
     assert e.variants[1].env == {"_RJEM_MALLOC_CONF": "dirty_decay_ms:0,muzzy_decay_ms:0"}, e.variants[1].env
     assert "Best for memory: rss_idle" in said and "jemalloc-rjem dirty_decay_ms=0,muzzy_decay_ms=0" in said, said
+
+
+def test_a_setting_the_bundled_copys_version_does_not_read_is_not_in_effect(cli, store_of):
+    """mimalloc 2.1 renamed decommit_delay to purge_delay: the copy the crate builds does not read
+    MIMALLOC_DECOMMIT_DELAY, and its own options, read back from the program, say so."""
+    prog = rust_program("rust-mimalloc")
+    p = cli("compare", "--runs", "1", "--warmup", "0", "-a", "mimalloc-bundled", "-a",
+            "mimalloc-bundled:MIMALLOC_DECOMMIT_DELAY=0", "--", str(prog), "2", "50", "8", "0")
+    assert p.returncode == 0, p.stdout + p.stderr
+    e = store_of(cli.db).load()
+    got = {e.variants[vi].label: v for (_, vi), v in e.verifications.items()}
+    assert got["mimalloc-bundled"].status == "verified", got
+    off = got["mimalloc-bundled DECOMMIT_DELAY=0"]
+    assert off.status == "ineffective" and "reports no decommit_delay" in " ".join(off.reasons), off
 
 
 def test_a_bundled_copy_no_setting_reaches_is_answered_before_anything_runs(build, cli):

@@ -11,9 +11,13 @@ verbose. A setting not read back as asked makes the variant ineffective."""
 from __future__ import annotations
 
 import functools
+import os
 import re
+import select
 import shutil
+import signal
 import subprocess
+import time
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -81,9 +85,42 @@ def run(argv: list[str], env: dict[str, str]) -> tuple[str, str]:
     return p.stdout, p.stderr
 
 
-def readings(variant, env: dict[str, str]) -> tuple[dict[str, str], str]:
+def from_program(argv: list[str], env: dict[str, str], regex: str, quiet_s: float = 0.5) -> str:
+    """What the program itself writes on stderr as it starts, where the allocator is built into it
+    (a copy no probe holds prints its options at its own start): read until the options stop coming,
+    then the program is stopped, its whole session, with nothing else of its run kept."""
+    p = subprocess.Popen(argv, env=env, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                         stderr=subprocess.PIPE, start_new_session=True)
+    out, seen, last = b"", False, time.monotonic()
+    deadline = last + TIMEOUT_S
+    try:
+        while time.monotonic() < deadline:
+            ready, _, _ = select.select([p.stderr], [], [], 0.05)
+            if ready:
+                chunk = os.read(p.stderr.fileno(), 65536)
+                if not chunk:
+                    break
+                out, last = out + chunk, time.monotonic()
+                seen = seen or re.search(regex, out.decode(errors="replace")) is not None
+            elif seen and time.monotonic() - last > quiet_s:
+                break
+    finally:
+        if p.poll() is None:
+            try:
+                os.killpg(p.pid, signal.SIGKILL)
+            except OSError:
+                pass
+        p.wait()
+        p.stderr.close()
+    return out.decode(errors="replace")
+
+
+def readings(variant, env: dict[str, str], argv: list[str] | None = None) -> tuple[dict[str, str], str]:
     """name -> value as the running allocator reports it, and what it said on stderr."""
     a = variant.allocator
+    if a.bundled and a.readback == "verbose":
+        errs = from_program(argv, env | dict(a.verbose_env), a.verbose_regex)
+        return {m.group(1): m.group(2) for m in re.finditer(a.verbose_regex, errs)}, errs
     if a.readback == "tunables":
         out, errs = run([loader(), "--list-tunables"], env)
         return {m.group(1): m.group(2) for m in _TUNABLE_LINE.finditer(out)}, errs
@@ -124,13 +161,14 @@ def _shown(kind: str, read: str) -> str:
     return read
 
 
-def check(variant, env: dict[str, str]) -> list[Readback]:
-    """One Readback per setting the variant asked its allocator for."""
+def check(variant, env: dict[str, str], argv: list[str] | None = None) -> list[Readback]:
+    """One Readback per setting the variant asked its allocator for. `argv`: the program, which alone
+    can report the settings of an allocator built into it."""
     if not variant.tunables or variant.allocator is None:
         return []
     a = variant.allocator
     who = f"{a.name} {variant.version()}"
-    if a.bundled:
+    if a.bundled and (a.readback != "verbose" or not argv):
         # No probe holds the copy: only the program it is built into could report its settings.
         return [Readback(s, UNCONFIRMED, why=f"the {a.bundled} built into the program reports its settings only "
                          f"from inside it") for s in variant.tunables]
@@ -138,9 +176,12 @@ def check(variant, env: dict[str, str]) -> list[Readback]:
         return [Readback(s, UNCONFIRMED, why=f"the catalog names no way to read {a.name}'s settings back")
                 for s in variant.tunables]
     try:
-        found, errs = readings(variant, env)
-    except ProbeFailed as exc:
+        found, errs = readings(variant, env, argv)
+    except (ProbeFailed, OSError) as exc:
         return [Readback(s, UNCONFIRMED, why=f"reading {a.name}'s settings back failed: {exc}") for s in variant.tunables]
+    if a.bundled and not found:
+        return [Readback(s, UNCONFIRMED, why=f"the program printed none of its {a.bundled}'s options under "
+                         f"{', '.join(f'{k}={v}' for k, v in a.verbose_env)}") for s in variant.tunables]
     out = []
     for s in variant.tunables:
         t = s.tunable

@@ -175,7 +175,7 @@ class Runner(MoreBlocks):
     def _read_settings_back(self) -> None:
         """Untimed, before the first run: each setting as the running allocator reports it."""
         for vi, v in enumerate(self.variants):
-            results = readback.check(v, v.apply(self.base_env)) if self.settings.verify else []
+            results = readback.check(v, v.apply(self.base_env), self.workloads[0].argv) if self.settings.verify else []
             for (cwi, cvi), ev in self.evidence.items():
                 if cvi != vi:
                     continue
