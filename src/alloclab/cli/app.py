@@ -103,9 +103,11 @@ def plain_help(cmd) -> None:
 
 app = typer.Typer(add_completion=False, no_args_is_help=True, cls=_Commands,
                   help="Which memory allocator, and which tuning, is best for your program? Measured.")
-# Tables are meant to be pasted into mails: do not squeeze them to 80 columns when piped.
-console = Console(width=None if sys.stdout.isatty() else 160)
-err = Console(stderr=True, width=None if sys.stderr.isatty() else 160)
+# Tables are meant to be pasted into mails: do not squeeze them to 80 columns when piped. Markup
+# off: what these consoles print holds the user's commands, names and paths (`x=[bytearray(9)]`),
+# which rich would read as tags (or :emoji: codes) and drop; a style is a Text's or print's `style`.
+console = Console(width=None if sys.stdout.isatty() else 160, markup=False, emoji=False)
+err = Console(stderr=True, width=None if sys.stderr.isatty() else 160, markup=False, emoji=False)
 
 # --db as each command uses it: a measuring command writes (and creates) the store, a reading one
 # only opens it and says so when it is not there.
@@ -186,14 +188,14 @@ def run_experiment(store: Store, workloads, variants: list[Variant], settings: S
     from alloclab.measure.runner import Runner, Progress as RunProgress
     from alloclab.stats.looks import Judge
 
-    with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
+    with Progress(TextColumn("{task.description}", markup=False), BarColumn(), MofNCompleteColumn(),
                   TimeElapsedColumn(), TextColumn("eta"), TimeRemainingColumn(),
                   console=err, transient=True) as bar:
         task = bar.add_task("starting", total=None)
         progress = RunProgress(
             start=lambda total: bar.update(task, total=total),
             advance=_Advance(bar, task),
-            note=lambda text: bar.console.print(f"[yellow]{text}[/]", highlight=False))
+            note=lambda text: bar.console.print(text, style="yellow", highlight=False))
         # The bar advances when a run starts; completed = runs started.
         exp = Runner(store, workloads, variants, settings, progress, judge=judge or Judge())
         return exp.run()

@@ -10,8 +10,8 @@ import sys
 from typing import Optional
 
 import typer
-from rich.markup import escape
 from rich.table import Table
+from rich.text import Text
 
 from alloclab.catalog import allocators as cat
 from alloclab import defaults
@@ -36,7 +36,7 @@ def main() -> None:
         app()
     except AlloclabError as exc:
         # Messages are plain text: "[params]" or "alloclab[fleet]" in one must not read as markup.
-        err.print(f"[bold red]error:[/] {escape(str(exc))}", highlight=False, soft_wrap=True)
+        err.print(Text.assemble(("error:", "bold red"), f" {exc}"), highlight=False, soft_wrap=True)
         sys.exit(exc.exit_code)
 
 
@@ -106,7 +106,8 @@ def allocators(fmt: str = ListFormatOption) -> None:
         found = a.is_system or path is not None
         if not found:
             missing.append(a.name)
-        t.add_row(a.name, "[green]found[/]" if found else f"[red]missing[/]\napt-get install -y {a.package}",
+        t.add_row(a.name, Text("found", style="green") if found else
+                  Text.assemble(("missing", "red"), f"\napt-get install -y {a.package}"),
                   cat.version_of(a, path) if found else "",
                   "(libc, no preload)" if a.is_system else str(path or ""),
                   ", ".join(tn.name for tn in a.tunables),
@@ -114,7 +115,7 @@ def allocators(fmt: str = ListFormatOption) -> None:
     console.print(t)
     if missing:
         console.print(f"Missing: {', '.join(missing)}. Install with: {catalog.install_line(missing)}")
-    console.print("A variant is NAME[:VAR=VALUE,...]\\[@LABEL], e.g. glibc:MALLOC_TOP_PAD_=64M; "
+    console.print("A variant is NAME[:VAR=VALUE,...][@LABEL], e.g. glibc:MALLOC_TOP_PAD_=64M; "
                   "any path to a .so is a custom allocator.")
 
 

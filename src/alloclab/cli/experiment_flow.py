@@ -11,6 +11,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from rich.text import Text
+
 from alloclab.cli.app import console, draw_early, err, percent, run_experiment, seconds, show
 from alloclab.cli.experiment_options import ExperimentOptions
 from alloclab.cli.outputs import check_outputs
@@ -142,11 +144,13 @@ def gate(r: Results, opts: ExperimentOptions) -> None:
         elif c.verdict == "undecided":
             undecided.append(f"{w.name} {row.name} {a.labels[vi]}")
     if worse:
-        err.print(f"[bold red]fail-if-worse {text}:[/] decided worse: " + "; ".join(worse), highlight=False)
+        err.print(Text.assemble((f"fail-if-worse {text}:", "bold red"), " decided worse: " + "; ".join(worse)),
+                  highlight=False)
         raise typer.Exit(1)
     if undecided:
-        err.print(f"[yellow]fail-if-worse {text}:[/] undecided within the budget: " + "; ".join(undecided)
-                  + ". Give it more runs (--budget, --max-runs).", highlight=False)
+        err.print(Text.assemble((f"fail-if-worse {text}:", "yellow"), " undecided within the budget: "
+                                + "; ".join(undecided) + ". Give it more runs (--budget, --max-runs)."),
+                  highlight=False)
         raise typer.Exit(3)
     err.print(f"fail-if-worse {text}: every primary comparison decided better, equivalent, or worse by "
               f"less than {text}.", highlight=False)

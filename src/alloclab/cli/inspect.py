@@ -75,9 +75,9 @@ def inspect_command(
     from alloclab.cli.outputs import check_outputs
     check_outputs(output=output)
     if attach:
-        err.print(f"[yellow]{ATTACH_WARNING}[/]", highlight=False)
+        err.print(ATTACH_WARNING, style="yellow", highlight=False)
     options = Options(symbols=symbols, pagemap=pagemap, attach=attach,
-                      note=lambda words: err.print(f"[yellow]{words}[/]", highlight=False))
+                      note=lambda words: err.print(words, style="yellow", highlight=False))
     samples = count if count is not None else (None if watch else 1)
     store: Store | None = None
     exp = None
@@ -97,7 +97,7 @@ def inspect_command(
                 except AlloclabError as exc:
                     if pid in pids:
                         raise
-                    err.print(f"[yellow]child {pid}: {exc}[/]", highlight=False)   # a child that went meanwhile
+                    err.print(f"child {pid}: {exc}", style="yellow", highlight=False)   # a child that went meanwhile
                     continue
                 batch.append(Inspection(snap, answer(snap), below))
             if store is None:

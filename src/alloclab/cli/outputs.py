@@ -72,7 +72,7 @@ def plain_text(draw) -> str:
 
     from rich.console import Console
     buf = io.StringIO()
-    draw(Console(file=buf, width=160, color_system=None))
+    draw(Console(file=buf, width=160, color_system=None, markup=False, emoji=False))
     return buf.getvalue()
 
 

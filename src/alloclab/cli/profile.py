@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Optional
 
 import typer
-from rich.markup import escape
+from rich.text import Text
 from rich.table import Table
 
 from alloclab.cli.app import (DbOption, MetricOption, NoVerifyOption, SeedOption, ShellOption, app, console, err,
@@ -38,7 +38,7 @@ SPARK_WIDTH = 48
 def _bar(total: int):
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-    with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+    with Progress(TextColumn("{task.description}", markup=False), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
                   console=err, transient=True) as bar:
         task = bar.add_task("profiling", total=total)
         yield lambda text: bar.update(task, advance=1, description=text[:60])
@@ -84,7 +84,7 @@ def profile_command(
     store = Store(db)
     err.print(f"Storing results in {store.path.resolve()}", highlight=False)
     if access.note:
-        err.print(f"[yellow]note:[/] {access.note}", highlight=False)
+        err.print(Text.assemble(("note:", "yellow"), f" {access.note}"), highlight=False)
     settings = Settings(runs=timed_runs, warmup=1, timeout_s=timeout, seed=seed, verify=not no_verify,
                         kind="profile", title=" ".join(command))
     exp_id = run_experiment(store, [workload], variants, settings)
@@ -159,23 +159,24 @@ def render_profiles(console, summaries: list[summary.ProfileSummary]) -> None:
         # Said once: the profile had to sample a timer, and perf stat had nothing to count.
         has_counters, why = machine.perf_counters()
         why = why if not has_counters else "none were found when this was profiled"
-        console.print(f"[yellow]Hardware counters:[/] not measured on this machine ({why}); cycles, "
-                      f"instructions, IPC and cache misses are left out and profiles sample "
-                      f"{summaries[0].event} instead of cycles.", highlight=False)
+        console.print(Text.assemble(("Hardware counters:", "yellow"), f" not measured on this machine ({why}); "
+                                    f"cycles, instructions, IPC and cache misses are left out and profiles sample "
+                                    f"{summaries[0].event} instead of cycles."), highlight=False)
     by_workload: dict[int, list[summary.ProfileSummary]] = {}
     for s in summaries:
         by_workload.setdefault(s.workload_idx, []).append(s)
     for group in by_workload.values():
         first = group[0]
         graph = f", call graphs ({perf.CALL_GRAPH})" if first.call_graph else ""
-        console.print(f"\n[bold]Where the CPU goes[/]: {escape(first.workload)}  (perf record -e {first.event} "
-                      f"-F {first.frequency_hz}{graph}; median of {max(len(s.ok_runs) for s in group)} "
-                      f"profiled runs, min-max in brackets)", highlight=False)
-        console.print(f"Allocator share of CPU: {escape(summary.headline(group))}", highlight=False)
+        console.print(Text.assemble("\n", ("Where the CPU goes", "bold"), f": {first.workload}  (perf record -e "
+                                    f"{first.event} -F {first.frequency_hz}{graph}; median of "
+                                    f"{max(len(s.ok_runs) for s in group)} profiled runs, min-max in brackets)"),
+                      highlight=False)
+        console.print(f"Allocator share of CPU: {summary.headline(group)}", highlight=False)
         with_kernel = [s.allocator_with_kernel() for s in group]
         if all(with_kernel):
             console.print("With the kernel work entered from allocator code (faults, brk/mmap/madvise, lock "
-                          "waits): " + " -> ".join(f"{escape(s.variant)} {summary.spread_text(w)}"
+                          "waits): " + " -> ".join(f"{s.variant} {summary.spread_text(w)}"
                                                    for s, w in zip(group, with_kernel)), highlight=False)
         console.print(_profile_table(group))
         console.print(_overhead_verdict(group), highlight=False)
@@ -185,7 +186,7 @@ def render_profiles(console, summaries: list[summary.ProfileSummary]) -> None:
                           highlight=False)
     notes = list(dict.fromkeys(n for s in summaries for n in s.notes))
     for n in notes:
-        console.print(f"[yellow]note:[/] {escape(n)}", highlight=False)
+        console.print(Text.assemble(("note:", "yellow"), f" {n}"), highlight=False)
 
 
 def _profile_table(group: list[summary.ProfileSummary]) -> Table:
@@ -203,11 +204,11 @@ def _profile_table(group: list[summary.ProfileSummary]) -> Table:
         t.add_column(c, overflow="fold")
     for s in group:
         secs = s.allocator_seconds()
-        row = [escape(s.variant), summary.spread_text(s.allocator), "-" if secs is None else f"{secs:.3f}",
+        row = [s.variant, summary.spread_text(s.allocator), "-" if secs is None else f"{secs:.3f}",
                _kernel_text(s), _rest_text(s),
                str(int(statistics.median([r.samples for r in s.ok_runs]))) if s.ok_runs else "0",
-               escape(_top_text(s)) or "-",
-               escape(_overhead_text(s))]
+               _top_text(s) or "-",
+               _overhead_text(s)]
         if "IPC" in cols:
             c = s.counters or {}
             row[-1:-1] = [f"{c['ipc']:.2f}" if "ipc" in c else "-", _big(c["cycles"]) if "cycles" in c else "-",
@@ -325,4 +326,4 @@ def check_profiling(frequency: int = DEFAULT_FREQUENCY) -> None:
     access = perf.perf_access()
     perf.check_frequency(frequency)
     if access.note:
-        err.print(f"[yellow]note:[/] {access.note}", highlight=False)
+        err.print(Text.assemble(("note:", "yellow"), f" {access.note}"), highlight=False)

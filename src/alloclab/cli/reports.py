@@ -9,6 +9,7 @@ from typing import Optional
 
 import typer
 from rich.table import Table
+from rich.text import Text
 
 from alloclab import defaults
 from alloclab.cli.app import (ListFormatOption, ReadDbOption as DbOption, app, console, err, min_effect_value,
@@ -196,7 +197,7 @@ def experiments(
         if r.workloads > 1:
             title += f" ({r.workloads} workloads)"
         t.add_row(str(r.id), r.date.replace("T", " ")[:16], r.kind,
-                  f"[{status_style.get(r.status, '')}]{r.status}[/]", title, ", ".join(r.variants),
+                  Text(r.status, style=status_style.get(r.status, "")), title, ", ".join(r.variants),
                   f"{r.runs_ok}/{r.runs}", f"{r.host} ({r.kernel}, glibc {r.glibc})")
     console.print(t)
     console.print("Show one with `alloclab report ID`; compare two with `alloclab diff A B`.", style="dim")

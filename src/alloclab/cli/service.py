@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Optional
 
 import typer
-from rich.markup import escape
+from rich.text import Text
 
 from alloclab import defaults
 from alloclab.catalog import allocators as cat
@@ -31,8 +31,8 @@ def _default_variants(target: str) -> list:
                 raise
             skipped.append(spec)
     if skipped:
-        err.print(f"[yellow]Skipping variants whose allocator is not installed: {', '.join(skipped)} "
-                  f"(`alloclab allocators` shows the install line).[/]", highlight=False)
+        err.print(f"Skipping variants whose allocator is not installed: {', '.join(skipped)} "
+                  f"(`alloclab allocators` shows the install line).", style="yellow", highlight=False)
     return keep
 
 
@@ -58,7 +58,7 @@ def run_file(
     variants, sweeps = sweep.plan_variants(opts.allocator, opts.ablate)
     # A fleet's hosts are checked instead of this one, each in its pre-flight check.
     built = workloads_for(target, base=defaults.RUN, requirements=not opts.fleet,
-                          note=lambda text: err.print(f"[yellow]{text}[/]", highlight=False))
+                          note=lambda text: err.print(text, style="yellow", highlight=False))
     plan = flow.Plan("run", built.title, built.workloads, variants or _default_variants(target.target), sweeps,
                      target, built.defaults)
     try:
@@ -95,14 +95,14 @@ def recipes(fmt: str = ListFormatOption) -> None:
         return
     missing_all = sorted({n["package"] for r in rows for n in r["needs"] if not n["found"]})
     for r in rows:
-        console.print(f"[bold]{r['recipe']}[/]  {escape(r['runs'])}", highlight=False)
+        console.print(Text.assemble((r["recipe"], "bold"), f"  {r['runs']}"), highlight=False)
         said = "; ".join(f"{m['load']}: {m['metric']} ({m['unit']})" for m in r["measures"])
-        console.print(f"  measures: {escape(said)}" + (", and the server's memory after each phase"
+        console.print(f"  measures: {said}" + (", and the server's memory after each phase"
                                                         if r["server_memory"] else ""), highlight=False)
         missing = [n["package"] for n in r["needs"] if not n["found"]]
-        console.print("  needs: " + ", ".join(n["package"] for n in r["needs"])
-                      + (f" ([red]missing: {', '.join(missing)}[/])" if missing else " ([green]all found[/])"),
-                      highlight=False)
+        console.print(Text.assemble("  needs: " + ", ".join(n["package"] for n in r["needs"]) + " (",
+                                    (f"missing: {', '.join(missing)}", "red") if missing else ("all found", "green"),
+                                    ")"), highlight=False)
     if missing_all:
         console.print(f"To install what is missing: apt-get install -y {' '.join(missing_all)}")
     console.print("Run one with `alloclab run recipe:NAME` (until decided, within its budget), or tune it with "

@@ -14,7 +14,6 @@ from typing import TYPE_CHECKING, Optional
 
 import typer
 from rich.console import Console
-from rich.markup import escape
 from rich.table import Table
 from rich.text import Text
 
@@ -98,7 +97,7 @@ def variant_table(curve: SweepCurve) -> Table:
     from alloclab.stats import estimates as stats
 
     arrow = "higher is better" if curve.higher_is_better else "lower is better"
-    t = Table(title=f"[bold]{escape(curve.axis + ' sweep' + _fixed(curve.fixed))}[/] on {escape(curve.subject)}",
+    t = Table(title=Text.assemble((curve.axis + " sweep" + _fixed(curve.fixed), "bold"), f" on {curve.subject}"),
               title_justify="left")
     t.add_column(curve.axis, justify="right")
     t.add_column(f"{curve.metric} ({curve.unit}, {arrow})", justify="right")
@@ -119,11 +118,11 @@ def param_table(curves: list[SweepCurve]) -> Table:
     arrow = "higher is better" if first.higher_is_better else "lower is better"
     scaling = any(c.scaling for c in curves)
     what = f"{first.metric} ({first.unit}, {arrow})" + ("; x speedup, per-thread efficiency" if scaling else "")
-    t = Table(title=f"[bold]{escape(first.axis + ' sweep' + _fixed(first.fixed))}[/] of {escape(first.base)}: "
-                    f"{escape(what)}", title_justify="left")
+    t = Table(title=Text.assemble((first.axis + " sweep" + _fixed(first.fixed), "bold"), f" of {first.base}: {what}"),
+              title_justify="left")
     t.add_column(first.axis, justify="right")
     for c in curves:
-        t.add_column(escape(c.subject), justify="right")
+        t.add_column(Text(c.subject), justify="right")
     for p in first.points:
         cells = [Text(p.text)]
         for c in curves:
@@ -144,10 +143,10 @@ def param_table(curves: list[SweepCurve]) -> Table:
 
 def ablation_table(r: AblationResult, spec: str) -> Table:
     arrow = "higher is better" if r.higher_is_better else "lower is better"
-    t = Table(title=f"[bold]ablation of {escape(spec)}[/] on {escape(r.workload)}", title_justify="left")
+    t = Table(title=Text.assemble((f"ablation of {spec}", "bold"), f" on {r.workload}"), title_justify="left")
     t.add_column("variant")
     t.add_column(f"{r.metric} ({r.unit}, {arrow})", justify="right")
-    t.add_column(escape("vs baseline (ratio [interval], adjusted p)"), justify="right")
+    t.add_column(Text("vs baseline (ratio [interval], adjusted p)"), justify="right")
     t.add_column("verdict")
     t.add_column("peak RSS vs baseline", justify="right")
     t.add_row(*map(Text, (f"{r.baseline} (baseline)", _median_ci(r.baseline_summary), "", "", "")))

@@ -3,7 +3,10 @@ flow (diagnose, prescribe, bound, screen, race) and its state live in tune/."""
 
 from __future__ import annotations
 
+import re
+
 import typer
+from rich.text import Text
 
 from alloclab import defaults
 from alloclab.cli import experiment_flow as flow
@@ -19,6 +22,26 @@ ALLOCATOR = typer.Option([], "-a", "--allocator", rich_help_panel="Variants and 
                          help="An allocator of the catalog to consider (tune proposes its settings itself); repeat.")
 
 
+# The styles tune/ opens a line with ("[bold]Diagnosis[/] (... CMD ...)", "[yellow]LINE[/]").
+OWN_TAG = re.compile(r"\[(bold|yellow|dim|red|green|bold red|bold yellow|bold green)\]")
+
+
+def styled(text: str, style: str = "") -> Text:
+    """A line of tune/ as Text. Only the one tag tune/ itself opens a line with is read as a style;
+    the rest (the user's command, a workload's name, `x=[bytearray(9)]`) stays as written, which
+    rich's markup would not keep."""
+    m = OWN_TAG.match(text)
+    if m is None:
+        return Text(text, style=style)
+    rest = text[m.end():]
+    if rest.endswith("[/]"):
+        return Text(rest[:-3], style=" ".join(filter(None, (style, m.group(1)))))
+    head, sep, tail = rest.partition("[/]")
+    if not sep:
+        return Text(text, style=style)
+    return Text.assemble((head, m.group(1)), tail, style=style)
+
+
 class _UI:
     """How tune/ runs an experiment (with the progress bar) and says a line."""
 
@@ -26,16 +49,14 @@ class _UI:
         return run_experiment(store, workloads, variants, settings, judge=judge)
 
     def note(self, text: str) -> None:
-        err.print(text, highlight=False)
+        err.print(styled(text), highlight=False)
 
     def say(self, text: str, style: str = "") -> None:
-        console.print(f"[{style}]{text}[/]" if style else text, highlight=False)
+        console.print(styled(text, style), highlight=False)
 
     def tell(self, fact: dict) -> None:
-        from rich.markup import escape
-
         from alloclab.report.tune import fact_line
-        console.print(f"[bold]{escape(fact_line(fact))}.[/]", highlight=False)
+        console.print(Text(f"{fact_line(fact)}.", style="bold"), highlight=False)
 
 
 MAX_RUNS = typer.Option(None, "--max-runs", rich_help_panel="Variants and runs",
@@ -68,22 +89,21 @@ def tune(
                           screen, opts.min_effect, opts.max_rss_increase, opts.timeout, opts.seed, opts.warmup,
                           opts.max_runs, not opts.no_verify)
     workloads, cleanup, plan_defaults, title = workloads_of(
-        target, metric, shell, param, client, note=lambda text: err.print(f"[yellow]{text}[/]", highlight=False))
+        target, metric, shell, param, client, note=lambda text: err.print(text, style="yellow", highlight=False))
     try:
         outcome = TuneRun(options, workloads, plan_defaults, title, _UI(), started=_command_began()).run()
     finally:
         cleanup()
     if outcome.results is None:
-        from rich.markup import escape
-
         from alloclab.report.tune import stop_line
         style, text = stop_line(outcome.stop, outcome.stop_data)
-        console.print(f"[{style}]{escape(text)}[/]", highlight=False)
+        console.print(text, style=style, highlight=False)
         console.print(f"Results stored in {outcome.store_path} (diagnosis: experiment {outcome.diagnosis_id}).",
                       highlight=False)
         if opts.report or opts.report_file:
-            err.print(f"[yellow]No report written: tune raced nothing, so there is no race to report; its answer is "
-                      f"the lines above (the diagnosis is experiment {outcome.diagnosis_id}).[/]", highlight=False)
+            err.print(f"No report written: tune raced nothing, so there is no race to report; its answer is "
+                      f"the lines above (the diagnosis is experiment {outcome.diagnosis_id}).", style="yellow",
+                      highlight=False)
         if outcome.stop.exit_code:
             raise typer.Exit(outcome.stop.exit_code)
         return

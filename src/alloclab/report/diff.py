@@ -40,7 +40,7 @@ def render_terminal(d: Diff, console: Console) -> None:
     if not d.changes:
         console.print(Text("  same host, kernel, glibc, allocator versions and settings", style="dim"))
     for w in d.workloads:
-        t = Table(title=f"[bold]{w.name_a}[/]" + (f" / {w.name_b}" if w.name_b != w.name_a else ""),
+        t = Table(title=Text.assemble((w.name_a, "bold"), f" / {w.name_b}" if w.name_b != w.name_a else ""),
                   title_justify="left")
         t.add_column("metric", no_wrap=True)
         for label in d.labels:

@@ -7,6 +7,7 @@ import json
 
 from rich.console import Console
 from rich.table import Table
+from rich.text import Text
 
 from alloclab.report.fingerprint import PART_WORDS, _size
 from alloclab.store.fingerprint_model import PARTS
@@ -70,8 +71,8 @@ def _drop_in_form(ans) -> str:
 def render_terminal(items: list[Inspection], console: Console, experiment: int | None = None) -> None:
     for ins in items:
         s, ans = ins.snapshot, ins.answer
-        head = f"[bold]Process {s.pid}[/]" + (f" at +{s.t_s:.1f} s" if s.t_s else "") + \
-            f": {' '.join(s.cmdline)[:120] or s.exe}"
+        head = Text.assemble((f"Process {s.pid}", "bold"), (f" at +{s.t_s:.1f} s" if s.t_s else "") +
+                             f": {' '.join(s.cmdline)[:120] or s.exe}")
         console.print(head, highlight=False)
         console.print(f"  allocator: {s.allocator} ({s.allocator_how})" +
                       (f"; glibc {s.glibc}" if s.glibc else ""), highlight=False)
@@ -102,11 +103,11 @@ def render_terminal(items: list[Inspection], console: Console, experiment: int |
                           f"{raised}, " + ("fixed by a setting" if th.get("thresholds_fixed") else "moving (glibc's default)")
                           + f"; top pad {_size(th['top_pad'])}", highlight=False)
         for note in s.notes:
-            console.print(f"  [dim]{note}[/]", highlight=False)
+            console.print(f"  {note}", style="dim", highlight=False)
         if ans.fired:
-            console.print("[bold]What would give it back[/] (each setting at the program's next start)")
+            console.print(Text.assemble(("What would give it back", "bold"), " (each setting at the program's next start)"))
         for f in ans.fired:
-            console.print(f"  [bold]{f.rule}[/]: {f.mechanism}", highlight=False)
+            console.print(Text.assemble("  ", (f.rule, "bold"), f": {f.mechanism}"), highlight=False)
             console.print(f"    {f.why}", highlight=False)
             for st in f.settings:
                 console.print(f"    run:     {st.env_line}", highlight=False, soft_wrap=True)
@@ -121,12 +122,12 @@ def render_terminal(items: list[Inspection], console: Console, experiment: int |
         if not ans.fired:
             console.print("  No memory rule fires on this snapshot: nothing held at rest that a setting gives back.",
                           highlight=False)
-        console.print(f"  race it: {ans.race}", highlight=False)
+        console.print(f"  race it: {ans.race}", highlight=False, soft_wrap=True)   # a line to paste: never broken
         if ins.children:
             console.print(f"  its children: {', '.join(map(str, ins.children))}", highlight=False)
         console.print()
     if experiment is not None and len(items) > 1 and len({i.snapshot.pid for i in items}) < len(items):
-        console.print("[dim]A diff of the first and last sample: `alloclab diff` of two inspections.[/]")
+        console.print("A diff of the first and last sample: `alloclab diff` of two inspections.", style="dim")
 
 
 def render_json(items: list[Inspection], experiment: int | None) -> str:

@@ -32,7 +32,7 @@ VERDICT_STYLE = {"better": "green", "worse": "red", "equivalent": "cyan", "undec
 
 def workload_table(a: Analysis, w, details: bool = False) -> Table:
     order = [a.baseline_idx] + [i for i in range(len(a.labels)) if i != a.baseline_idx]
-    t = Table(title=f"[bold]{w.name}[/]", title_justify="left", show_lines=False)
+    t = Table(title=Text(w.name, style="bold"), title_justify="left", show_lines=False)
     t.add_column("metric", no_wrap=True)
     for vi in order:
         t.add_column(a.labels[vi] + (" (baseline)" if vi == a.baseline_idx else ""), justify="right")
@@ -285,7 +285,7 @@ def summary(r: Results, console: Console) -> None:
     """suite --details: per variant across the workloads (r.summary), where one workload carries a
     geomean, then each workload's winner (r.winners)."""
     a = r.analysis
-    t = Table(title="[bold]Summary across workloads[/] (baseline: " + a.labels[a.baseline_idx] + ")",
+    t = Table(title=Text.assemble(("Summary across workloads", "bold"), f" (baseline: {a.labels[a.baseline_idx]})"),
               title_justify="left", box=box.HEAVY_HEAD)
     for col in ("variant", "speed vs baseline (geomean, >1 faster)", "peak RSS vs baseline (geomean)",
                 "significantly better on", "significantly worse on", "allocator"):
@@ -301,8 +301,8 @@ def summary(r: Results, console: Console) -> None:
         if row is None:
             continue
         if label is None:
-            console.print(f"{name}: no variant is significantly better than the baseline on {row.name}.")
+            console.print(Text(f"{name}: no variant is significantly better than the baseline on {row.name}."))
             continue
         vi = a.labels.index(label)
-        console.print(f"{name}: [bold]{label}[/] wins on {row.name} ({row.unit}): "
-                      f"{format_comparison(row.comparison(vi))}")
+        console.print(Text.assemble(f"{name}: ", (label, "bold"), f" wins on {row.name} ({row.unit}): "
+                                    f"{format_comparison(row.comparison(vi))}"))

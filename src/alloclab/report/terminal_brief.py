@@ -161,7 +161,7 @@ def render(r, console: Console, details: bool = False) -> None:
     last = rec.overall if several else rec.workloads[0]
     console.print(Text(choice_sentence(last), style="bold green" if last.pick is not None else "bold"))
     if last.apply:
-        console.print(Text(f"  run:     {last.apply.env_line}"))
+        console.print(Text(f"  run:     {last.apply.env_line}"), soft_wrap=True)   # pasted: never broken
         if last.apply.build:
             console.print(Text(f"  build:   {last.apply.build}"))
 
@@ -169,5 +169,5 @@ def render(r, console: Console, details: bool = False) -> None:
 def export(r, options) -> str:
     """The same as plain text, for a file (`-o answer.txt`), 160 columns wide."""
     buf = io.StringIO()
-    render(r, Console(file=buf, width=160, color_system=None, force_terminal=False), details=options.details)
+    render(r, Console(file=buf, width=160, color_system=None, force_terminal=False, markup=False, emoji=False), details=options.details)
     return buf.getvalue()

@@ -9,7 +9,7 @@ from __future__ import annotations
 import math
 
 from rich.console import Console
-from rich.markup import escape
+from rich.text import Text
 
 from alloclab.stats.estimates import format_comparison
 from alloclab.stats.failing import default_fails_text
@@ -242,9 +242,10 @@ def title(e) -> str:
 
 
 def render(ans: TuneAnswer, console: Console, title: str = "Tune") -> None:
-    console.print(f"[bold]{escape(title)}[/]", highlight=False)
+    console.print(Text(title, style="bold"), highlight=False)
     for style, text in answer_lines(ans):
-        console.print(f"[{style}]{escape(text)}[/]" if style else escape(text), highlight=False, soft_wrap=False)
+        # A shell line is pasted whole: the terminal may wrap it, a newline in it would break it.
+        console.print(Text(text, style=style), highlight=False, soft_wrap=text.startswith("  run:"))
 
 
 def markdown(ans: TuneAnswer, title: str = "Tune") -> str:

@@ -1,0 +1,114 @@
+"""A command the user wrote comes back as they wrote it: what alloclab prints as "run:" (and "race it:")
+is pasted into a shell, so a bracket rich read as a markup tag (`x=[bytearray(100000) ...]` printed
+as `x=`), a quote lost or a `$` left unquoted would make the pasted line a different program."""
+
+from __future__ import annotations
+
+import json
+import os
+import shlex
+import shutil
+import sqlite3
+import subprocess
+import sys
+
+import pytest
+
+from test_golden_reports import FIXTURES
+
+# Prints a line with a dollar, brackets and quotes; with HOLD set, keeps freed memory at the top of
+# glibc's heap under a raised trim threshold (a 16 MiB mmapped block freed raises it to 32 MiB, then
+# 30 MiB of 100 KB blocks are freed) and waits to be inspected.
+PROGRAM = ("import os, sys; b = bytearray(16 << 20); del b; x = [bytearray(100000) for _ in range(300)]; "
+           "del x; print(\"cost: $5 [ok] 'q'\", flush=True); "
+           "os.environ.get('HOLD') and (sys.stderr.write('paused\\n'), sys.stderr.flush(), sys.stdin.read())")
+PRINTED = "cost: $5 [ok] 'q'\n"
+
+
+def _run_line(text: str, label: str) -> str:
+    """The shell line after LABEL (`run:`, `race it:`): the first one printed."""
+    line = next((x for x in text.splitlines() if x.strip().startswith(label)), None)
+    assert line is not None, f"no {label!r} line in:\n{text}"
+    return line.strip()[len(label):].strip()
+
+
+def _in_shell(line: str) -> subprocess.CompletedProcess:
+    return subprocess.run(["bash", "-c", line], capture_output=True, text=True, timeout=60,
+                          env={"PATH": "/usr/bin:/bin"})
+
+
+def test_inspect_prints_the_command_it_read_as_the_shell_runs_it(cli):
+    argv = [os.path.realpath(sys.executable), "-c", PROGRAM]   # as exec'd: what /proc/PID/cmdline says
+    p = subprocess.Popen(argv, stdin=subprocess.PIPE,
+                         stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                         env={"PATH": "/usr/bin:/bin", "HOLD": "1"})
+    try:
+        assert p.stderr.readline() == b"paused\n"
+        r = cli("inspect", str(p.pid))
+    finally:
+        p.communicate(b"", timeout=60)
+    assert r.returncode == 0, r.stdout + r.stderr
+    run = _run_line(r.stdout, "run:")
+    assert run.startswith("MALLOC_"), run
+    done = _in_shell(run)
+    assert done.returncode == 0 and done.stdout == PRINTED, (run, done.stdout, done.stderr)
+    race = _run_line(r.stdout, "race it:")
+    assert race == "alloclab tune -- " + shlex.join(argv), race
+    assert run.endswith(" " + shlex.join(argv)), run
+
+
+@pytest.fixture
+def one_workload(tmp_path):
+    """The demo's reclaim workload alone (its pick: jemalloc), stored as a python3 -c command."""
+    db = tmp_path / "one.db"
+    shutil.copyfile(FIXTURES / "demo-suite-trimmed.db", db)
+    c = sqlite3.connect(db)
+    for (table,) in c.execute("select name from sqlite_master where type = 'table'").fetchall():
+        if "workload_idx" in [col[1] for col in c.execute(f"pragma table_info({table})")]:
+            c.execute(f"delete from {table} where workload_idx != 5")
+    c.execute("delete from workloads where idx != 5")
+    c.execute("update workloads set argv = ?", (json.dumps(["python3", "-c", PROGRAM]),))
+    c.commit()
+    c.close()
+    return db
+
+
+@pytest.mark.parametrize("fmt", ["terminal", "md"])
+def test_report_prints_the_stored_command_as_the_shell_runs_it(one_workload, fmt):
+    from conftest import run_cli
+    r = run_cli(["report", "--db", str(one_workload), "-f", fmt])
+    assert r.returncode == 0, r.stdout + r.stderr
+    if fmt == "md":
+        run = r.stdout.split("```sh\n")[1].split("\n```")[0]
+    else:
+        run = _run_line(r.stdout, "run:")
+    assert run.startswith("LD_PRELOAD=") and "python3 -c" in run, run
+    done = _in_shell(run)   # a missing jemalloc only makes ld.so warn: the program still runs
+    assert done.returncode == 0 and done.stdout == PRINTED, (run, done.stdout, done.stderr)
+
+
+def test_tune_keeps_the_command_in_its_own_styled_lines():
+    from alloclab.cli.tune import styled
+    line = f"[bold]Diagnosis[/] (experiment 3: one untimed fingerprint run of python3 -c {PROGRAM} per allocator)"
+    text = styled(line)
+    assert text.plain == line.replace("[bold]", "", 1).replace("[/]", "", 1)
+    assert text.spans and text.spans[0].style == "bold" and text.spans[0].end == len("Diagnosis")
+    assert styled(f"[yellow]{PROGRAM}[/]").plain == PROGRAM
+    assert styled(f"  {PROGRAM}").plain == f"  {PROGRAM}"
+
+
+def test_every_console_of_the_cli_prints_text_as_given():
+    import io
+
+    from alloclab.cli import app
+    from alloclab.cli.outputs import plain_text
+    for console in (app.console, app.err):
+        buf = io.StringIO()
+        keep = console.file
+        console.file = buf
+        try:
+            console.print("x=[bytearray(9)] [bold]b[/] :smile: $HOME", highlight=False)
+        finally:
+            console.file = keep
+        assert buf.getvalue() == "x=[bytearray(9)] [bold]b[/] :smile: $HOME\n"
+    assert plain_text(lambda c: c.print("[red]x[/] :smile:")) == "[red]x[/] :smile:\n"
