@@ -147,7 +147,13 @@ def _refuse_static(workloads: list, shell: bool) -> None:
 
     if shell:
         return
-    for program in dict.fromkeys(w.program() for w in workloads):
+    programs = []
+    for w in workloads:
+        try:
+            programs.append(w.program())
+        except AlloclabError:
+            return   # a command not found is refused where it always was, after the options
+    for program in dict.fromkeys(programs):
         refusal = static_refusal(program)
         if refusal is not None:
             raise refusal
