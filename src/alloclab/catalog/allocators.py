@@ -73,6 +73,7 @@ class Allocator:
     stats_call: str
     libraries: tuple[str, ...] = ()      # none: the system allocator
     build_option: str = ""
+    build_for: tuple[tuple[str, str], ...] = ()   # (start of a program's name, its own build option)
     prefixed_symbols: tuple[str, ...] = ()
     version_regex: str | None = None
     tunables: tuple[Tunable, ...] = ()
@@ -108,6 +109,7 @@ class Allocator:
                                    env_names=tuple(dict(a.env_names).items()),
                                    tunables=tuple(Tunable.from_toml(k, v) for k, v in dict(a.tunables).items()),
                                    verbose_env=tuple(dict(a.verbose_env).items()),
+                                   build_for=tuple(dict(a.build_for).items()),
                                    books=Books.from_toml(a.books) if isinstance(a.books, dict) else a.books)
 
     def tunable(self, key: str) -> Tunable | None:
