@@ -67,12 +67,12 @@ def _example(option: str) -> str:
 
 
 def plain_text(draw) -> str:
-    """What `draw(console)` prints, as plain text 160 columns wide (a file, or a pipe)."""
+    """What `draw(console)` prints, as plain text at unlimited width (a file, or a pipe): nothing cut."""
     import io
 
-    from rich.console import Console
+    from alloclab.report import file_console
     buf = io.StringIO()
-    draw(Console(file=buf, width=160, color_system=None, markup=False, emoji=False))
+    draw(file_console(buf))
     return buf.getvalue()
 
 

@@ -22,6 +22,18 @@ if TYPE_CHECKING:  # the CLI imports this package at start; the statistics load 
 FORMATS = {"terminal": "terminal_brief", "md": "markdown", "html": "html", "json": "jsonout", "csv": "csvout"}
 
 
+# A file holds the renderer's output at unlimited width (`-o answer.txt`): no width cuts or wraps
+# a line of it; a reader's editor or pager wraps it.
+UNLIMITED = 100_000
+
+
+def file_console(file):
+    """The console a file's text is rendered on: plain, as wide as a line gets, and with rich's markup
+    and emoji codes off, as the CLI's (the user's commands and names are printed as given)."""
+    from rich.console import Console
+    return Console(file=file, width=UNLIMITED, color_system=None, force_terminal=False, markup=False, emoji=False)
+
+
 @dataclass(frozen=True)
 class Options:
     details: bool = False                    # every standard measure, not only the headline ones

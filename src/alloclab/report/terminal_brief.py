@@ -5,8 +5,10 @@ explain it); what stopped a variant; one line for the verification's outcome; an
 recommendation, a line a workload, then the line across workloads. With `details`, the full
 tables instead (report/terminal.py).
 
-Every line of the answer is one line at any width: the verdict and the effect are never cut; the
-peak RSS drops its interval, then the mechanism its column, before a name is shortened.
+Nothing of the answer is cut at any width: a reader at 80 columns must see what one at 160 sees.
+The verdict and the effect keep their columns whole; a name wraps between its words inside its
+column; the peak RSS's interval, then its column, then the mechanism's column move to a line under
+their row where the console has no room for them.
 """
 
 from __future__ import annotations
@@ -41,31 +43,53 @@ def _change(text: str) -> str:
 
 
 def _widths(names: list[str], verdicts: list[str], effects: list[str], peaks: list[str], width: int):
-    """(variant, verdict, effect, peak) widths, whether the peak keeps its interval, and the
-    mechanism's width (0: no room for it)."""
+    """(variant, verdict, effect[, peak]) widths, whether the peak keeps its interval in its column, and
+    the mechanism's width (0: no room for it). The variant's column is never narrower than its longest
+    word, so a name wraps between words and every word stays whole; what has no room goes under its row."""
     fixed = max(map(cell_len, verdicts)), max(map(cell_len, effects))
-    room = width - INDENT - sum(fixed) - 3 * GAP
+    room = width - INDENT - sum(fixed) - 2 * GAP     # the name, and the columns after it with their gaps
     natural = max(map(cell_len, names))
+    word = min(natural, max(cell_len(w) for n in names for w in n.split() or [""]))
     full = max(map(cell_len, peaks))
-    whole = room - full >= min(natural, NAME_FLOOR)
-    peak = full if whole else max(cell_len(_change(p)) for p in peaks)
-    name = max(1, min(natural, room - peak))
-    mech = width - INDENT - name - sum(fixed) - peak - 4 * GAP
-    return (name, *fixed, peak), whole, (mech if mech >= MECHANISM_FLOOR else 0)
+    short = max(cell_len(_change(p)) for p in peaks)
+    if room - GAP - full >= max(word, min(natural, NAME_FLOOR)):
+        peak, whole = full, True
+    elif room - GAP - short >= word:
+        peak, whole = short, False
+    else:
+        peak, whole = 0, False
+    after = GAP + peak if peak else 0
+    name = max(word, min(natural, room - after))
+    mech = room - name - after - GAP
+    return (name, *fixed) + ((peak,) if peak else ()), whole, (mech if mech >= MECHANISM_FLOOR else 0)
 
 
-def _line(cells: list[Text], widths: tuple[int, ...]) -> Text:
-    """One line: each cell cut (with an ellipsis) or padded to its column, the last one not padded."""
-    out = Text(" " * INDENT)
-    for i, (cell, w) in enumerate(zip(cells, widths)):
-        last = i == len(widths) - 1
-        cell = cell.copy()
-        cell.truncate(w, overflow="ellipsis", pad=not last)
-        out.append_text(cell)
-        if not last:
-            out.append(" " * GAP)
-    out.rstrip()
+def _row(cells: list[Text], widths: tuple[int, ...], console: Console) -> list[Text]:
+    """One row as lines: each cell padded to its column, a cell longer than its column wrapped inside
+    it (between words), never cut; the last cell not padded."""
+    wrapped = [cell.wrap(console, w, overflow="fold") for cell, w in zip(cells, widths)]
+    out = []
+    for k in range(max(len(lines) for lines in wrapped)):
+        line = Text(" " * INDENT)
+        for i, (lines, w) in enumerate(zip(wrapped, widths)):
+            last = i == len(widths) - 1
+            piece = lines[k].copy() if k < len(lines) else Text("")
+            piece.rstrip()
+            if not last:
+                piece.pad_right(w - cell_len(piece.plain))
+            line.append_text(piece)
+            if not last:
+                line.append(" " * GAP)
+        line.rstrip()
+        out.append(line)
     return out
+
+
+def _indented(console: Console, text: Text, indent: int) -> None:
+    """`text` wrapped between words under an indent, each line of it indented."""
+    for line in text.wrap(console, max(1, console.width - indent), overflow="fold"):
+        line.rstrip()
+        console.print(Text(" " * indent) + line, no_wrap=True, crop=False)
 
 
 def answer_lines(a, console: Console) -> None:
@@ -81,18 +105,27 @@ def answer_lines(a, console: Console) -> None:
     widths, whole, mech = _widths([HEADERS[0], *(r[2] for r in rows)], [HEADERS[1], *(r[3] for r in rows)],
                                   [HEADERS[2], *(r[4] for r in rows)], [HEADERS[3], *(r[5] for r in rows)],
                                   console.width)
+    peaked = len(widths) == 4
     widths += (mech,) if mech else ()
-    console.print(_line([Text(h, style="bold") for h in HEADERS[:len(widths)]], widths), no_wrap=True, crop=True)
+    heads = list(HEADERS[:3]) + ([HEADERS[3]] if peaked else []) + ([HEADERS[4]] if mech else [])
+    for line in _row([Text(h, style="bold") for h in heads], widths, console):
+        console.print(line, no_wrap=True, crop=False)
     shown = None
     for w, row, label, verdict, effect, peak, why in rows:
         if (w.idx, row.name) != shown:
             shown = (w.idx, row.name)
-            console.print(Text(f"{w.name}: {metric_title(row)[0]}", style="bold"), overflow="ellipsis",
-                          no_wrap=True, crop=True)
+            console.print(Text(f"{w.name}: {metric_title(row)[0]}", style="bold"))
         style = VERDICT_STYLE.get(verdict, "")
-        cells = [Text(label), Text(verdict, style=style), Text(effect, style=style),
-                 Text(peak if whole else _change(peak)), Text(why)]
-        console.print(_line(cells[:len(widths)], widths), no_wrap=True, crop=True)
+        cells = [Text(label), Text(verdict, style=style), Text(effect, style=style)]
+        cells += [Text(peak if whole else _change(peak))] if peaked else []
+        cells += [Text(why)] if mech else []
+        for line in _row(cells, widths, console):
+            console.print(line, no_wrap=True, crop=False)
+        # What the columns had no room for, under its row: a narrow terminal drops no word.
+        under = ([f"peak RSS {peak}"] if not whole and peak != _change(peak) or not peaked else []) + \
+            ([f"mechanism (decided): {why}"] if why and not mech else [])
+        if under:
+            _indented(console, Text("; ".join(under), style="dim"), INDENT + 2)
 
 
 def problems(a, w) -> list[Text]:
@@ -156,8 +189,7 @@ def render(r, console: Console, details: bool = False) -> None:
     rec = r.recommendation
     several = len(rec.workloads) > 1
     for c in rec.workloads if several else []:
-        console.print(Text(f"  {c.sentence}", style="green" if c.pick is not None else ""), overflow="ellipsis",
-                      no_wrap=True, crop=True)
+        _indented(console, Text(c.sentence, style="green" if c.pick is not None else ""), INDENT)
     last = rec.overall if several else rec.workloads[0]
     console.print(Text(choice_sentence(last), style="bold green" if last.pick is not None else "bold"))
     if last.apply:
@@ -167,7 +199,8 @@ def render(r, console: Console, details: bool = False) -> None:
 
 
 def export(r, options) -> str:
-    """The same as plain text, for a file (`-o answer.txt`), 160 columns wide."""
+    """The same as plain text, for a file (`-o answer.txt`), at unlimited width: nothing cut."""
+    from alloclab.report import file_console
     buf = io.StringIO()
-    render(r, Console(file=buf, width=160, color_system=None, force_terminal=False, markup=False, emoji=False), details=options.details)
+    render(r, file_console(buf), details=options.details)
     return buf.getvalue()
