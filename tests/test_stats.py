@@ -17,7 +17,9 @@ from alloclab.stats import ranktests as R
 
 _IV = r"\[([+-]\d+\.\d|[+-]?inf|nan), ([+-]\d+\.\d|[+-]?inf|nan)\]|\[n/a\]"
 FORMAT_RE = re.compile(
-    rf"^(\? \(n/a\)|x[0-9.e+-]+ \[x[0-9.e+-]+, x[0-9.e+-]+\]|[+-]\d+\.\d% ({_IV})|≈ within ±[0-9.e+-]+% ({_IV})|\? [+-]\d+\.\d% ({_IV})( ~\d+ more runs?)?)$"
+    rf"^(\? \(n/a\)|x[0-9.e+-]+ \[x[0-9.e+-]+, x[0-9.e+-]+\]|[+-]\d+\.\d% ({_IV})|≈ within ±[0-9.e+-]+% ({_IV})|\? [+-]\d+\.\d% ({_IV})( ~\d+ more runs?)?"
+    rf"|\? [+-]\d+\.\d% on \d+ runs? (each|against \d+), too few or too noisy for an interval \(wider than x10\)"
+    rf"(, stopped [^;]+)?(; [a-z ±%0-9.]+ would need ~\d+ more runs?)?)$"
 )
 
 any_floats = st.floats(allow_nan=True, allow_infinity=True)
@@ -149,7 +151,7 @@ def test_compare_identical_data_has_p_one():
     data = [3.0, 1.0, 2.0, 5.0, 4.0]
     c = S.compare(data, list(reversed(data)), higher_is_better=True)
     assert c.p_value == 1.0 and c.ratio == 1.0 and c.verdict == "undecided"
-    assert S.format_comparison(c).startswith("? +0.0% [")
+    assert S.format_comparison(c).startswith("? +0.0% on 5 runs each")   # [x0.25, x3]: wider than x10
 
 
 def test_compare_min_effect_suppresses_small_but_significant_changes():

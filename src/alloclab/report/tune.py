@@ -6,8 +6,6 @@ picked. The choices were made by stats/tune_answer.py; the words are this module
 
 from __future__ import annotations
 
-import math
-
 from rich.console import Console
 from rich.text import Text
 
@@ -165,12 +163,13 @@ def _screened_line(s: dict) -> str:
         metrics.setdefault(e["axis"], set()).add(e.get("metric"))
     for e in estimates:
         named = f"{metric_words(e['metric'])} " if len(metrics[e["axis"]]) > 1 and e.get("metric") else ""
-        lo, hi, r = e["low"], e["high"], e["ratio"]
-        # One screen run has no interval: its estimate alone.
-        interval = f" [{(lo - 1) * 100:+.1f}, {(hi - 1) * 100:+.1f}]" if math.isfinite(lo) and math.isfinite(hi) else ""
-        by_axis.setdefault(e["axis"], []).append(f"{e['workload'] + ': ' if several else ''}{named}{(r - 1) * 100:+.1f}%"
-                                                 f"{interval}")
+        # A screen's few runs choose the finalists; their interval ("[-100.0, +48994967476.9]" on a
+        # threaded program) bounds nothing: the estimate alone, with the runs it rests on.
+        by_axis.setdefault(e["axis"], []).append(f"{e['workload'] + ': ' if several else ''}{named}"
+                                                 f"{(e['ratio'] - 1) * 100:+.1f}%")
     words = ", ".join(f"{axis}: " + "; ".join(texts) for axis, texts in by_axis.items()) or "no estimate"
+    if estimates and s.get("runs"):
+        words += f" (estimates of {s['runs']} screen run{'s' if s['runs'] != 1 else ''} each)"
     lost = (f"; its interval lies wholly on the worse side after {s['runs']} screen runs"
             if s.get("worse_throughout") else "")
     return f"{s['label']}{rule}: screened at {words}{lost}"

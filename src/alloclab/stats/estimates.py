@@ -323,6 +323,9 @@ def format_comparison(c: Comparison) -> str:
                         ~440 more runs" (futile: closed by the futility rule, its interval a bound)
         cut short      "? +8.2% [-1.5, +18.9], stopped by the budget; a verdict would need ~25 more
                         runs" (still open when the budget or --max-runs stopped the experiment)
+        too wide       "? -14.0% on 6 runs each, too few or too noisy for an interval (wider than x10),
+                        stopped by the budget; a verdict would need ~200 more runs" (an open comparison
+                        whose interval spans more than a factor of 10: it would bound nothing)
 
     The sign is the raw change of the metric, not its goodness; the verdict carries goodness."""
     with np.errstate(all="ignore"):
@@ -337,6 +340,12 @@ def format_comparison(c: Comparison) -> str:
         return f"{delta:+.1f}% {interval}"
     if c.verdict == "equivalent":
         return f"≈ within ±{c.margin * 100:g}% {interval}"
+    if not _narrow(c):
+        # "[-98.4, +4529.6]" bounds nothing a reader can use and reads like a finding: say how little
+        # the estimate rests on, why it is open, and what would close it (the JSON keeps the numbers).
+        why = f", stopped {STOPPED_BY.get(c.stopped, 'by ' + c.stopped)}" if c.stopped else ""
+        need = f"; {_nearer_decision(c)} would need {_runs(c.more_runs)}" if c.more_runs else ""
+        return f"? {delta:+.1f}% on {_rests_on(c)}, too few or too noisy for an interval (wider than x{WIDE:g}){why}{need}"
     if c.futile and c.more_runs:
         need = f"{_nearer_decision(c)} would need {_runs(c.more_runs)}"
         return f"? {delta:+.1f}%, no difference beyond {interval}; {need}"
@@ -346,6 +355,22 @@ def format_comparison(c: Comparison) -> str:
         return f"? {delta:+.1f}% {interval}, stopped {STOPPED_BY.get(c.stopped, 'by ' + c.stopped)}{need}"
     more = f" {_runs(c.more_runs)}" if c.more_runs else ""
     return f"? {delta:+.1f}% {interval}{more}"
+
+
+WIDE = 10.0   # an open comparison's interval spanning more than this factor is not printed
+
+
+def _narrow(c: Comparison) -> bool:
+    """Whether the interval is worth printing: finite, positive and spanning at most WIDE."""
+    return (math.isfinite(c.ci_low) and math.isfinite(c.ci_high) and c.ci_low > 0
+            and c.ci_high / c.ci_low <= WIDE)
+
+
+def _rests_on(c: Comparison) -> str:
+    n, m = c.n_candidate, c.n_baseline
+    if n == m:
+        return f"{n} run{'s' if n != 1 else ''} each"
+    return f"{n} runs against {m}"
 
 
 def _runs(n: int) -> str:
