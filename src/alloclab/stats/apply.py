@@ -84,6 +84,58 @@ def _forwarded(a: Analysis, variant_idx: int) -> str | None:
     return None
 
 
+# measure/verify.py's note where a program links an allocator: "cacheidle is linked against
+# libjemalloc.so.2 (jemalloc): the preload takes over ...".
+_LINKED = re.compile(r"^(\S+) is linked against (\S+) \(([^)]+)\)")
+
+
+def linked(a: Analysis) -> tuple[str, str] | None:
+    """(words, allocator) where the program links an allocator ("cacheidle links libjemalloc.so.2",
+    "jemalloc"): the tune record's baseline, else the verification's notes; None where it links none."""
+    rec = getattr(getattr(a.experiment, "config", None), "tune", None)
+    base = (rec.baseline or {}) if rec is not None else {}
+    if base.get("how") == "linked" and base.get("library"):
+        return f"{base.get('program') or 'the program'} links {base['library']}", base.get("allocator", "")
+    for w in a.workloads:
+        for v in w.verification.values():
+            for note in v.notes:
+                if m := _LINKED.match(note):
+                    return f"{m[1]} links {m[2]}", m[3]
+    return None
+
+
+def _programs(a: Analysis, argv: list[str] | None) -> list[str]:
+    """The names of the programs the advice is for: the workload's, or every workload's."""
+    argvs = [argv] if argv else [w.argv for w in a.workloads]
+    rec = getattr(getattr(a.experiment, "config", None), "tune", None)
+    named = [(rec.baseline or {}).get("program") or ""] if rec is not None else []
+    return [n for n in named + [Path(x[0]).name for x in argvs if x] if n]
+
+
+def _build_line(a: Analysis, allocator, env: dict[str, str], argv: list[str] | None) -> str | None:
+    """The build-time equivalent that fits the program: a program linked to another allocator is
+    relinked, not linked twice; one linked to this allocator needs no build change; a program's own
+    build option (QEMU's --enable-malloc) only for that program."""
+    if not allocator or not allocator.build_option or allocator.build_option == "(default)":
+        return None
+    tunables = {k: val for k, val in env.items() if k != "LD_PRELOAD"}
+    stay = "; the tunables stay in the environment: " + " ".join(f"{k}={val}" for k, val in tunables.items()) \
+        if tunables else ""
+    names = _programs(a, argv)
+    own = [hint for prefix, hint in allocator.build_for if any(n.startswith(prefix) for n in names)]
+    links = linked(a)
+    if links is not None and links[1] in {allocator.name, allocator.same_as} - {""}:
+        if not tunables:
+            return None
+        return f"{links[0]} already: no build change" + stay
+    if links is not None:
+        flag = re.search(r"-l\S+", allocator.build_option)
+        how = f" ({flag[0]} in place of {links[1]}'s)" if flag else ""
+        return (f"{links[0]}: relink it against {allocator.name} instead{how}, or preload it as the run line "
+                f"does" + (f" ({'; '.join(own)})" if own else "") + stay)
+    return allocator.build_option + (f" ({'; '.join(own)})" if own else "") + stay
+
+
 def how_to_apply(a: Analysis, variant_idx: int, argv: list[str] | None, info: dict | None = None) -> HowToApply:
     e = a.experiment
     v = e.variants[variant_idx]
@@ -102,9 +154,6 @@ def how_to_apply(a: Analysis, variant_idx: int, argv: list[str] | None, info: di
     if links is not None:
         build = (f"{links}: link it without that allocator, and {allocator.name}'s malloc is its own, as measured "
                  f"here through alloclab's forwarding preload (the run line)")
-    elif allocator and allocator.build_option and allocator.build_option != "(default)":
-        build = allocator.build_option
-        tunables = {k: val for k, val in env.items() if k != "LD_PRELOAD"}
-        if tunables:
-            build += "; the tunables stay in the environment: " + " ".join(f"{k}={val}" for k, val in tunables.items())
+    else:
+        build = _build_line(a, allocator, env, argv)
     return HowToApply(env_line, systemd, build, unset)

@@ -1,24 +1,26 @@
 """From an analysis to a decision: the Pareto front of speed versus peak RSS, one sentence that
 names what to use (or says nothing is worth changing), and exactly how to apply it.
 
-"Better" always means the verdict of analysis.analyze (decide.py): a variant is recommended
-for speed only when its primary metric is decided better than the baseline, and for memory only
-when its peak RSS or what it holds after a phase (memory.py) is decided lower, nothing of either
-is decided higher, and its speed is not decided worse. A variant decided to hold more after a
-phase is named with that cost wherever it is mentioned. "Nothing is worth changing" is said only
-when every candidate is decided equivalent or worse; where something is undecided, the sentence
-says what, by how much it might differ, and how many runs would decide it.
+"Better" always means the verdict of analysis.analyze (decide.py): a variant is recommended for
+speed only when its primary metric is decided better than the baseline (of those, tune's pick by
+stats/best.py's rule: stats/pick.py), and for memory only when its peak RSS or what it holds after a
+phase (memory.py) is decided lower, nothing of either is decided higher, and its speed is not decided
+worse by more than the margin. A variant decided to hold more after a phase is named with that cost
+wherever it is mentioned. "Nothing is worth changing" is said only when every candidate is decided
+equivalent or worse; where something is undecided, the sentence says what, by how much it might
+differ, and how many runs would decide it.
 """
 
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from alloclab.stats import estimates as stats
 from alloclab.stats import memory
 from alloclab.stats.apply import HowToApply, how_to_apply
 from alloclab.stats import across
+from alloclab.stats.pick import costs_time as _costs_time, lead as _lead, leanest as _leanest, paired_gain, passed_over
 from alloclab.stats.dominance import geomean as _geomean, no_single_pick
 from alloclab.stats.failing import failing_default
 from alloclab.stats.analysis import Analysis, WorkloadResult
@@ -181,12 +183,12 @@ def _said(text: str, within: str = "") -> str:
 
 def _decide(a: Analysis, scope: str, points: list[Point], metric: str, higher_is_better: bool,
             budget: float | None, describe_speed, describe_memory,
-            ws: list[WorkloadResult], rank=None) -> tuple[int | None, str | None, str]:
+            ws: list[WorkloadResult], rank=None, scoped: Analysis | None = None) -> tuple[int | None, str | None, str]:
     """The pick, why, and the sentence; shared by the per-workload and the overall decision.
     `ws` are the workloads whose held memory counts (the scope's, and its server's other clients).
-    `rank`: what orders the variants decided better (default: the primary metric's median)."""
+    `rank`: the overall's counts; without it stats/best.py's pick on `scoped` (the scope's workloads)."""
     base = a.labels[a.baseline_idx]
-    goodness = rank or ((lambda p: p.speed) if higher_is_better else (lambda p: -p.speed))  # noqa: E731
+    goodness = rank or paired_gain(higher_is_better)
     candidates = [p for p in points if p.usable and p.variant_idx != a.baseline_idx]
     faster = [p for p in candidates if p.speed_verdict == "better"]
     fitting = [p for p in faster if _within(p, budget)]
@@ -198,22 +200,20 @@ def _decide(a: Analysis, scope: str, points: list[Point], metric: str, higher_is
         # Of the faster ones, those that hold no more after a phase come first; the cost of the
         # pick, or of a faster one passed over, is named.
         clean = [p for p in fitting if p.keeps_more is None]
-        best = max(clean or fitting, key=goodness)
+        pool = clean or fitting
+        best = max(pool, key=goodness) if rank or scoped is None else _lead(scoped, pool, goodness)
         fastest = max(fitting, key=goodness)
         text = f"Use {best.label} for {scope}{_said(describe_speed(best), within)}."
         if best.keeps_more:
             text += f" Mind the memory: {_keeps(a, ws, scope, [best])}."
-        elif fastest is not best:
-            said = describe_speed(fastest)
-            text += (f" {fastest.label} {'is faster (' + said + ')' if said else 'ranks higher'} but "
-                     f"{_keeps(a, ws, scope, [fastest])}.")
+        elif fastest is not best and goodness(fastest) > goodness(best):
+            text += passed_over(scoped or a, ws, scope, best, fastest, describe_speed(fastest))
         return best.variant_idx, "speed", text + _to_save_memory(candidates, best, budget, describe_memory)
     leaner = [p for p in candidates if (p.rss_verdict == "better" or p.holds_less)
               and (p.rss_verdict != "worse" or (p.holds_less and memory.outweighs(p.holds_less.ratio, p.rss_ratio)))
-              and p.keeps_more is None and p.speed_verdict != "worse" and _within(p, budget)]
+              and p.keeps_more is None and not _costs_time(a, p) and _within(p, budget)]
     if leaner:
-        best = min(leaner, key=lambda p: (p.holds_less.ratio if p.holds_less else 1.0,
-                                          p.rss_ratio if math.isfinite(p.rss_ratio) else 1.0))
+        best = _leanest(a, leaner)
         note = f" Nothing is significantly faster than {base}{within}." if faster else ""
         return best.variant_idx, "memory", (f"Use {best.label} for {scope} to save memory"
                                             f"{_said(describe_memory(best), within)}.{note}{memory_note}")
@@ -319,7 +319,8 @@ def recommend_workload(a: Analysis, w: WorkloadResult, budget: float | None = No
         return Choice(w.name, metric, hib, points, front, None, None,
                       f"Nothing to recommend for {w.name}: no run succeeded and measured it (see the failed runs "
                       f"and the experiment's status).")
-    pick, reason, sentence = _decide(a, w.name, points, metric, hib, budget, speed, lean, memory.same_server(a, w))
+    pick, reason, sentence = _decide(a, w.name, points, metric, hib, budget, speed, lean, memory.same_server(a, w),
+                                     scoped=replace(a, workloads=[w]))
     choice = Choice(w.name, metric, hib, points, front, pick, reason, sentence)
     if pick is not None:
         choice.apply = how_to_apply(a, pick, w.argv, w.info)
