@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass, field
+from pathlib import Path
 
 from alloclab.store.fingerprint_model import Fingerprint, Memory, MemorySplit, SizeClass
 from alloclab.workloads.metrics import END_ANON as END_METRIC   # a command's anonymous RSS as it exits
@@ -233,10 +234,25 @@ def reading(allocator: str, label: str, fp: Fingerprint | dict, cpus: int | None
         words["trim_how"] = _trim_how(v)
     if fp.minflt is not None:
         v["faults"] = float(fp.minflt)
+        # Pages faulted in per page of the most ever anonymous: about 1 where a large heap is touched
+        # once, page by page (what huge pages spare), far above 1 where it is given back and regrown.
+        v |= _known(faults_per_s=fp.minflt / wall if wall else None,
+                    faults_per_page=_share(fp.minflt * PAGE, _kib(mem.peak_anon_kb)))
+    v |= _known(thp_madvise=_thp_madvise())
     rest, rest_where, rest_metric = _rest(fp)
     v |= _known(**rest_values(rest, fp.hist))
     v |= arena_fit(v)
     return Reading(allocator, label, v, per, where, rest_where, rest_metric, words)
+
+
+def _thp_madvise() -> float | None:
+    """1 where transparent huge pages are given on request only (`madvise`, which glibc's hugetlb=1
+    makes for its heap), 0 where the kernel gives them always or never (the tunable changes nothing)."""
+    try:
+        mode = Path("/sys/kernel/mm/transparent_hugepage/enabled").read_text()
+    except OSError:
+        return None
+    return 1.0 if "[madvise]" in mode else 0.0
 
 
 def _regrown(brk_trimmed: float, brk_grown: float, arena_trimmed: float, refault: float | None) -> float | None:
