@@ -118,6 +118,10 @@ class TuneAnswer:
     failures: list[dict] = field(default_factory=list)   # fingerprints that failed only under alloclab
     screened_out: list[dict] = field(default_factory=list)   # tune/screen.py's estimates of what was not raced
     largest_open: Other | None = None         # State.OPEN: the open candidate with the largest estimate
+    # Open, and may be better on both, where the first pick is a memory pick at more than SLOW the
+    # time: the answer leads with it, not with the slow pick (a threaded CPython program: the mmap
+    # threshold fixed at x4.83 the time led while tcmalloc, faster and smaller by hand, stayed open).
+    open_on_both: Other | None = None
 
     def of(self, outcome: Outcome) -> list[Other]:
         return [o for o in self.others if o.outcome == outcome]
@@ -126,7 +130,8 @@ class TuneAnswer:
         return {"schema": SCHEMA, "state": self.state.value, "picks": [p.to_dict() for p in self.picks],
                 "others": [o.to_dict() for o in self.others], "baseline": self.baseline,
                 "failures": self.failures, "screened_out": self.screened_out,
-                "largest_open": self.largest_open.label if self.largest_open else None}
+                "largest_open": self.largest_open.label if self.largest_open else None,
+                "open_on_both": self.open_on_both.label if self.open_on_both else None}
 
 
 def _effects(a: Analysis, metric_of, vi: int) -> tuple[Effect, ...]:
@@ -268,6 +273,7 @@ def answer(a: Analysis, candidates: list[Candidate], max_rss_increase: float | N
         out.others.append(Other(s["label"], s["spec"], s.get("rule"), s.get("expect"), Outcome.SCREENED_OUT,
                                 Reason.SCREENED_OUT))
     opened = out.of(Outcome.OPEN)
+    out.open_on_both = _open_on_both(a, out.picks, opened + out.of(Outcome.ALSO_BETTER))
     if out.picks:
         out.state = State.PICKED
     elif opened:
@@ -275,6 +281,31 @@ def answer(a: Analysis, candidates: list[Candidate], max_rss_increase: float | N
         out.largest_open = max(opened, key=lambda o: best.mean_gain(e.comparison for e in o.effects
                                                                      if e.metric == _primary_of(a, e.workload)))
     return out
+
+
+def _open_on_both(a: Analysis, picks: list[Pick], opened: list[Other]) -> Other | None:
+    """The open candidate that may still turn out better on both axes (no comparison decided worse,
+    every estimate on the better side or even), where the first pick is for memory at more than SLOW
+    the time; the largest product of its estimates first. None otherwise."""
+    if not picks or not any(g.startswith("memory") for g in picks[0].goals[:1]):
+        return None
+    if not any(e.comparison.gain < 1 / SLOW for e in picks[0].costs):
+        return None
+    label_vi = {label: vi for vi, label in enumerate(a.labels)}
+
+    def promise(o: Other) -> float | None:
+        vi = label_vi.get(o.label)
+        if vi is None:
+            return None
+        cs = best.speed_comparisons(a, vi) + best.memory_comparisons(a, vi)
+        if not cs or any(c.verdict == "worse" for c in cs) or not any(c.verdict == "undecided" for c in cs):
+            return None
+        speed, memory = best.mean_gain(best.speed_comparisons(a, vi)), best.mean_gain(best.memory_comparisons(a, vi))
+        if speed <= 1 or memory < 1:
+            return None
+        return speed * memory
+    scored = [(g, o) for o in opened if (g := promise(o)) is not None]
+    return max(scored, key=lambda x: x[0])[1] if scored else None
 
 
 def _primary_of(a: Analysis, workload: str) -> str | None:
