@@ -310,7 +310,7 @@ def bindings_check(variant, prefix: Path, ev: Evidence) -> dict[int, dict[str, s
             good += 1
     if good and not bad and ev.status != INEFFECTIVE:
         ev.status = VERIFIED
-        ev.note(f"malloc and free bound to {Path(expected).name} in {good} process(es)")
+        ev.note(f"malloc and free bound to {Path(expected).name} in {good} process{'es' if good != 1 else ''}")
     elif not good and not bad:
         ev.note("no process called malloc through the dynamic linker")
     return per_pid

@@ -92,7 +92,7 @@ def bound_answers(a: Analysis) -> list[str]:
                     continue   # a size: the CPU's share says nothing of it
                 over = _beyond(a, row, top)
                 if over:
-                    others = f" (and {len(over) - 1} more variant(s) beyond it)" if len(over) > 1 else ""
+                    others = f" (and {len(over) - 1} more variant{'s' if len(over) > 2 else ''} beyond it)" if len(over) > 1 else ""
                     missed.append(f"{row.name}: {over[0]}{others}")
                 else:
                     bounds.append(text)

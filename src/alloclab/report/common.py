@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 import os
+import re
 from dataclasses import dataclass, field
 
 from alloclab.catalog import in_use
@@ -13,7 +14,7 @@ from alloclab.stats.analysis import DEFAULT_STANDARD, Analysis, MetricRow
 from alloclab.stats.findings import PER_VARIANT_FINDINGS
 from alloclab.workloads.primary import primary_metrics
 from alloclab.report import fingerprint
-from alloclab.report.numbers import fmt_value  # noqa: F401 (the exporters' number format)
+from alloclab.report.numbers import count, fmt_value  # noqa: F401 (the exporters' number format)
 
 STATUS_MARK = {"verified": "verified", "ineffective": "INEFFECTIVE", "unknown": "unknown"}
 
@@ -187,7 +188,7 @@ def findings_for(w, metrics=None) -> list[tuple[int, str, stats.Finding]]:
 def statistics_line(a: Analysis) -> str:
     d = a.design
     looks = d.describe() if d is not None and len(d.looks) > 1 else f"fixed runs, alpha {a.alpha:g}"
-    return (f"median per variant; change against {a.labels[a.baseline_idx]}: 20% trimmed mean of the within-block "
+    return (f"median per variant; change against {baseline_ran(a)}: 20% trimmed mean of the within-block "
             f"ratios with Yuen's interval, simultaneous over the comparisons of each workload and metric "
             f"(Bonferroni) and over the looks ({looks}); verdicts better / worse (interval excludes no change), "
             f"equivalent (interval within ±{a.min_effect * 100:g}%), undecided (otherwise)")
@@ -205,7 +206,7 @@ def runs_line(a: Analysis) -> str:
                f"(stopped: {stored.get('stopped', 'n/a')}; budget {c.budget_s or 0:g} s, --max-runs {c.max_runs})")
     else:
         how = f"{c.runs} measured runs per variant"
-    return (f"{how} after {c.warmup} warm-up block(s); "
+    return (f"{how} after {count(c.warmup, 'warm-up block')}; "
             f"{c.schedule or 'randomized interleaved blocks'} (seed {c.seed}); "
             f"verification {verify}{timeout}")
 
@@ -286,6 +287,21 @@ def _where(pairs: list[tuple[int, str]], a: Analysis, metrics: list[str]) -> str
     return "; ".join(f"{a.labels[vi]} / {', '.join(m for m in metrics if m in by_variant[vi])}" for vi in variants)
 
 
+def stored_note(note: str) -> str:
+    """A verification note as stored by an older alloclab ("in 1 process(es)"), its count in words."""
+    return re.sub(r"\b(\d+) process\(es\)", lambda m: count(int(m[1]), "process", "processes"), note)
+
+
+def advice(a: Analysis, f) -> str:
+    """The finding's advice for this experiment: "add --warmup 1" to a run that had warm-up blocks
+    would be stale advice, so such a run is told what its warm-up did not settle."""
+    warmup = a.experiment.config.warmup if a.experiment.config else 0
+    if f.code == "warmup-trend" and warmup:
+        return (f"already after {count(warmup, 'discarded warm-up block')}: what settles outlasts a block (a cache "
+                f"the program fills, a JIT, the page cache of its files); the first runs stay in the statistics")
+    return f.advice
+
+
 def warning_groups(a: Analysis, w, details: bool = False, limit: int | None = None,
                    only: set[str] | None = None) -> list[WarningGroup]:
     """Findings grouped by kind, most serious first; at most `limit` lines per kind (the rest
@@ -297,7 +313,7 @@ def warning_groups(a: Analysis, w, details: bool = False, limit: int | None = No
     for vi, metric, f in findings_for(w, set(metrics)):
         if metric not in metrics and f.code not in PER_VARIANT_FINDINGS:
             continue
-        groups.setdefault(f.code, WarningGroup(f.code, f.advice))
+        groups.setdefault(f.code, WarningGroup(f.code, advice(a, f)))
         places.setdefault((f.code, f.message), []).append((vi, "" if f.code in PER_VARIANT_FINDINGS else metric))
     for (code, message), pairs in places.items():
         groups[code].lines.append((_where(pairs, a, metrics), message))
@@ -322,7 +338,7 @@ def verification_rows(a: Analysis, w) -> list[VerificationRow]:
     out = []
     for vi in variant_order(a):
         v = w.verification[vi]
-        out.append(VerificationRow(a.labels[vi], v.status, list(v.reasons), list(v.notes)))
+        out.append(VerificationRow(a.labels[vi], v.status, list(v.reasons), [stored_note(n) for n in v.notes]))
     return out
 
 
@@ -364,19 +380,20 @@ def baseline_warning(a: Analysis) -> str | None:
     where = lambda names: "" if len(names) == len(a.workloads) == 1 else f" on {', '.join(names)}"  # noqa: E731
     parts = [f"{base} is not in use{where(names)}: {why}; every comparison below is against {ran}, not {base}"
              for (ran, why), names in known.items()]
-    parts += [f"The baseline {base} is INEFFECTIVE{where(names)} ({reason}); the comparisons below are not "
-              f"against {base}" for reason, names in other.items()]
+    parts += [f"The baseline {base} is INEFFECTIVE{where(names)} ({reason}); the comparisons below measure "
+              f"against what ran in its place, not {base}'s allocator" for reason, names in other.items()]
     return ". ".join(parts) + "."
 
 
 def baseline_ran(a: Analysis) -> str:
-    """The baseline as the answer's title names it: its label, or what ran in its place."""
+    """The baseline as the answer's title names it: its label, or what ran in its place (never "against
+    glibc" where glibc did not run)."""
     base = a.labels[a.baseline_idx]
     if baseline_warning(a) is None:
         return base
     ran = {r[0] for w in a.workloads
            if (v := w.verification.get(a.baseline_idx)) and (r := in_use.parse(v.notes))}
-    return f"{base}, which did not run: {ran.pop()} did" if len(ran) == 1 else f"{base}, INEFFECTIVE"
+    return f"{ran.pop()} (which ran in {base}'s place)" if len(ran) == 1 else f"what ran in {base}'s place"
 
 
 def failed_run_lines(a: Analysis, w, limit: int = 3) -> list[str]:
@@ -387,5 +404,5 @@ def failed_run_lines(a: Analysis, w, limit: int = 3) -> list[str]:
             out.append(f"{a.labels[vi]}: run {r.block}.{r.position} {r.status}: {r.error}"
                        + "".join(f"\n    {line}" for line in tail))
         if len(failed) > limit:
-            out.append(f"{a.labels[vi]}: {len(failed) - limit} more failed run(s)")
+            out.append(f"{a.labels[vi]}: {count(len(failed) - limit, 'more failed run')}")
     return out

@@ -20,7 +20,7 @@ from alloclab.report import fingerprint, tune
 from alloclab.report.chart_style import RSS_LINES_PER_VARIANT, colour, pareto, pick_runs, strip
 from alloclab.report.pen import Pen
 from alloclab.workloads.metrics import PEAK_RSS
-from alloclab.report.common import (allocator_lines, baseline_warning, failed_run_lines, fmt_value, full_delta, metadata,
+from alloclab.report.common import (allocator_lines, baseline_ran, baseline_warning, failed_run_lines, fmt_value, full_delta, metadata,
     shown_rows, variant_order, verdict_word, answers, statistics_line, verification_rows,
     verification_summary, warning_groups, process_lines, wrapper_answers)
 from alloclab.report.across import sentence as choice_sentence
@@ -267,7 +267,7 @@ def sweep_figures(a: Analysis, pen: Pen) -> tuple[list[dict], str | None]:
         figures += made
     note = None
     if skipped:
-        note = (f"{skipped} recorded sweep(s) had no points that match this experiment's variants or workloads "
+        note = (f"{skipped} recorded sweep{'s' if skipped != 1 else ''} had no points that match this experiment's variants or workloads "
                 f"(or no list of points); no curves drawn for them.")
     return figures, note
 
@@ -331,7 +331,7 @@ def context(r: Results, options) -> dict:
         "sentences": [choice_sentence(c) for c in rec.workloads + ([rec.overall] if len(rec.workloads) > 1 else [])],
         "overall_figure": overall_figure, "workloads": workloads, "sweep": sweep, "sweep_note": sweep_note,
         "picture": picture,
-        "baseline": a.labels[a.baseline_idx], "colours": {a.labels[vi]: colour(vi) for vi in order},
+        "baseline": baseline_ran(a), "colours": {a.labels[vi]: colour(vi) for vi in order},
         "answers": answers(a), "statistics": statistics_line(a), "baseline_warning": baseline_warning(a),
         "wrappers": wrapper_answers(a) + bound_answers(a),
         "tune": r.tune and {"title": tune.title(a.experiment), "facts": tune.facts(r.tune),

@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING
 
 from alloclab import __version__
 from alloclab.store.db import Experiment
-from alloclab.report.common import answers, baseline_warning, full_delta, process_lines, statistics_line, \
+from alloclab.report.common import advice, answers, stored_note, baseline_warning, full_delta, process_lines, statistics_line, \
     verification_summary, wrapper_answers
 from alloclab.report.across import sentence as choice_sentence
 from alloclab.report.bounds import bound_answers
@@ -55,7 +55,7 @@ def _run(run) -> dict:
 def _verification(v) -> dict:
     """As stored; one never stored (no verification ran) as its status alone."""
     if v.experiment_id is None:
-        return {"status": v.status, "reasons": v.reasons, "notes": v.notes}
+        return {"status": v.status, "reasons": v.reasons, "notes": [stored_note(n) for n in v.notes]}
     return v.to_row()
 
 
@@ -106,7 +106,8 @@ def results_dict(r: Results, runs: bool = True) -> dict:
             "cells": [{"variant": a.labels[c.variant_idx], "summary": dataclasses.asdict(c.summary),
                        "comparison": dataclasses.asdict(c.comparison) if c.comparison else None,
                        "text": full_delta(c.comparison) if c.comparison else None,
-                       "findings": [dataclasses.asdict(f) for f in c.findings]} for c in row.cells],
+                       "findings": [{**dataclasses.asdict(f), "advice": advice(a, f)} for f in c.findings]}
+                      for c in row.cells],
         } for row in w.rows],
     } for w in a.workloads]
     out["recommendation"] = _recommendation(r.recommendation, a.labels)

@@ -11,7 +11,7 @@ from alloclab.stats.analysis import Analysis
 from alloclab.report import fingerprint
 from alloclab.stats.recommend import Choice
 from alloclab.report.common import (allocator_lines, answers, baseline_ran, baseline_warning, failed_run_lines,
-    fmt_value, full_delta, metadata, process_lines, shown_rows, variant_order, verdict_word, verification_rows,
+    fmt_value, full_delta, metadata, process_lines, shown_rows, stored_note, variant_order, verdict_word, verification_rows,
     verification_summary, warning_groups, wrapper_answers)
 from alloclab.report.across import sentence as choice_sentence
 from alloclab.report.bounds import bound_answers
@@ -72,7 +72,7 @@ def workload_section(a: Analysis, w, details: bool) -> list[str]:
     out.append("")
     for v in verification_rows(a, w):
         status = "**INEFFECTIVE**" if v.status == "ineffective" else v.status
-        detail = "; ".join(v.reasons + v.notes)
+        detail = "; ".join(v.reasons + [stored_note(n) for n in v.notes])
         out.append(f"- {v.label}: {status}" + (f". {detail}" if detail else ""))
     out += [f"- {line}" for line in process_lines(a, w)]
     out += fingerprint_section(a, w, order)

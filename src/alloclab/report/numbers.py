@@ -18,3 +18,8 @@ def fmt_value(v: float) -> str:
     if a == 0:
         return "0"
     return f"{v:.3g}"
+
+
+def count(n: int, word: str, plural: str | None = None) -> str:
+    """"1 warm-up block", "2 warm-up blocks": a count with its noun in the right number, never "block(s)"."""
+    return f"{n} {word if n == 1 else plural or word + 's'}"

@@ -19,7 +19,7 @@ from alloclab.stats.estimates import format_comparison
 from alloclab.stats.recommend import Recommendation
 from alloclab.report import fingerprint
 from alloclab.report.common import (answers, baseline_ran, baseline_warning, runs_line, delta_text, failed_run_lines,
-    fmt_value, metric_title, process_lines, statistics_line, warning_groups, wrapper_answers)
+    fmt_value, metric_title, process_lines, statistics_line, stored_note, warning_groups, wrapper_answers)
 from alloclab.report.across import sentence as choice_sentence
 from alloclab.report.bounds import bound_answers
 
@@ -73,7 +73,7 @@ def notes(a: Analysis, w, details: bool = False) -> list[Text]:
         for reason in v.reasons:
             out.append(Text(f"{a.labels[vi]}: allocator INEFFECTIVE: {reason}", style="bold red"))
         for note in (v.notes if details else extra):
-            out.append(Text(f"{a.labels[vi]}: {note}", style="dim"))
+            out.append(Text(f"{a.labels[vi]}: {stored_note(note)}", style="dim"))
     if plain:
         out.insert(0, Text(f"verified (malloc and free bound to the variant's allocator in every process): "
                            f"{', '.join(plain)}", style="dim"))

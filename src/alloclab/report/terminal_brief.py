@@ -20,7 +20,7 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
-from alloclab.report.common import (findings_for, mechanism, metric_title, primary_comparisons, verification_summary,
+from alloclab.report.common import (baseline_ran, findings_for, mechanism, metric_title, primary_comparisons, verification_summary,
                                     wrapper_answers)
 from alloclab.report.across import sentence as choice_sentence
 from alloclab.report.bounds import bound_answers
@@ -32,6 +32,12 @@ from alloclab.workloads.metrics import PEAK_RSS
 VERDICT_STYLE = terminal.VERDICT_STYLE
 LEVEL_STYLE = {"ok": "green", "warn": "bold yellow", "bad": "bold red"}
 HEADERS = ("variant", "verdict", "effect [interval]", "peak RSS", "mechanism (decided)")
+# The notation of the rows, said under them: a first reader cannot guess "?" or "x5.15".
+LEGEND = ("? open: no verdict yet (its estimate, its 95% interval where it bounds anything, and the runs a "
+          "verdict needs); ≈ equivalent: within the margin shown; +12.3% [lo, hi]: the change against the "
+          "baseline, its interval in brackets; x5.15: 5.15 times the baseline's value (a large change); "
+          "waits: voluntary context switches (a thread blocked on a lock, a condition or I/O); preemptions: "
+          "involuntary ones; faults: page faults")
 INDENT, GAP = 2, 2
 NAME_FLOOR = 18        # the narrowest the variant column gets before the peak RSS drops its interval
 MECHANISM_FLOOR = 16   # the narrowest mechanism column worth showing
@@ -92,7 +98,7 @@ def _indented(console: Console, text: Text, indent: int) -> None:
         console.print(Text(" " * indent) + line, no_wrap=True, crop=False)
 
 
-def answer_lines(a, console: Console) -> None:
+def answer_lines(a, console: Console) -> bool:
     rows = []
     for w, row, vi, c in primary_comparisons(a):
         peak = w.comparison(PEAK_RSS, vi)
@@ -101,7 +107,7 @@ def answer_lines(a, console: Console) -> None:
         rows.append((w, row, a.labels[vi], c.verdict, terminal.short_effect(format_comparison(c)),
                      terminal.short_effect(format_comparison(peak)) if peak else "n/a", ", ".join(why)))
     if not rows:
-        return
+        return False
     widths, whole, mech = _widths([HEADERS[0], *(r[2] for r in rows)], [HEADERS[1], *(r[3] for r in rows)],
                                   [HEADERS[2], *(r[4] for r in rows)], [HEADERS[3], *(r[5] for r in rows)],
                                   console.width)
@@ -126,6 +132,7 @@ def answer_lines(a, console: Console) -> None:
             ([f"mechanism (decided): {why}"] if why and not mech else [])
         if under:
             _indented(console, Text("; ".join(under), style="dim"), INDENT + 2)
+    return True
 
 
 def problems(a, w) -> list[Text]:
@@ -171,9 +178,10 @@ def render(r, console: Console, details: bool = False) -> None:
     a = r.analysis
     e = a.experiment
     terminal.heading(r, console, brief=True)
-    console.print(Text.assemble(("Answer", "bold"), f" (each comparison against {a.labels[a.baseline_idx]}; "
+    console.print(Text.assemble(("Answer", "bold"), f" (each comparison against {baseline_ran(a)}; "
                                                     f"full tables: alloclab report {e.id} --details)"))
-    answer_lines(a, console)
+    if answer_lines(a, console):
+        _indented(console, Text(LEGEND, style="dim"), INDENT)
     for line in wrapper_answers(a) + bound_answers(a):
         console.print(Text(line, style="yellow"))
     for w in a.workloads:

@@ -41,7 +41,7 @@ def fact_line(fact: dict) -> str:
     if fact.get("fact") == "alloclab-failure":
         v = fact["variant"]
         return (f"alloclab's fingerprint run of {fact['workload']} under {v} {fact['status']} ({fact['detail']}), and "
-                f"{fact['plain_runs']} plain run(s) of it under {v}, without alloclab's interposer, succeeded: the "
+                f"{fact['plain_runs']} plain run{'s' if fact['plain_runs'] != 1 else ''} of it under {v}, without alloclab's interposer, succeeded: the "
                 f"failure is alloclab's, not the program's. The diagnosis went on without {v}'s fingerprint: the "
                 f"rules that read it were not read")
     raise ValueError(f"unknown fact {fact.get('fact')!r}")
@@ -200,7 +200,7 @@ def state_line(ans: TuneAnswer) -> tuple[str, str] | None:
         top = ans.largest_open
         speed = effects_text(top.effects[:1])
         return "bold yellow", (f"Not decided yet: nothing decided better within the budget, and "
-                               f"{len(ans.of(Outcome.OPEN))} candidate(s) still open; the largest estimate is "
+                               f"{len(ans.of(Outcome.OPEN))} candidate{'s' if len(ans.of(Outcome.OPEN)) != 1 else ''} still open; the largest estimate is "
                                f"{top.label} ({speed}). Keeping the default is not shown to be right: a larger "
                                f"--budget (or --max-runs) decides it")
     return None

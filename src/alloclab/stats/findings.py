@@ -46,7 +46,7 @@ def _too_few_runs(n: int, alpha: float, n_comparisons: int) -> Finding | None:
         return None
     return Finding(
         "too-few-runs",
-        f"{n} run(s): no interval can be computed below {MIN_PAIRED_RUNS} runs per variant",
+        f"{n} run{'s' if n != 1 else ''}: no interval can be computed below {MIN_PAIRED_RUNS} runs per variant",
         "leave --runs out so that alloclab measures until decided, or give --runs 10 or more",
     )
 
@@ -127,7 +127,7 @@ def _outliers(x: np.ndarray, floor: float = 0.0) -> Finding | None:
     more = f" (+{flagged.size - 10} more)" if flagged.size > 10 else ""
     return Finding(
         "outliers",
-        f"{flagged.size} outlier(s) (modified z > {OUTLIER_Z}): {shown}{more}; kept in all statistics",
+        f"{flagged.size} outlier{'s' if flagged.size != 1 else ''} (modified z > {OUTLIER_Z}): {shown}{more}; kept in all statistics",
         "look for interference during those runs (other programs, thermal throttling, "
         "swapping); the median and its CI are robust to a few outliers",
     )
