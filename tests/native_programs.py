@@ -43,7 +43,7 @@ def go_program(name: str, *, cgo: bool = False) -> Path:
         return out
     out.parent.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(dir=cache.root()) as tmp:
-        env = os.environ | {"CGO_ENABLED": "1" if cgo else "0", "GOFLAGS": "-mod=mod", "GOPROXY": "off",
+        env = os.environ | {"CGO_ENABLED": "1" if cgo else "0", "GOPROXY": "off",
                             "GOCACHE": str(cache.root() / "go-build")}
         subprocess.run([go, "build", "-o", f"{tmp}/{name}", str(src)], check=True, capture_output=True, env=env,
                        cwd=tmp)
