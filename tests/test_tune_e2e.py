@@ -106,8 +106,11 @@ def test_tune_end_to_end_on_a_churn_program(cli, build, store_of):
     # The mechanism's rule alone; allocator-bound (>= 20,000 calls a second) also fires where the CPU
     # runs heapswing fast enough, which is the machine's speed, not the program's mechanism.
     assert set(race.config.tune.fired) & GLIBC_RULES == {"glibc-trim-churn"}
-    # A command's race looks early, at 6 runs, then at compare's first look, 10.
-    assert race.config.design["looks"][:2] == [6, 10] and race.config.design["early"] == 1
+    # A race's design (plan/design.py Design.race): looks from 5 growing by 1.5, those below 13 runs
+    # at alpha/K with the plain paired t, over the blocks its budget reaches.
+    looks = race.config.design["looks"]
+    assert looks[:3] == [5, 8, 12][:len(looks)] and race.config.design["plain_t"] is True, race.config.design
+    assert race.config.design["trim_from"] == 13 and race.config.design["early"] == sum(n < 13 for n in looks) - 1
     # Stored and reported like any experiment: every format of the race gives tune's answer first,
     # the same picks as the command printed, whether the kept Results are read or analysed again.
     best = next(line for line in out.splitlines() if line.startswith("Best for "))
