@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import difflib
 import functools
 import os
 import re
@@ -120,6 +121,16 @@ class Allocator:
         return {t.via for t in self.tunables if t.via}
 
 
+def closest(word: str, names: list[str]) -> str | None:
+    """The name a misspelt `word` most likely meant (`jemaloc`, `TCMALLOC`), for "did you mean":
+    difflib's nearest at 0.75, then the same ignoring case, as a setting's name is guessed."""
+    found = difflib.get_close_matches(word, names, n=1, cutoff=0.75)
+    if not found:
+        lower = {n.lower(): n for n in names}
+        found = [lower[m] for m in difflib.get_close_matches(word.lower(), list(lower), n=1, cutoff=0.75)]
+    return found[0] if found else None
+
+
 @dataclass(frozen=True)
 class Catalog:
     allocators: dict[str, Allocator]
@@ -130,8 +141,10 @@ class Catalog:
             return self.allocators[name]
         except KeyError:
             known = ", ".join(self.allocators)
+            guess = closest(name, list(self.allocators))
+            hint = f" Did you mean '{guess}'?" if guess else ""
             raise AlloclabError(
-                f"Unknown allocator '{name}'. Known allocators are: {known}; any path to a "
+                f"Unknown allocator '{name}'.{hint} Known allocators are: {known}; any path to a "
                 f"shared library (e.g. /usr/lib/libfoo.so) is accepted as a custom allocator. "
                 f"Run `alloclab allocators` to see which are installed."
             ) from None

@@ -174,7 +174,9 @@ def _check_timeout(value: float | None) -> float | None:
 
 
 def timeout_option(default: float | None = None):
+    # None is no limit: said so in --help, where a blank default would read as "unknown".
     return typer.Option(default, "--timeout", callback=_check_timeout,
+                        show_default=True if default is not None else "none: a run takes as long as it takes",
                         help="Kill a run (its whole process group; a service's client) after this many seconds.")
 
 

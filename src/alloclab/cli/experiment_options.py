@@ -25,6 +25,7 @@ from alloclab import defaults
 from alloclab.cli.app import (DbOption, NoVerifyOption, SeedOption, min_effect_value, percent,
                               timeout_option)
 from alloclab.errors import AlloclabError
+from alloclab.report import CHOICES
 from alloclab.fleet import cli_glue as fleet_cli
 
 RUNS_PANEL, RESULTS_PANEL, PROFILE_PANEL, FLEET_PANEL = "Variants and runs", "Results", "Profile", "Fleet"
@@ -40,6 +41,12 @@ def _check_percent(value: str | None) -> str | None:
 def _check_report_format(value: str | None) -> str | None:
     from alloclab.report import check_format_option  # the exporters load matplotlib: only when asked
     return check_format_option(value)
+
+
+def max_runs_option(shown: str | int):
+    """--max-runs with the command's default said in its help (compare's 300, suite's 80, a file's own)."""
+    return typer.Option(None, "--max-runs", rich_help_panel=RUNS_PANEL, show_default=str(shown),
+                        help="Until decided (or with --until-precise): at most this many runs per variant.")
 
 
 def budget_option(default: str | None, help_default: str | None = None):
@@ -113,7 +120,7 @@ _OPTIONS = dict(
     allocator=typer.Option([], "-a", "--allocator", rich_help_panel=RUNS_PANEL, show_default="every installed allocator (suite adds its tuned variants, run the file's)", help="Variant NAME[:VAR=VALUE,...][@LABEL], may sweep ({0,64M}, 128K..256M*4); repeat."),
     ablate=typer.Option(None, "--ablate", rich_help_panel=RUNS_PANEL, help="VARIANT with several settings: run the baseline, each setting alone and all together."),
     runs=typer.Option(None, "--runs", rich_help_panel=RUNS_PANEL, show_default="until every comparison is decided, within --budget and --max-runs (run: first looking after the file's runs)", help="Exactly this many measured runs per workload and variant."),
-    max_runs=typer.Option(None, "--max-runs", rich_help_panel=RUNS_PANEL, help="Until decided (or with --until-precise): at most this many runs per variant."),
+    max_runs=max_runs_option(defaults.COMPARE.max_runs),   # compare's; suite and run pass their own
     budget=budget_option(None),
     min_effect=typer.Option(defaults.percent_text(defaults.MARGIN), "--min-effect", parser=min_effect_value, metavar="PERCENT", rich_help_panel=RUNS_PANEL, help="Equivalence margin: a comparison whose whole interval lies within ±this is 'equivalent'."),
     fail_if_worse=typer.Option(None, "--fail-if-worse", callback=_check_percent, metavar="PERCENT", rich_help_panel=RUNS_PANEL, help="Gate for CI and reviews, e.g. 5%: exit 1 when a variant is decided worse than the baseline by at least this on a primary metric, 3 when something stays undecided, 0 otherwise."),
@@ -126,7 +133,7 @@ _OPTIONS = dict(
     profile_runs=typer.Option(defaults.PROFILE_RUNS, "--profile-runs", rich_help_panel=PROFILE_PANEL, help="Profiled runs per variant with --profile."),
     call_graph=typer.Option(False, "--call-graph", "-g", rich_help_panel=PROFILE_PANEL, help="With --profile: record call graphs."),
     db=_panel(DbOption, RESULTS_PANEL),
-    report=typer.Option(None, "--format", "-f", callback=_check_report_format, rich_help_panel=RESULTS_PANEL, help="Render the results as terminal, md, html, json or csv."),
+    report=typer.Option(None, "--format", "-f", callback=_check_report_format, rich_help_panel=RESULTS_PANEL, help=f"Render the results as one of: {CHOICES}."),
     report_file=typer.Option(None, "--output", "-o", rich_help_panel=RESULTS_PANEL, help="Write the report to FILE, the terminal table here (the format follows the suffix if -f is not given)."),
     export_json=typer.Option(None, "--export-json", rich_help_panel=RESULTS_PANEL, help="Also write the results with every run's raw samples and metadata as JSON (alloclab diff reads two such files)."),
     export_markdown=typer.Option(None, "--export-markdown", rich_help_panel=RESULTS_PANEL, help="Also write the report as Markdown."),

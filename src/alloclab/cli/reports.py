@@ -17,10 +17,10 @@ from alloclab.cli.app import (ListFormatOption, ReadDbOption as DbOption, app, c
 from alloclab.cli.outputs import check_outputs, emit, output_format, plain_text
 from alloclab.errors import AlloclabError
 from alloclab.fleet import hosts as fleet_hosts
-from alloclab.report import FORMATS, Options, check_format_option, write_report
+from alloclab.report import CHOICES, Options, canonical, check_format_option, write_report
 from alloclab.store.db import Store
 
-FORMAT_HELP = f"One of: {', '.join(FORMATS)}."
+FORMAT_HELP = f"One of: {CHOICES}."
 DIFF_FORMATS = ("terminal", "md", "json")
 
 
@@ -209,15 +209,16 @@ def diff(
     b: str = typer.Argument(..., metavar="B", help="What to compare against A: the same kinds."),
     db: Path = DbOption,
     db_b: Optional[Path] = typer.Option(None, "--db-b", help="Database of B, when it was measured elsewhere."),
-    fmt: Optional[str] = typer.Option(None, "--format", "-f", show_default="terminal, or the suffix of -o's file", help="One of: terminal, md, json."),
+    fmt: Optional[str] = typer.Option(None, "--format", "-f", show_default="terminal, or the suffix of -o's file", help="One of: terminal, md (markdown), json."),
     output: Optional[Path] = typer.Option(None, "--output", "-o", show_default="stdout", help="Write to FILE, in the format its suffix names (.md, .json, .txt) unless -f is given."),
     details: bool = typer.Option(False, "--details", help="Compare every standard measure."),
     min_effect: float = typer.Option(defaults.percent_text(defaults.MARGIN), "--min-effect", parser=min_effect_value, metavar="PERCENT", help="Equivalence margin of the comparisons."),
 ) -> None:
     """Compare two experiments of the same workload (another day, machine or allocator version): two
     ids, or two files exported with --export-json, as pyperf compare_to compares two result files."""
+    fmt = canonical(fmt) if fmt is not None else None
     if fmt is not None and fmt not in DIFF_FORMATS:
-        raise AlloclabError(f"Unknown diff format '{fmt}'; choose terminal, md or json.")
+        raise AlloclabError(f"Unknown diff format '{fmt}'; choose terminal, md (markdown) or json.")
     fmt = output_format(fmt, output, DIFF_FORMATS)
     from alloclab.report.diff import render_json, render_markdown, render_terminal
     from alloclab.stats.diff import diff_experiments

@@ -11,7 +11,7 @@ from alloclab import defaults
 from alloclab.catalog import allocators as cat
 from alloclab.cli import experiment_flow as flow
 from alloclab.cli.app import ListFormatOption, app, console, err
-from alloclab.cli.experiment_options import ExperimentOptions, budget_option, experiment_options, warmup_option
+from alloclab.cli.experiment_options import ExperimentOptions, budget_option, experiment_options, max_runs_option, warmup_option
 from alloclab.errors import AlloclabError
 from alloclab.catalog.variants import parse_variant
 
@@ -38,7 +38,8 @@ def _default_variants(target: str) -> list:
 
 @app.command("run")
 @experiment_options(budget=budget_option(None, f"the file's, else {defaults.RUN.budget}"),
-                    warmup=warmup_option(None, f"the file's, else {defaults.WARMUP}"))
+                    warmup=warmup_option(None, f"the file's, else {defaults.WARMUP}"),
+                    max_runs=max_runs_option(f"the file's, else {defaults.RUN.max_runs}"))
 def run_file(
     target: str = typer.Argument(..., metavar="FILE.toml|recipe:NAME", help="An experiment file, or recipe:NAME (see `alloclab recipes`)."),
     param: list[str] = typer.Option([], "--param", help="Override a parameter of the file: NAME=VALUE; repeat."),

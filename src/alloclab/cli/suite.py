@@ -9,7 +9,7 @@ from alloclab import defaults
 from alloclab.catalog import allocators as cat
 from alloclab.cli import experiment_flow as flow
 from alloclab.cli.app import app, console, timeout_option
-from alloclab.cli.experiment_options import ExperimentOptions, budget_option, experiment_options
+from alloclab.cli.experiment_options import ExperimentOptions, budget_option, experiment_options, max_runs_option
 from alloclab.catalog.variants import installed_variants
 
 
@@ -38,7 +38,8 @@ def print_catalog() -> None:
 
 
 @app.command()
-@experiment_options(budget=budget_option(defaults.SUITE.budget), timeout=timeout_option(defaults.SUITE.timeout_s))
+@experiment_options(budget=budget_option(defaults.SUITE.budget), timeout=timeout_option(defaults.SUITE.timeout_s),
+                    max_runs=max_runs_option(defaults.SUITE.max_runs))
 def suite(
     workload: list[str] = typer.Option([], "--workload", show_default="all", help="Built-in workload; repeat."),
     quick: bool = typer.Option(False, "--quick", help="Small sizes (about 0.2-0.5 s a run)."),

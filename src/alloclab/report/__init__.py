@@ -52,9 +52,20 @@ def format_for(path: str | Path) -> str:
     return SUFFIXES[suffix]
 
 
+# Other names a format goes by: --export-markdown and .markdown files say "markdown", so -f does too.
+ALIASES = {"markdown": "md"}
+CHOICES = ", ".join(f"{f} ({a})" if (a := next((k for k, v in ALIASES.items() if v == f), None)) else f
+                    for f in FORMATS)   # as every command's help lists them: "terminal, md (markdown), html, ..."
+
+
+def canonical(fmt: str) -> str:
+    return ALIASES.get(fmt, fmt)
+
+
 def exporter(fmt: str):
+    fmt = canonical(fmt)
     if fmt not in FORMATS:
-        raise AlloclabError(f"Unknown report format '{fmt}'; choose one of {', '.join(FORMATS)} "
+        raise AlloclabError(f"Unknown report format '{fmt}'; choose one of {CHOICES} "
                             f"(e.g. --format md for a mailing list, --format html for a page with charts).")
     return importlib.import_module(f"{__name__}.{FORMATS[fmt]}")
 
@@ -89,4 +100,4 @@ def check_format_option(value: str | None) -> str | None:
     """Typer callback for -f/--format: a bad format is refused before any run starts."""
     if value is not None:
         exporter(value)
-    return value
+    return None if value is None else canonical(value)

@@ -1,4 +1,8 @@
-"""Formatting shared by every exporter: numbers, metadata lines, warnings grouped for reading."""
+"""Formatting shared by every exporter: numbers, metadata lines, warnings grouped for reading.
+
+Longer than 400 lines because every format must say the same words (the runs line, the warnings and
+their advice for the run they describe, the verification's notes, the baseline that ran): one module
+is the one place a sentence is written, so that terminal, Markdown, HTML and JSON cannot disagree."""
 
 from __future__ import annotations
 

@@ -11,6 +11,10 @@ state).  Randomness (bootstrap) is seeded from a hash of the *sorted* data, so
 the same measurements always print the same intervals, whatever order they
 were recorded in.
 
+Longer than 400 lines because a comparison's words (format_comparison: when its interval is printed,
+when it is said in words) belong with the Comparison they read, and every report, tune's answer and
+the sweep's lines share them.
+
 Conventions
 -----------
 * Non-finite values (nan, +-inf) are dropped before any computation; callers

@@ -45,7 +45,10 @@ def resolve(target: str) -> ExperimentFile:
         name = target[len(RECIPE_PREFIX):]
         path = recipes_dir() / f"{name}.toml"
         if not path.is_file():
-            raise AlloclabError(f"No recipe named '{name}'. The recipes are: {', '.join(recipe_names())}. "
+            from alloclab.catalog.allocators import closest
+            guess = closest(name, recipe_names())
+            hint = f" Did you mean recipe:{guess}?" if guess else ""
+            raise AlloclabError(f"No recipe named '{name}'.{hint} The recipes are: {', '.join(recipe_names())}. "
                                 f"Run `alloclab recipes` to see them and what each needs installed.")
         ef = load(path)
         ef.recipe = name
