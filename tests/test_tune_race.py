@@ -406,3 +406,21 @@ def test_a_slow_memory_pick_does_not_lead_while_a_candidate_that_may_be_better_o
     # The control: holding more than the default, TOP_PAD cannot be better on both.
     ans = run(12_000, "more")
     assert ans.open_on_both is None, ans.open_on_both
+
+
+def test_the_answer_leads_with_the_open_candidate_before_a_slow_memory_pick(tmp_path):
+    from alloclab.report.tune import answer_lines
+    # As above: ARENA_MAX=1 at twice the time, TOP_PAD open on speed and smaller.
+    def mean(env, n):
+        return 0.2 if "MALLOC_ARENA_MAX" in env else 0.1 * (0.9 + (0.3 if n % 2 else -0.3)) if env else 0.1
+    store = Store(tmp_path / "lead.db")
+    peak = lambda env: 2_048 if "MALLOC_ARENA_MAX" in env else 9_000 if env else 10_240
+    runner = Runner(store, [Workload("fake", ["fake"], executor=FakeExecutor(mean, noise=0.01, peak_kb=peak))],
+                    parse_variants(VARIANTS), Settings(runs=6, warmup=0, verify=False, kind="tune"), judge=Judge())
+    runner.run()
+    cands = [Candidate(VARIANTS[1], "glibc-arena-bloat", "less memory", "m", "w"),
+             Candidate(VARIANTS[2], "glibc-trim-churn", "faster", "m", "w")]
+    lines = [text for _, text in answer_lines(answer(analyze(store.load(runner.exp_id)), cands))]
+    first = next(i for i, t in enumerate(lines) if t.startswith(("Not decided yet", "Best for", "Better on")))
+    assert lines[first].startswith("Not decided yet: glibc TOP_PAD=8M may be better on both"), lines
+    assert "costs x2.00 the time" in lines[first] and lines[first + 1].startswith("Best for memory: glibc ARENA_MAX=1")

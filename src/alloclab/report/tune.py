@@ -206,6 +206,17 @@ def state_line(ans: TuneAnswer) -> tuple[str, str] | None:
     return None
 
 
+def open_lead(ans: TuneAnswer) -> str | None:
+    """The line before a slow memory pick where a candidate that may be better on both stayed open."""
+    o = ans.open_on_both
+    if o is None or not ans.picks:
+        return None
+    p = ans.picks[0]
+    slow = max((1 / e.comparison.gain for e in p.costs if e.comparison.gain > 0), default=1.0)
+    return (f"Not decided yet: {o.label} may be better on both ({effects_text(o.effects)}); a larger --budget "
+            f"decides it. The memory pick below, {p.label}, costs x{slow:.2f} the time")
+
+
 def pick_view(p: Pick) -> dict:
     """A pick's lines by role (the HTML page lays them out itself)."""
     return {"heading": heading(p), "why": why(p), "beside": beside(p) if p.costs else "", "apply": p.apply}
@@ -214,6 +225,8 @@ def pick_view(p: Pick) -> dict:
 def answer_lines(ans: TuneAnswer) -> list[tuple[str, str]]:
     """(style, text) lines: the facts, the picks, then the rest."""
     out: list[tuple[str, str]] = [("bold", f"{line}.") for line in facts(ans)]
+    if (lead := open_lead(ans)) is not None:
+        out.append(("bold yellow", lead))
     for p in ans.picks:
         v = pick_view(p)
         out.append(("bold green", v["heading"]))
