@@ -36,6 +36,7 @@ def demo(tmp_path_factory):
     d = tmp_path_factory.mktemp("neighbours")
     shutil.copyfile(FIXTURES / STORES["demo"], d / "demo.db")
     shutil.copyfile(FIXTURES / STORES["redis"], d / "redis.db")   # small: what a diff of two needs
+    shutil.copyfile(FIXTURES / STORES["redis"], d / "redis-b.db")   # B in a store of its own: not "identical"
     return d
 
 
@@ -109,11 +110,11 @@ def test_recipes_list_what_each_runs_measures_and_needs_in_short(demo):
 
 
 def test_diffs_legend_promises_what_its_cells_show(demo):
-    text = alloclab("diff", "--db", "redis.db", "1", "1", cwd=demo).stdout
-    table, legend = text.split("Each cell:")
-    assert "p=" not in table and "p<" not in table   # a cell: the change, its interval, the verdict
-    assert "The Mann-Whitney p values: -f md or -f json" in " ".join(legend.split())
-    assert "p=" in alloclab("diff", "--db", "redis.db", "1", "1", "-f", "md", cwd=demo).stdout
+    text = alloclab("diff", "--db", "redis.db", "--db-b", "redis-b.db", "1", "1", cwd=demo).stdout
+    table, legend = text.split("better or worse: the interval")
+    assert "p=" not in table and "p<" not in table   # a line: the change, its interval, the verdict
+    assert "Every cell, with its p value: -f md or -f json" in " ".join(legend.split())
+    assert "p=" in alloclab("diff", "--db", "redis.db", "--db-b", "redis-b.db", "1", "1", "-f", "md", cwd=demo).stdout
 
 
 @pytest.mark.parametrize("argv, flag, long", [

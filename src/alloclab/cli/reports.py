@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 import sys
 from pathlib import Path
 from typing import Optional
@@ -31,12 +32,30 @@ def _load_ref(store: Store, ref: str):
     return fleet_hosts.for_host(e, host) if host else e
 
 
+def _is_id(ref: str) -> bool:
+    """An experiment id (or ID@HOST); anything else names a file, whatever its suffix."""
+    return re.fullmatch(r"\d+(@.+)?", ref) is not None
+
+
+def _same(a: str, db_a: Path, b: str, db_b: Path) -> bool:
+    if _is_id(a) and _is_id(b):
+        return a == b and db_a.resolve() == db_b.resolve()
+    if not _is_id(a) and not _is_id(b):   # one file twice, or two copies of one export
+        pa, pb = Path(a), Path(b)
+        return pa.resolve() == pb.resolve() or (pa.is_file() and pb.is_file() and pa.read_bytes() == pb.read_bytes())
+    return False
+
+
 def _exported(path: str):
     """An experiment exported as JSON (--export-json, `report -f json`), read into a store of its own."""
     import json
     import tempfile
 
     from alloclab.store.imports import import_experiment
+    if Path(path).suffix.lower() in (".csv", ".md", ".markdown", ".html", ".htm", ".txt"):
+        raise AlloclabError(f"{path} is a report ({Path(path).suffix[1:]}): it holds no runs to compare. Give an "
+                            f"experiment exported as JSON (--export-json, or `alloclab report ID -f json`), or an "
+                            f"experiment id.")
     try:
         data = json.loads(Path(path).read_text())
     except OSError as exc:
@@ -229,7 +248,15 @@ def diff(
         if pairs is not None:
             return _diff_inspections(pairs, fmt, output)
 
-    ea, eb = (_exported(ref) if ref.endswith(".json") else _load_ref(open_store(path), ref)
+    if _same(a, db, b, db_b or db):
+        which = f"experiment {a}" if _is_id(a) else (a if a == b else f"{a} and {b} hold the same bytes")
+        said = (f"A and B are the same experiment ({which}): identical, nothing to compare. Give two "
+                f"experiments, or --db-b for B's database.")
+        ref = (lambda r: int(r) if r.isdigit() else r)   # noqa: E731
+        emit(json.dumps({"schema": 1, "a": ref(a), "b": ref(b), "identical": True, "said": said}, indent=1) + "\n"
+             if fmt == "json" else (f"## alloclab diff: {said}\n" if fmt == "md" else said + "\n"), output, "Diff")
+        return
+    ea, eb = (_load_ref(open_store(path), ref) if _is_id(ref) else _exported(ref)
               for path, ref in ((db, a), (db_b or db, b)))
     d = diff_experiments(ea, eb, min_effect=min_effect, details=details)
     if fmt == "terminal" and output is None:

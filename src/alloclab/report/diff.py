@@ -10,7 +10,6 @@ import dataclasses
 import json
 
 from rich.console import Console
-from rich.table import Table
 from rich.text import Text
 
 from alloclab.report.jsonout import json_safe
@@ -26,41 +25,50 @@ def _title(d: Diff) -> str:
             f"experiment {d.a.id} ({d.a.row.created}, {d.a.machine.host})")
 
 
-# What a terminal cell shows (format_comparison): the p values are in -f md and -f json only.
-LEGEND = ("Each cell: median in A -> median in B; under it B against A, the change and its bootstrap interval "
-          "(simultaneous 95%, Bonferroni over the variants of a workload and metric): better or worse where the "
-          "interval excludes no change, ≈ equivalent where it lies within the margin, ? undecided (with the runs a "
-          "verdict would need); unpaired: two experiments share no blocks. The Mann-Whitney p values: -f md or -f json.")
+STATISTIC = ("unpaired: two experiments share no blocks, so B against A is the ratio of the medians with its "
+             "bootstrap interval (simultaneous 95%, Bonferroni over the variants of a workload and metric) and a "
+             "Mann-Whitney p, not the within-block estimate of one experiment")
+# What a terminal line shows (format_comparison): the p values and every cell are in -f md and -f json.
+LEGEND = ("better or worse: the interval excludes no change; ≈ equivalent: it lies within the margin; ? undecided "
+          "(with the runs a verdict would need). Every cell, with its p value: -f md or -f json.")
+
+
+def summary(d: Diff) -> str:
+    """pyperf compare_to's last line: how many comparisons moved, and which way."""
+    verdicts = [c.comparison.verdict for w in d.workloads for row in w.rows for c in row.cells]
+    counts = {v: verdicts.count(v) for v in ("better", "worse", "equivalent", "undecided") if verdicts.count(v)}
+    said = ", ".join(f"{n} {v}" for v, n in counts.items()) or "nothing in common"
+    return f"{len(verdicts)} comparison{'s' if len(verdicts) != 1 else ''} of B against A: {said}"
 
 
 def render_terminal(d: Diff, console: Console) -> None:
+    """One line a decided change; the rest (equivalent, undecided) folded into one line a workload,
+    as pyperf compare_to hides what is not significant; the statistic named, with why."""
     console.print(Text(f"B = {_title(d)} = A", style="bold"))
     for what, va, vb in d.changes:
         console.print(Text(f"  {what}: {va} -> {vb}", style="yellow"))
     if not d.changes:
         console.print(Text("  same host, kernel, glibc, allocator versions and settings", style="dim"))
     for w in d.workloads:
-        t = Table(title=Text.assemble((w.name_a, "bold"), f" / {w.name_b}" if w.name_b != w.name_a else ""),
-                  title_justify="left")
-        t.add_column("metric", no_wrap=True)
-        for label in d.labels:
-            t.add_column(f"{label}\nA -> B", justify="right")
+        console.print(Text.assemble((w.name_a, "bold"), f" / {w.name_b}" if w.name_b != w.name_a else ""))
+        folded: dict[str, int] = {}
         for row in w.rows:
-            cells = {c.label: c for c in row.cells}
-            out = [Text(row.metric + (f" ({row.unit})" if row.unit else ""))]
-            for label in d.labels:
-                c = cells.get(label)
-                if c is None:
-                    out.append(Text("n/a"))
+            metric = row.metric + (f" ({row.unit})" if row.unit else "")
+            for c in row.cells:
+                verdict = c.comparison.verdict
+                if verdict not in ("better", "worse"):
+                    folded[verdict] = folded.get(verdict, 0) + 1
                     continue
-                text = Text(f"{fmt_value(c.a.median)} -> {fmt_value(c.b.median)}")
-                text.append("\n" + format_comparison(c.comparison),
-                            style=VERDICT_STYLE.get(c.comparison.verdict, ""))
-                out.append(text)
-            t.add_row(*out)
-        console.print(t)
+                console.print(Text.assemble(f"  {metric}, {c.label}: {fmt_value(c.a.median)} -> {fmt_value(c.b.median)}: ",
+                                            (f"{format_comparison(c.comparison)} {verdict}",
+                                             VERDICT_STYLE.get(verdict, ""))))
+        if folded:
+            n = sum(folded.values())
+            console.print(Text(f"  {n} unchanged comparison{'s' if n != 1 else ''} not shown ("
+                               + ", ".join(f"{k} {v}" for v, k in folded.items()) + ")", style="dim"))
     for note in d.notes:
         console.print(Text(note, style="yellow"))
+    console.print(Text(summary(d) + f" ({STATISTIC}).", style="bold"))
     console.print(Text(LEGEND, style="dim"))
 
 
