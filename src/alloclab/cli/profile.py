@@ -118,7 +118,7 @@ def render_rss(store: Store, exp_id: int, workload_idx: int = 0) -> None:
     for col in ("variant", "peak MiB", "samples", "RSS"):
         t.add_column(col)
     for label, points in picked.items():
-        t.add_row(label, f"{max(kb for _, kb in points) / 1024:.1f}", str(len(points)),
+        t.add_row(Text(label), f"{max(kb for _, kb in points) / 1024:.1f}", str(len(points)),
                   sparkline(points, t_end, top))
     console.print(t)
 
@@ -219,7 +219,7 @@ def _profile_table(group: list[summary.ProfileSummary]) -> Table:
             row[-1:-1] = [_big(ins["total"]) if "total" in ins else "-",
                           f"{_big(ins['allocator'])} ({summary.pct(ins['allocator'] / ins['total'])})"
                           if ins.get("total") else "-"]
-        t.add_row(*row)
+        t.add_row(*map(Text, row))   # the names and symbols as given, whatever console prints them
     return t
 
 
