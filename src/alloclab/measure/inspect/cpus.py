@@ -9,13 +9,7 @@ from __future__ import annotations
 import math
 import os
 
-
-def _read(path: str) -> str | None:
-    try:
-        with open(path) as fh:
-            return fh.read()
-    except OSError:
-        return None
+from alloclab.measure.inspect.procfs import text_or_none as _read
 
 
 def cpu_list(text: str) -> int:

@@ -50,6 +50,16 @@ def _open(path: str, mode: str = "rb"):
         raise ProcessGone(path) from None
 
 
+def text_or_none(path: str) -> str | None:
+    """A kernel file's text, or None where it cannot be read (absent, not permitted): for the facts
+    that are optional (a cgroup's quota, Yama's scope), not for a process's maps."""
+    try:
+        with open(path) as fh:
+            return fh.read()
+    except OSError:
+        return None
+
+
 def _read(path: str) -> bytes:
     with _open(path) as fh:
         try:

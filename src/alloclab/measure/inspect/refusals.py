@@ -7,6 +7,7 @@ import os
 from dataclasses import dataclass
 
 from alloclab.errors import AlloclabError
+from alloclab.measure.inspect.procfs import text_or_none as _read
 
 
 def no_such_process(pid: int) -> AlloclabError:
@@ -42,14 +43,6 @@ class Rights:
     @property
     def ptrace_cap(self) -> bool:
         return bool(self.caps >> CAP_SYS_PTRACE & 1)
-
-
-def _read(path: str) -> str | None:
-    try:
-        with open(path) as fh:
-            return fh.read()
-    except OSError:
-        return None
 
 
 def _status(text: str | None) -> dict[str, str]:
