@@ -380,47 +380,38 @@ def test_the_screen_gives_its_first_slot_to_a_candidate_it_saw_better_on_both(tm
     assert run(lambda env: 10_240, "same") == [specs[2]]
 
 
-def test_a_slow_memory_pick_does_not_lead_while_a_candidate_that_may_be_better_on_both_is_open(tmp_path):
-    # ARENA_MAX=1 holds a fifth of the memory at twice the time (both decided); TOP_PAD holds a little
-    # less and is faster by its estimate, with swings that keep its speed open.
+def _slow_pick_answer(path, pad_kb: int):
+    """ARENA_MAX=1 holds a fifth of the memory at twice the time (both decided); TOP_PAD holds
+    `pad_kb` and is faster by its estimate, with swings that keep its speed open."""
     def mean(env, n):
         if "MALLOC_ARENA_MAX" in env:
             return 0.2
         if "MALLOC_TOP_PAD_" in env:
             return 0.1 * (0.9 + (0.3 if n % 2 else -0.3))
         return 0.1
-
-    def run(pad_kb, name):
-        store = Store(tmp_path / f"{name}.db")
-        peak = lambda env: 2_048 if "MALLOC_ARENA_MAX" in env else pad_kb if "MALLOC_TOP_PAD_" in env else 10_240
-        runner = Runner(store, [Workload("fake", ["fake"], executor=FakeExecutor(mean, noise=0.01, peak_kb=peak))],
-                        parse_variants(VARIANTS), Settings(runs=6, warmup=0, verify=False, kind="tune"), judge=Judge())
-        runner.run()
-        cands = [Candidate(VARIANTS[1], "glibc-arena-bloat", "less memory", "m", "w"),
-                 Candidate(VARIANTS[2], "glibc-trim-churn", "faster", "m", "w")]
-        return answer(analyze(store.load(runner.exp_id)), cands)
-    ans = run(9_000, "open")
-    assert ans.picks[0].label == "glibc ARENA_MAX=1" and ans.picks[0].goals[0].startswith("memory"), ans.picks
-    assert ans.open_on_both is not None and ans.open_on_both.label == "glibc TOP_PAD=8M", ans.open_on_both
-    assert ans.to_dict()["open_on_both"] == "glibc TOP_PAD=8M"
-    # The control: holding more than the default, TOP_PAD cannot be better on both.
-    ans = run(12_000, "more")
-    assert ans.open_on_both is None, ans.open_on_both
-
-
-def test_the_answer_leads_with_the_open_candidate_before_a_slow_memory_pick(tmp_path):
-    from alloclab.report.tune import answer_lines
-    # As above: ARENA_MAX=1 at twice the time, TOP_PAD open on speed and smaller.
-    def mean(env, n):
-        return 0.2 if "MALLOC_ARENA_MAX" in env else 0.1 * (0.9 + (0.3 if n % 2 else -0.3)) if env else 0.1
-    store = Store(tmp_path / "lead.db")
-    peak = lambda env: 2_048 if "MALLOC_ARENA_MAX" in env else 9_000 if env else 10_240
+    store = Store(path)
+    peak = lambda env: 2_048 if "MALLOC_ARENA_MAX" in env else pad_kb if "MALLOC_TOP_PAD_" in env else 10_240
     runner = Runner(store, [Workload("fake", ["fake"], executor=FakeExecutor(mean, noise=0.01, peak_kb=peak))],
                     parse_variants(VARIANTS), Settings(runs=6, warmup=0, verify=False, kind="tune"), judge=Judge())
     runner.run()
     cands = [Candidate(VARIANTS[1], "glibc-arena-bloat", "less memory", "m", "w"),
              Candidate(VARIANTS[2], "glibc-trim-churn", "faster", "m", "w")]
-    lines = [text for _, text in answer_lines(answer(analyze(store.load(runner.exp_id)), cands))]
+    return answer(analyze(store.load(runner.exp_id)), cands)
+
+
+def test_a_slow_memory_pick_does_not_lead_while_a_candidate_that_may_be_better_on_both_is_open(tmp_path):
+    ans = _slow_pick_answer(tmp_path / "open.db", 9_000)
+    assert ans.picks[0].label == "glibc ARENA_MAX=1" and ans.picks[0].goals[0].startswith("memory"), ans.picks
+    assert ans.open_on_both is not None and ans.open_on_both.label == "glibc TOP_PAD=8M", ans.open_on_both
+    assert ans.to_dict()["open_on_both"] == "glibc TOP_PAD=8M"
+    # The control: holding more than the default, TOP_PAD cannot be better on both.
+    ans = _slow_pick_answer(tmp_path / "more.db", 12_000)
+    assert ans.open_on_both is None, ans.open_on_both
+
+
+def test_the_answer_leads_with_the_open_candidate_before_a_slow_memory_pick(tmp_path):
+    from alloclab.report.tune import answer_lines
+    lines = [text for _, text in answer_lines(_slow_pick_answer(tmp_path / "lead.db", 9_000))]
     first = next(i for i, t in enumerate(lines) if t.startswith(("Not decided yet", "Best for", "Better on")))
     assert lines[first].startswith("Not decided yet: glibc TOP_PAD=8M may be better on both"), lines
     assert "costs x2.00 the time" in lines[first] and lines[first + 1].startswith("Best for memory: glibc ARENA_MAX=1")

@@ -187,8 +187,9 @@ def finalists(a: Analysis, candidates: list[Candidate], slots: int, fired: list[
     # first: each may be the answer's first line. A threaded CPython program screened tcmalloc at
     # -36% time and -34% memory; speed's ranking gave the one slot to a jemalloc decay setting, and
     # tcmalloc, faster and smaller by hand, never raced.
-    both = sorted((s for s in rest if _both_gain(a, s[1], s[0]) is not None), key=lambda s: -_both_gain(a, s[1], s[0]))
-    order = [s[0] for s in both] + [c for c in order if c not in {s[0] for s in both}]
+    gains = {id(s): g for s in rest if (g := _both_gain(a, s[1], s[0])) is not None}
+    both = [s[0] for s in sorted((s for s in rest if id(s) in gains), key=lambda s: -gains[id(s)])]
+    order = both + [c for c in order if c not in both]
     kept += order[:max(1, slots - len(kept))]
     kept = kept or [s[0] for s in scored[:1]]
     out = []
