@@ -3,7 +3,7 @@ SHELL := /bin/bash
 PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
-DEB_PACKAGES := gcc libc6-dev libgoogle-perftools4 libtcmalloc-minimal4 libjemalloc2 libmimalloc2.0 linux-perf
+DEB_PACKAGES := gcc libc6-dev libgoogle-perftools4 libtcmalloc-minimal4 libjemalloc2 libmimalloc2.0 libtbbmalloc2 linux-perf
 # What bench/overhead.py measures alloclab's per-run cost against.
 DEB_BENCH_PACKAGES := hyperfine
 # Real programs the recipes and end-to-end tests drive, Chromium for the HTML report test,

@@ -77,10 +77,12 @@ class Allocator:
     build_for: tuple[tuple[str, str], ...] = ()   # (start of a program's name, its own build option)
     prefixed_symbols: tuple[str, ...] = ()
     version_regex: str | None = None
+    version_library: str = ""   # the soname whose bytes carry the version, where not the preloaded one
     tunables: tuple[Tunable, ...] = ()
     readback: str | None = None          # tunables | probe | verbose (see allocators.toml)
     verbose_env: tuple[tuple[str, str], ...] = ()
     verbose_regex: str | None = None
+    verbose_values: tuple[tuple[str, str], ...] = ()   # a printed word -> the value it stands for
     forward: str = ""      # the system allocator: source of its forwarding preload (allocators.toml)
     default: bool = True   # among the variants run when none is given
     same_as: str = ""      # the entry it copies (its settings are that one's, not named twice)
@@ -110,6 +112,7 @@ class Allocator:
                                    env_names=tuple(dict(a.env_names).items()),
                                    tunables=tuple(Tunable.from_toml(k, v) for k, v in dict(a.tunables).items()),
                                    verbose_env=tuple(dict(a.verbose_env).items()),
+                                   verbose_values=tuple(dict(a.verbose_values).items()),
                                    build_for=tuple(dict(a.build_for).items()),
                                    books=Books.from_toml(a.books) if isinstance(a.books, dict) else a.books)
 
@@ -297,5 +300,6 @@ def version_of(allocator: Allocator, path: Path | None) -> str:
         return glibc_version()
     if path is None:
         return "not installed"
-    return (embedded_version(str(path), allocator.version_regex) or package_version(allocator.package)
+    carrier = find_library(allocator.version_library) if allocator.version_library else path
+    return (embedded_version(str(carrier or path), allocator.version_regex) or package_version(allocator.package)
             or soname_version(str(path)) or "unknown")

@@ -130,7 +130,8 @@ def readings(variant, env: dict[str, str], argv: list[str] | None = None) -> tup
         return {m.group(1): m.group(2) for m in _PROBE_LINE.finditer(out)}, errs
     if a.readback == "verbose":
         out, errs = run([str(probe())], env | dict(a.verbose_env))
-        return {m.group(1): m.group(2) for m in re.finditer(a.verbose_regex, out + errs)}, errs
+        words = dict(a.verbose_values)
+        return {m.group(1): words.get(m.group(2), m.group(2)) for m in re.finditer(a.verbose_regex, out + errs)}, errs
     return {}, ""
 
 
