@@ -100,7 +100,11 @@ def test_a_screen_is_planned_only_when_the_full_race_would_not_fit():
     # the default's own mechanisms on from 5 runs to 20, and nothing gets decided: a screen.
     assert screen.plan(9, 4, 4.5, 1415.0, first_look=5, warmup=1) is None
     sp = screen.plan(9, 4, 4.5, 1415.0, first_look=5, warmup=1, own=3, own_runs=20)
-    assert sp is not None and "3 fix(es) of the default's own mechanisms on to 20 runs" in sp.why, sp
+    assert sp is not None and "3 fixes of the default's own mechanisms on to 20 runs" in sp.why, sp
+    assert "variants x 4 workloads x 4.5 s" in sp.why, sp
+    # The same time in one workload and one fix: each said in the singular.
+    one = screen.plan(9, 1, 18.0, 1415.0, first_look=5, warmup=1, own=1, own_runs=20)
+    assert one is not None and "the 1 fix of the default's" in one.why and "x 1 workload x" in one.why, one
     # With time for both, every candidate races.
     assert screen.plan(9, 4, 4.5, 2500.0, first_look=5, warmup=1, own=3, own_runs=20) is None
     # How many reach the first look after a screen: (warm-up + 6 runs + a profile) x 2 workloads x 22 s = 374 s each.

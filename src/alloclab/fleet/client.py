@@ -19,6 +19,7 @@ from typing import Callable
 
 from alloclab import __version__
 from alloclab.errors import AlloclabError, Interrupted
+from alloclab.report.numbers import count
 from alloclab.store.db import Store
 from alloclab.fleet import hosts as H
 from alloclab.fleet.address import FleetAddress
@@ -160,7 +161,7 @@ class FleetRun:
         for name, why in left_out.items():
             self.note(f"fleet: worker {name} left out: {why}")
         if left_out and self.require_all:
-            raise AlloclabError(f"--fleet-require-all: {len(left_out)} worker(s) of {self.address.text} failed the "
+            raise AlloclabError(f"--fleet-require-all: {count(len(left_out), 'worker')} of {self.address.text} failed the "
                                 f"pre-flight check: " + "; ".join(f"{n}: {w}" for n, w in left_out.items())
                                 + ". Fix them, or drop --fleet-require-all to run on the others.")
         if not hosts:
@@ -251,7 +252,7 @@ class FleetRun:
             t.future.cancel()
             t.future = None
         if t.attempt >= MAX_ATTEMPTS:
-            self._fail(t, f"its worker died ({t.attempt} attempt(s)); that host's runs of this task are lost")
+            self._fail(t, f"its worker died ({count(t.attempt, 'attempt')}); that host's runs of this task are lost")
             return False
         back = alive.get(t.host.name)
         if back is None and self.mode == "split" and now - t.lost_at > RETURN_GRACE_S:
@@ -330,7 +331,7 @@ class FleetRun:
             try:
                 client.wait_for_workers(self.address.expected_workers, timeout=120)
             except TimeoutError:
-                self.note(f"fleet: fewer than {self.address.expected_workers} worker(s) joined within 120 s; going on with those there")
+                self.note(f"fleet: fewer than {count(self.address.expected_workers, 'worker')} joined within 120 s; going on with those there")
             self.hosts = self._preflight(client)
             snapshots = {h.label: h.snapshot for h in self.hosts}
             if self.mode == "split":
@@ -347,7 +348,7 @@ class FleetRun:
             self.fleet = FleetRecord(self.address.text, self.mode, socket.gethostname(), [h.label for h in self.hosts],
                                      self.left_out, self.token)
             self.exp_id = self.store.new_experiment(s.kind, self.title, self._config(), self._machine())
-            self.note(f"fleet: {self.mode} on {len(self.hosts)} host(s): {', '.join(h.label for h in self.hosts)}")
+            self.note(f"fleet: {self.mode} on {count(len(self.hosts), 'host')}: {', '.join(h.label for h in self.hosts)}")
             tasks = self._tasks()
             try:
                 for t in tasks:

@@ -46,7 +46,7 @@ class MoreBlocks:
             if not imprecise:
                 self.progress.note(f"every interval is within ±{s.until_precise:.1%} after {measured} runs")
                 return
-            self.progress.note(f"{len(imprecise)} cell(s) not yet within ±{s.until_precise:.1%}; adding a block")
+            self.progress.note(f"{len(imprecise)} cell{'s' if len(imprecise) != 1 else ''} not yet within ±{s.until_precise:.1%}; adding a block")
             block = planner.block()
             self.progress_total += len(block)
             self.progress.start(self.progress_total)
@@ -131,7 +131,7 @@ class MoreBlocks:
                     self.progress.note(f"every primary comparison decided, or bounded where more runs could not "
                                        f"decide it, after {measured} runs per variant")
                     return
-                self.progress.note(f"look at {measured} runs: {left} comparison(s) undecided")
+                self.progress.note(f"look at {measured} runs: {left} comparison{'s' if left != 1 else ''} undecided")
             if measured >= design.looks[-1]:
                 self.progress.note(f"stopped at --max-runs {measured} with comparisons still undecided")
                 return

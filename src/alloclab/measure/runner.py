@@ -236,7 +236,7 @@ class Runner(MoreBlocks):
             for p in escaped:
                 ev.fail(f"process {p.name} (pid {p.pid}) ran without {v.library.name} mapped: it escaped the preload")
             if escaped:
-                extra.setdefault("verification", []).append(f"{len(escaped)} process(es) escaped the preload")
+                extra.setdefault("verification", []).append(f"{len(escaped)} process{'es' if len(escaped) != 1 else ''} escaped the preload")
         return extra
 
     def _metrics(self, cell: CellKey, job: Job, result: RunResult, perf_file: Path | None) -> dict:

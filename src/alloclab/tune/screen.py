@@ -65,11 +65,11 @@ def plan(n_candidates: int, n_workloads: int, run_s: float, left_s: float, first
         return ScreenPlan(runs, "--screen always")
     if race_s + beyond <= FIT * left_s:
         return None
-    further = (f", and {duration(beyond)} more to take the {own} fix(es) of the default's own mechanisms on "
+    further = (f", and {duration(beyond)} more to take the {own} fix{'es' if own != 1 else ''} of the default's own mechanisms on "
                f"to {own_runs} runs" if beyond else "")
     return ScreenPlan(runs, f"racing all {n_candidates} candidates to their first look would take about "
                             f"{duration(race_s)} ({first_look} runs, a warm-up and a profile of {n_candidates + 1} "
-                            f"variants x {n_workloads} workload(s) x {run_s:.1f} s, a fingerprint run's time){further} "
+                            f"variants x {n_workloads} workload{'s' if n_workloads != 1 else ''} x {run_s:.1f} s, a fingerprint run's time){further} "
                             f"of the {duration(left_s)} left")
 
 
@@ -104,8 +104,7 @@ def _mean_gain(a: Analysis, vi: int, metrics_of) -> float | None:
 
 
 def _primary(w) -> list[str]:
-    row = w.primary()
-    return [row.name] if row is not None else []
+    return [r.name for r in w.speed_rows()]
 
 
 def _memory(w) -> list[str]:
