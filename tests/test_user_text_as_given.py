@@ -89,11 +89,14 @@ def test_report_prints_the_stored_command_as_the_shell_runs_it(one_workload, fmt
 
 def test_tune_keeps_the_command_in_its_own_styled_lines():
     from alloclab.cli.tune import styled
-    line = f"[bold]Diagnosis[/] (experiment 3: one untimed fingerprint run of python3 -c {PROGRAM} per allocator)"
-    text = styled(line)
-    assert text.plain == line.replace("[bold]", "", 1).replace("[/]", "", 1)
-    assert text.spans and text.spans[0].style == "bold" and text.spans[0].end == len("Diagnosis")
-    assert styled(f"[yellow]{PROGRAM}[/]").plain == PROGRAM
+    from alloclab.tune.styled import Line
+    rest = f" (experiment 3: one untimed fingerprint run of python3 -c {PROGRAM} per allocator)"
+    text = styled(Line((("Diagnosis", "bold"), (rest, ""))))
+    assert text.plain == "Diagnosis" + rest
+    assert [(s.start, s.end, s.style) for s in text.spans] == [(0, len("Diagnosis"), "bold")]
+    assert styled(Line.of(PROGRAM, "yellow")).plain == PROGRAM
+    # A style is a Line's field only: text that looks like a tag is text, wherever it stands.
+    assert styled(f"[bold]{PROGRAM}[/]").plain == f"[bold]{PROGRAM}[/]"
     assert styled(f"  {PROGRAM}").plain == f"  {PROGRAM}"
 
 

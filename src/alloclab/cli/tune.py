@@ -3,8 +3,6 @@ flow (diagnose, prescribe, bound, screen, race) and its state live in tune/."""
 
 from __future__ import annotations
 
-import re
-
 import typer
 from rich.text import Text
 
@@ -13,6 +11,7 @@ from alloclab.cli import experiment_flow as flow
 from alloclab.cli.app import MetricOption, ShellOption, app, console, draw_early, err, run_experiment, show
 from alloclab.cli.experiment_options import ExperimentOptions, budget_option, experiment_options
 from alloclab.cli.tune_args import TuneCommand, workloads_of
+from alloclab.tune.styled import Line
 
 # The shared options tune takes: it races its own candidates until decided, on this machine.
 TAKES = ("allocator", "max_runs", "budget", "min_effect", "warmup", "timeout", "seed", "no_verify", "db", "report",
@@ -22,24 +21,12 @@ ALLOCATOR = typer.Option([], "-a", "--allocator", rich_help_panel="Variants and 
                          help="An allocator of the catalog to consider (tune proposes its settings itself); repeat.")
 
 
-# The styles tune/ opens a line with ("[bold]Diagnosis[/] (... CMD ...)", "[yellow]LINE[/]").
-OWN_TAG = re.compile(r"\[(bold|yellow|dim|red|green|bold red|bold yellow|bold green)\]")
-
-
-def styled(text: str, style: str = "") -> Text:
-    """A line of tune/ as Text. Only the one tag tune/ itself opens a line with is read as a style;
-    the rest (the user's command, a workload's name, `x=[bytearray(9)]`) stays as written, which
-    rich's markup would not keep."""
-    m = OWN_TAG.match(text)
-    if m is None:
-        return Text(text, style=style)
-    rest = text[m.end():]
-    if rest.endswith("[/]"):
-        return Text(rest[:-3], style=" ".join(filter(None, (style, m.group(1)))))
-    head, sep, tail = rest.partition("[/]")
-    if not sep:
-        return Text(text, style=style)
-    return Text.assemble((head, m.group(1)), tail, style=style)
+def styled(line: str | Line, style: str = "") -> Text:
+    """A line of tune/ as Text: a Line's styles come from its fields, and no text is read as markup
+    (the user's command, a workload's name, `x=[bytearray(9)]` stay as written)."""
+    if isinstance(line, Line):
+        return Text.assemble(*line.parts, style=style)
+    return Text(line, style=style)
 
 
 class _UI:
@@ -48,10 +35,10 @@ class _UI:
     def run(self, store, workloads, variants, settings, judge=None) -> int:
         return run_experiment(store, workloads, variants, settings, judge=judge)
 
-    def note(self, text: str) -> None:
+    def note(self, text: str | Line) -> None:
         err.print(styled(text), highlight=False)
 
-    def say(self, text: str, style: str = "") -> None:
+    def say(self, text: str | Line, style: str = "") -> None:
         console.print(styled(text, style), highlight=False)
 
     def tell(self, fact: dict) -> None:

@@ -14,6 +14,7 @@ import math
 from dataclasses import dataclass
 
 from alloclab.stats.estimates import proportion_upper
+from alloclab.tune.styled import Line
 
 CONFIDENCE = 0.95
 
@@ -115,7 +116,7 @@ def quiet_bound(store, diag_id: int, chosen: list, plain: list, base, rx, timeou
     if base is None:
         return None
     if why := auto_profile.unavailable():
-        note(f"[yellow]No profile to bound the allocator's share ({why}); racing.[/]")
+        note(Line.of(f"No profile to bound the allocator's share ({why}); racing.", "yellow"))
         return None
     limit = read_int("/proc/sys/kernel/perf_event_max_sample_rate") or QUIET_FREQUENCY
     bounds = []
@@ -125,7 +126,7 @@ def quiet_bound(store, diag_id: int, chosen: list, plain: list, base, rx, timeou
                                          keep_session=True, seed=seed, frequency=min(QUIET_FREQUENCY, limit),
                                          workload_idx=wi)
         except AlloclabError as exc:   # a workload profiling cannot run (run_as, ...): no bound, race
-            note(f"[yellow]No profile of {workload.name} to bound the allocator's share ({exc}); racing.[/]")
+            note(Line.of(f"No profile of {workload.name} to bound the allocator's share ({exc}); racing.", "yellow"))
             return None
         store_profiles(store, diag_id, summaries)
         metric = primary_metric(workload.metrics)

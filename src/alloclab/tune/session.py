@@ -29,6 +29,7 @@ from alloclab.tune import screen as screening
 from alloclab.tune.baseline import SYSTEM, baseline_of, plain_variants
 from alloclab.tune.bound import quiet_bound
 from alloclab.tune.diagnose_run import diagnose, has_phases
+from alloclab.tune.styled import Line
 from alloclab.tune.prescribe import plain_candidates, prescribe
 
 SCREEN_MODES = ("auto", "always", "never")
@@ -39,9 +40,10 @@ MOST_RUNS = 300
 class UI(Protocol):
     def run(self, store: Store, workloads: list, variants: list, settings, judge=None) -> int: ...
 
-    def note(self, text: str) -> None: ...                  # progress, on stderr
+    # A Line's styles are its fields; a str is shown as it is, styled as a whole by `style` alone.
+    def note(self, text: str | Line) -> None: ...                  # progress, on stderr
 
-    def say(self, text: str, style: str = "") -> None: ...  # the answer, on stdout
+    def say(self, text: str | Line, style: str = "") -> None: ...  # the answer, on stdout
 
     def tell(self, fact: dict) -> None: ...                # a fact of the answer, as stored (report/ words it)
 
@@ -139,7 +141,7 @@ class TuneRun:
         diag = diagnose(store, ui, self.workloads, plain, self.title, opts.timeout_s, opts.seed, reads)
         out = TuneOutcome(store.path, diag.exp_id)
         for line in diag.failed:
-            ui.note(f"[yellow]{line}[/]")
+            ui.note(Line.of(line, "yellow"))
         for failure in diag.failures:
             if failure.alloclabs:
                 ui.tell(failure.record())
@@ -152,8 +154,9 @@ class TuneRun:
         others = [v.spec for v in plain[1:]]
         resolved = _Resolved()
         rx = prescribe(readings, others, versions, check=resolved.refusal, baseline=base.reads)
-        ui.say(f"[bold]Diagnosis[/] (experiment {diag.exp_id}: one untimed fingerprint run of "
-               f"{' and '.join(w.name[:60] for w in diag.experiment.workloads)} per allocator)")
+        ui.say(Line((("Diagnosis", "bold"), (f" (experiment {diag.exp_id}: one untimed fingerprint run of "
+                                             f"{' and '.join(w.name[:60] for w in diag.experiment.workloads)} "
+                                             f"per allocator)", ""))))
         for line in diagnosis_lines(readings, rx):
             ui.say(f"  {line}")
         candidates = [c for c in rx.candidates if not c.refused]
@@ -222,7 +225,7 @@ class TuneRun:
             own=len(own), own_runs=own_runs)
         if sp is None:
             return candidates, [], None
-        self.ui.note(f"Screening: {sp.why}; {sp.runs} run(s) of each first, then only the finalists race.")
+        self.ui.note(f"Screening: {sp.why}; {sp.runs} run{'s' if sp.runs != 1 else ''} of each first, then only the finalists race.")
         t = self.clock()
         settings = Settings(runs=sp.runs, warmup=0, verify=False, keep_prepared=True, kind="tune-screen",
                             title=self.title, timeout_s=opts.timeout_s, seed=opts.seed)
@@ -284,7 +287,7 @@ class TuneRun:
                             margin=opts.min_effect, warmup=opts.warmup if opts.warmup is not None else d.warmup,
                             timeout_s=opts.timeout_s, seed=opts.seed, verify=opts.verify, kind="tune", title=self.title,
                             extra_config={"tune": record.to_dict()})
-        self.ui.note(f"Racing {len(variants) - 1} candidate(s) against {variants[0].label} for at most {left:.0f} s: "
+        self.ui.note(f"Racing {len(variants) - 1} candidate{'s' if len(variants) != 2 else ''} against {variants[0].label} for at most {left:.0f} s: "
                      + ", ".join(v.label for v in variants[1:]))
         return self.ui.run(store, self.workloads, variants, settings, judge=RaceJudge(opts.max_rss_increase))
 
