@@ -97,6 +97,12 @@ class WorkloadResult:
     def primary(self) -> MetricRow | None:
         return primary_metric(self.rows)
 
+    def speed_rows(self) -> list[MetricRow]:
+        """Every primary metric that is not memory: a command may mark several (the Ceph client's
+        IOPS and CPU per I/O), and each is judged at the looks and on the speed axis."""
+        from alloclab.workloads.metrics import is_memory
+        return [r for r in primary_metrics(self.rows) if not is_memory(r)]
+
 
 @dataclass
 class Analysis:

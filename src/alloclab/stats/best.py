@@ -28,7 +28,7 @@ from alloclab.stats.analysis import Analysis, WorkloadResult
 from alloclab.stats.estimates import Comparison
 from alloclab.workloads.metrics import PEAK_RSS, is_memory
 
-MetricOf = Callable[[WorkloadResult], "str | None"]
+MetricOf = Callable[[WorkloadResult], "str | list[str] | None"]
 SYSTEM = "glibc"
 OWN, GLIBC, OTHER = 0, 1, 2     # how invasive a fix is: the lead pick's order
 EPS = 1e-9
@@ -109,8 +109,19 @@ def primary(w: WorkloadResult) -> str | None:
     return row.name if row is not None else None
 
 
+def speed_metrics(w: WorkloadResult) -> list[str]:
+    """The metrics speed is judged on: every primary metric that is not memory (one, unless a command
+    marks several, as the Ceph client's IOPS and CPU per I/O)."""
+    return [r.name for r in w.speed_rows()]
+
+
+def names_of(metric_of: MetricOf, w: WorkloadResult) -> list[str]:
+    found = metric_of(w)
+    return [n for n in ([found] if isinstance(found, str) or found is None else found) if n]
+
+
 def comparisons(a: Analysis, metric_of: MetricOf, vi: int) -> list[Comparison]:
-    return [c for w in a.workloads if (name := metric_of(w)) and (c := w.comparison(name, vi)) is not None]
+    return [c for w in a.workloads for name in names_of(metric_of, w) if (c := w.comparison(name, vi)) is not None]
 
 
 def mean_gain(cs: Iterable[Comparison]) -> float:
@@ -138,7 +149,7 @@ def decided_best(a: Analysis, metric_of: MetricOf, candidates: Iterable[int],
     if not ranked:
         return None
     best = max(ranked, key=order)   # the first of equals, as candidates come
-    return least_invasive(a, best, ranked, lambda w: [metric_of(w)], order)
+    return least_invasive(a, best, ranked, lambda w: names_of(metric_of, w), order)
 
 
 BAD_STATUS = ("ineffective",)   # measure/verify.py: the setting or allocator was not in effect
@@ -169,10 +180,10 @@ def speed_best(a: Analysis, candidates: Iterable[int], exclude: Callable[[int], 
     RSS x4.8 ranks below mimalloc at -46.5% and +23.3%), then the least invasive within the margin of
     it on speed. compare, run, suite and report pick by it too (stats/recommend.py)."""
     def rank(vi: int) -> float:
-        memory = [c for w in a.workloads for name in memory_metrics(w) if name != primary(w)
+        memory = [c for w in a.workloads for name in memory_metrics(w) if name not in speed_metrics(w)
                   and (c := w.comparison(name, vi)) is not None]
-        return mean_gain(comparisons(a, primary, vi)) * (mean_gain(memory) or 1.0)
-    return decided_best(a, primary, candidates, exclude, rank=rank)
+        return mean_gain(comparisons(a, speed_metrics, vi)) * (mean_gain(memory) or 1.0)
+    return decided_best(a, speed_metrics, candidates, exclude, rank=rank)
 
 
 def memory_metrics(w: WorkloadResult) -> list[str]:
@@ -182,8 +193,7 @@ def memory_metrics(w: WorkloadResult) -> list[str]:
 
 
 def speed_comparisons(a: Analysis, vi: int) -> list[Comparison]:
-    return [c for w in a.workloads if (row := w.primary()) is not None and not is_memory(row)
-            and (c := w.comparison(row.name, vi)) is not None]
+    return comparisons(a, speed_metrics, vi)
 
 
 def memory_comparisons(a: Analysis, vi: int) -> list[Comparison]:
@@ -226,13 +236,8 @@ def better_on_both(a: Analysis, vi: int) -> bool:
 
 def _gains(a: Analysis, vi: int) -> dict[tuple[str, str], float]:
     return {(w.name, name): c.gain for w in a.workloads
-            for name in dict.fromkeys([primary(w)] + memory_metrics(w))
+            for name in dict.fromkeys(speed_metrics(w) + memory_metrics(w))
             if name and (c := w.comparison(name, vi)) is not None and math.isfinite(c.ratio) and c.ratio > 0}
-
-
-def _speed_metrics(w: WorkloadResult) -> list[str]:
-    row = w.primary()
-    return [row.name] if row is not None and not is_memory(row) else []
 
 
 def deciding_axis(a: Analysis, vi: int):
@@ -240,7 +245,7 @@ def deciding_axis(a: Analysis, vi: int):
     decided-better comparisons (msgchurn's TOP_PAD: time, x25; cacheidle's decay: memory at its end, x29)."""
     def gain(metrics_of) -> float:
         return mean_gain(c for c in keyed(a, metrics_of, vi).values() if c.verdict == "better")
-    return _speed_metrics if gain(_speed_metrics) >= gain(memory_metrics) else memory_metrics
+    return speed_metrics if gain(speed_metrics) >= gain(memory_metrics) else memory_metrics
 
 
 def both_front(a: Analysis, candidates: Iterable[int]) -> list[int]:

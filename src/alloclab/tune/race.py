@@ -99,17 +99,14 @@ def cost_open(w: WorkloadResult, vi: int) -> bool:
 
 
 def may_be_better_on_both(a, w: WorkloadResult) -> set[int]:
-    """The candidates decided better on the workload's primary metric whose peak RSS more runs may
+    """The candidates decided better on one of the workload's speed metrics whose peak RSS more runs may
     still decide, with no memory comparison decided worse: each may turn out better on both axes,
     the answer's first line, so each races on while the budget allows (the budget's narrowing and
     the futility bound close it where it does not)."""
-    row = w.primary()
-    if row is None:
-        return set()
     out = set()
-    for cell in row.cells:
-        vi, c = cell.variant_idx, cell.comparison
-        if vi == a.baseline_idx or c is None or c.verdict != "better" or not cost_open(w, vi):
+    for vi in range(len(a.labels)):
+        cs = [w.comparison(r.name, vi) for r in w.speed_rows()]
+        if vi == a.baseline_idx or not any(c is not None and c.verdict == "better" for c in cs) or not cost_open(w, vi):
             continue
         if any((m := w.comparison(name, vi)) is not None and m.verdict == "worse" for name in memory_metrics(w)):
             continue
@@ -159,11 +156,13 @@ class RaceJudge(Judge):
         out = self.open_in(a)
         self.dropped = {}
         for w in a.workloads:
-            row = w.primary()
-            if row is None:
+            rows = w.speed_rows()
+            if not rows:
                 continue
             for vi in sorted(out[w.idx]):
-                leader = below_leader(w, row.name, vi, a.baseline_idx)
+                # Below a leader on every speed metric (IOPS and CPU per I/O alike) before it leaves.
+                leaders = [below_leader(w, row.name, vi, a.baseline_idx) for row in rows]
+                leader = leaders[0] if None not in leaders else None
                 if leader is not None and not could_hold_least(w, vi, a.baseline_idx):
                     out[w.idx].discard(vi)
                     self.dropped.setdefault(w.idx, {})[vi] = a.labels[leader]
@@ -183,7 +182,7 @@ class RaceJudge(Judge):
 def _most(w: WorkloadResult, vi: int) -> float:
     """The most `vi` may gain in a workload, on its speed or on any memory metric: where it could
     still be an answer."""
-    names = [r.name for r in ([w.primary()] if w.primary() else [])] + memory_metrics(w)
+    names = [r.name for r in w.speed_rows()] + memory_metrics(w)
     return max((c.gain_bounds[1] for n in names if (c := w.comparison(n, vi)) is not None), default=0.0)
 
 

@@ -279,9 +279,6 @@ def _loads(c: Checker, raw, key: str) -> list[Load]:
             if key == "command" and metrics[-1].ratio and metrics[-1].ratio[0] == "@load_cpu_s":
                 raise c.error(where + ("metrics", j, "ratio", "numerator"), "@load_cpu_s is a server's CPU while "
                               "a client drives it, and a [[command]] has no server.", "Use @cpu_s.")
-        if sum(m.primary for m in metrics) > 1:
-            raise c.error(where + ("metrics",), f"[[{key}]] '{name}' has more than one primary metric.",
-                          "Mark one metric primary = true.")
         if len({m.name for m in metrics}) != len(metrics):
             raise c.error(where + ("metrics",), f"[[{key}]] '{name}' names two metrics alike.",
                           "Give each metric its own name.")
