@@ -93,7 +93,7 @@ def test_json_is_dash_f_json_on_every_command_that_lists_or_reports(demo):
     recipes = json.loads(alloclab("recipes", "-f", "json").stdout)
     assert {r["recipe"] for r in recipes} >= {"recipe:redis", "recipe:postgres-partitions"}
     assert all(r["measures"] and r["needs"] for r in recipes)
-    assert json.loads(alloclab("report", "--db", "demo.db", "-f", "json", cwd=demo).stdout)["schema"] == 2
+    assert json.loads(alloclab("report", "--db", "demo.db", "-f", "json", cwd=demo).stdout)["schema"] == 3
     assert json.loads(alloclab("diff", "--db", "redis.db", "1", "1", "-f", "json", cwd=demo).stdout)["a"] == 1
     p = alloclab("experiments", "--db", "demo.db", "-f", "yaml", cwd=demo, ok=False)
     assert p.returncode != 0 and "choose terminal or json" in p.stderr

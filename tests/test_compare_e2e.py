@@ -47,7 +47,7 @@ def test_compare_measures_every_installed_allocator(build, cli, store_of, tmp_pa
     # The table: one row per metric, one column per variant, deltas against the baseline.
     assert "ops" in p.stdout and "peak_rss_mb" in p.stdout and "(baseline)" in p.stdout
     raw = json.loads(out.read_text())
-    assert raw["schema"] == 2 and len(raw["runs"]) == len(e.runs)
+    assert raw["schema"] == 3 and len(raw["runs"]) == len(e.runs)
     assert raw["machine"]["glibc"] == cat.glibc_version()
 
 

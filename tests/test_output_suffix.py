@@ -35,7 +35,7 @@ def test_report_takes_the_format_from_the_suffix(demo):
         p = alloclab(demo, "report", "-o", name)
         assert f"Report written to {name}" in p.stderr and p.stdout == ""
     data = json.loads((demo / "x.json").read_text())
-    assert data["schema"] == 2 and len(data["results"]) == 7
+    assert data["schema"] == 3 and len(data["results"]) == 7
     assert (demo / "x.md").read_text().startswith("## alloclab: suite: simple, oversized")
     page = (demo / "x.html").read_text()
     assert page.startswith("<!doctype html>") and '<section class="rec" id="recommendation">' in page

@@ -1,12 +1,15 @@
 """`-f json` follows its published schema, docs/report.schema.json (JSON Schema 2020-12): the real
 exports of the three stored experiments (the demo suite, the PostgreSQL and the redis recipe: real
-runs, tests/fixtures), written by the real CLI, validate against it, and one changed field does not."""
+runs, tests/fixtures), written by the real CLI, validate against it, and one changed field does not.
+Schema 3's answer is numbers: the picks by label with the results' own effects, one metric key; a
+schema 2 export (tests/fixtures/postgres-export-schema2.json, as schema 2 wrote it) is still read."""
 
 from __future__ import annotations
 
 import copy
 import json
 import shutil
+import tempfile
 from pathlib import Path
 
 import jsonschema
@@ -54,3 +57,101 @@ def test_the_schema_sees_a_changed_field(exports):
         broken = copy.deepcopy(exports["demo"])
         change(broken)
         assert not validator.is_valid(broken)
+
+
+def test_the_schema_is_version_3(exports):
+    assert SCHEMA["properties"]["schema"] == {"const": 3}
+    assert {d["schema"] for d in exports.values()} == {3}
+
+
+def test_a_compare_export_on_stdout_validates():
+    # `report -f json` on stdout, as a script reads it: the demo suite's real runs.
+    p = run_cli(["report", "--db", str(_copy(DEMO)), "-f", "json"], timeout=120)
+    assert p.returncode == 0, p.stderr
+    errors = [f"{list(e.absolute_path)}: {e.message}" for e in
+              jsonschema.Draft202012Validator(SCHEMA).iter_errors(json.loads(p.stdout))]
+    assert not errors, "\n".join(errors[:20])
+
+
+def _copy(name: str) -> Path:
+    d = Path(tempfile.mkdtemp(prefix="schema3-"))
+    shutil.copyfile(FIXTURES / name, d / name)
+    return d / name
+
+
+DEMO = STORES["demo"]
+
+
+def _metric_keys(d: dict) -> set[str]:
+    """Every metric an answer names: the answers, their mechanisms, the CPU bounds, the picks."""
+    keys = {x["metric"] for x in d["answers"]} | {m["metric"] for x in d["answers"] for m in x["mechanism"]}
+    keys |= {m for b in d["cpu_bounds"] for m in b["metrics"]} | {g["metric"] for b in d["cpu_bounds"] for g in b["gains"]}
+    for c in d["recommendation"]["workloads"]:
+        keys |= {c["metric"]} | {c[k]["metric"] for k in ("effect", "memory") if c[k]}
+    return keys
+
+
+@pytest.mark.parametrize("name", sorted(STORES))
+def test_one_metric_key_everywhere(exports, name):
+    # The answer names each metric as the results do ("ns_per_pair"), never "ns_per_pair (ns)".
+    d = exports[name]
+    results = {m["name"] for w in d["results"] for m in w["metrics"]}
+    keys = _metric_keys(d)
+    assert keys and keys <= results, keys - results
+
+
+@pytest.mark.parametrize("name", sorted(STORES))
+def test_the_picks_are_labels_with_the_results_numbers(exports, name):
+    # Each pick is a variant's label, its effect and interval the numbers of that variant's primary
+    # comparison in the results (ratio - 1), not a sentence.
+    d = exports[name]
+    labels = {v["label"] for v in d["variants"]}
+    picked = 0
+    for w, c in zip(d["results"], d["recommendation"]["workloads"]):
+        assert set(c["front"]) <= labels
+        if c["pick"] is None:
+            assert c["effect"] is None
+            continue
+        picked += 1
+        assert c["pick"] in labels
+        row = next(m for m in w["metrics"] if m["name"] == c["metric"])
+        cmp = next(x["comparison"] for x in row["cells"] if x["variant"] == c["pick"])
+        for ours, theirs in (("effect", "ratio"), ("low", "ci_low"), ("high", "ci_high")):
+            assert isinstance(c["effect"][ours], float)
+            assert c["effect"][ours] == pytest.approx(cmp[theirs] - 1)
+        assert c["effect"]["verdict"] == cmp["verdict"] and c["effect"]["p"] == cmp["p_adjusted"]
+    assert picked or name == "redis"   # redis: undecided everywhere, as its report says
+    for x in d["answers"]:
+        assert x["variant"] in labels and "text" not in x
+        assert x["effect"] is None or isinstance(x["effect"], float)
+
+
+def test_the_schema_refuses_the_schema_2_shapes(exports):
+    # What schema 2 wrote is refused under 3: a pick as an index, an answer as a sentence, a metric
+    # key with its unit, a bound as a sentence.
+    validator = jsonschema.Draft202012Validator(SCHEMA)
+    assert validator.is_valid(exports["demo"])
+    for change in (lambda d: d["recommendation"]["workloads"][0].update(pick=4),
+                   lambda d: d["recommendation"]["workloads"][0].update(front=[0, 2]),
+                   lambda d: d["answers"][0].update(effect="-38.0% [-44.8, -30.5]"),
+                   lambda d: d["answers"][0].update(metric="ns_per_pair (ns)"),
+                   lambda d: d["recommendation"]["workloads"][0]["effect"].update(low="-44.8"),
+                   lambda d: d.update(cpu_bounds=["simple: ns_per_pair (ns) undecided"]),
+                   lambda d: d.update(schema=2)):
+        broken = copy.deepcopy(exports["demo"])
+        change(broken)
+        assert not validator.is_valid(broken)
+
+
+def test_a_schema_2_export_is_still_read(tmp_path):
+    # Exports written before schema 3 (here the PostgreSQL recipe's, as schema 2 wrote it) are read
+    # as before: diffed against the same runs exported now, every summary agrees.
+    old = FIXTURES / "postgres-export-schema2.json"
+    assert json.loads(old.read_text())["schema"] == 2
+    new = tmp_path / "new.json"
+    p = run_cli(["report", "--db", str(_copy(STORES["postgres"])), "-o", str(new)], timeout=120)
+    assert p.returncode == 0, p.stderr
+    p = run_cli(["diff", str(old), str(new), "-f", "json"], timeout=120)
+    assert p.returncode == 0, p.stderr
+    cells = [c for w in json.loads(p.stdout)["workloads"] for r in w["rows"] for c in r["cells"]]
+    assert cells and all(c["a"] == c["b"] and c["a"]["n"] > 0 for c in cells)

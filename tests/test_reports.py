@@ -121,7 +121,7 @@ def test_every_format_of_a_real_experiment(real):
         if run.status == "ok":
             assert float(row["ops"]) == run.metrics["ops"]
     raw = json.loads((d / "r.json").read_text())
-    assert raw["schema"] == 2 and raw["experiment"]["id"] == 1
+    assert raw["schema"] == 3 and raw["experiment"]["id"] == 1
     assert len(raw["runs"]) == len(e.runs) and raw["runs"][0]["rss_series"] == json.loads(e.runs[0].rss_series)
     ops = next(m for m in raw["results"][0]["metrics"] if m["name"] == "ops")
     assert [c["variant"] for c in ops["cells"]] == ["glibc-notcache", "jemalloc"]
@@ -254,7 +254,7 @@ def test_csv_has_one_row_per_run_with_every_metric(three):
 
 def test_json_is_versioned_and_complete(three):
     d = json.loads(export(three, "json"))
-    assert d["schema"] == 2 and d["generator"].startswith("alloclab ")
+    assert d["schema"] == 3 and d["generator"].startswith("alloclab ")
     assert d["analysis"]["alpha"] == 0.05 and d["baseline"] == "glibc"
     assert len(d["runs"]) == len(three.experiment.runs)
     assert d["runs"][0]["rss_series"][-1][1] > 0
@@ -262,7 +262,7 @@ def test_json_is_versioned_and_complete(three):
     assert ops["name"] == "ops" and ops["primary"] is True
     assert ops["cells"][0]["comparison"] is None and ops["cells"][1]["comparison"]["verdict"] == "better"
     assert d["results"][0]["verification"]["jemalloc"]["status"] == "verified"
-    assert d["recommendation"]["workloads"][0]["pick"] == 1
+    assert d["recommendation"]["workloads"][0]["pick"] == "jemalloc"
 
 
 def test_html_is_self_contained_with_charts(three):

@@ -77,8 +77,8 @@ MECHANISM_METRICS = {"minflt": "faults", "majflt": "major faults", "peak_rss_mb"
                      "nvcsw": "waits", "nivcsw": "preemptions", "instructions": "instructions"}
 
 
-def mechanism(w, vi: int, limit: int = 3) -> list[str]:
-    """Decided changes of the counts that barely vary, for variant `vi`: "faults -90.1%"."""
+def mechanism_comparisons(w, vi: int, limit: int = 3) -> list[tuple[MetricRow, stats.Comparison]]:
+    """Decided changes of the counts that barely vary, for variant `vi` (the JSON's numbers)."""
     out = []
     for row in w.rows:
         if row.primary or row.name not in MECHANISM_METRICS:
@@ -86,8 +86,13 @@ def mechanism(w, vi: int, limit: int = 3) -> list[str]:
         c = row.comparison(vi)
         if c is None or c.verdict not in ("better", "worse") or not math.isfinite(c.ratio):
             continue
-        out.append(f"{MECHANISM_METRICS[row.name]} {(c.ratio - 1) * 100:+.0f}%")
+        out.append((row, c))
     return out[:limit]
+
+
+def mechanism(w, vi: int, limit: int = 3) -> list[str]:
+    """The same in words: "faults -90%"."""
+    return [f"{MECHANISM_METRICS[row.name]} {(c.ratio - 1) * 100:+.0f}%" for row, c in mechanism_comparisons(w, vi, limit)]
 
 
 @dataclass

@@ -12,17 +12,21 @@ from typing import TYPE_CHECKING
 
 from alloclab import __version__
 from alloclab.store.db import Experiment
-from alloclab.report.common import advice, answers, stored_note, baseline_warning, full_delta, process_lines, statistics_line, \
+from alloclab.report import json_answer
+from alloclab.report.common import advice, stored_note, baseline_warning, full_delta, process_lines, statistics_line, \
     verification_summary, wrapper_answers
-from alloclab.report.across import sentence as choice_sentence
-from alloclab.report.bounds import bound_answers
+from alloclab.report.bounds import cpu_bounds
 
 if TYPE_CHECKING:
     from alloclab.stats.results import Results
 
 SUFFIX = ".json"
 
-JSON_SCHEMA_VERSION = 2   # 2: four verdicts ("same" is gone), paired effects, answers, design
+# 3: the answers, the picks' effects and cpu_bounds as numbers, one metric key (the results'), picks
+#    and fronts by label; 2: four verdicts ("same" is gone), paired effects, answers, design.
+# Readers of exports (store/imports.py: diff of two files) read only the experiment and its runs,
+# which no schema number has changed: a schema 2 file is read as a schema 3 one.
+JSON_SCHEMA_VERSION = 3
 
 
 def json_safe(obj):
@@ -89,9 +93,9 @@ def results_dict(r: Results, runs: bool = True) -> dict:
                        "method": statistics_line(a),
                        "verdicts": "better | worse | equivalent | undecided",
                        "verification": {"level": level, "summary": sentence}}
-    out["answers"] = [dataclasses.asdict(x) for x in answers(a)]
+    out["answers"] = json_answer.answers(a)
     out["wrappers"] = wrapper_answers(a)   # added under schema 2: the named program is not what ran
-    out["cpu_bounds"] = bound_answers(a)   # undecided, bounded by the allocator's share of a profile
+    out["cpu_bounds"] = [b.to_dict() for b in cpu_bounds(a)]   # undecided, bounded by the allocator's share of a profile
     out["results"] = [{
         "workload": w.name,
         "workload_idx": w.idx,
@@ -110,29 +114,12 @@ def results_dict(r: Results, runs: bool = True) -> dict:
                       for c in row.cells],
         } for row in w.rows],
     } for w in a.workloads]
-    out["recommendation"] = _recommendation(r.recommendation, a.labels)
+    out["recommendation"] = json_answer.recommendation(a, r.recommendation)
     if r.tune is not None:   # a tune race's answer: its picks, each with its mechanism and how to apply it
         out["tune"] = r.tune.to_dict()
     out = json_safe(out)
     if runs:
         out["runs"] = [_run(run) for run in a.experiment.runs]
-    return out
-
-
-def _recommendation(rec, labels: list[str]) -> dict:
-    """As stored, with the overall's sentence as every format says it, and its counts (`across`,
-    added under schema 2) by variant label: the workloads where each was decided better, worse,
-    equivalent, undecided, the pick's rivals and why each is not the pick."""
-    out = dataclasses.asdict(rec)
-    for c, choice in zip(out["workloads"] + [out["overall"]], rec.workloads + [rec.overall]):
-        c["sentence"] = choice_sentence(choice)
-        x = c.pop("across")
-        if x is not None:
-            c["across"] = {"rule": x["rule"],
-                           "tallies": [{"variant": labels[vi]} | t for vi, t in x["tallies"].items()],
-                           "tied": [labels[vi] for vi in x["tied"]],
-                           "rivals": [{"variant": labels[v["variant_idx"]], "why": [str(w.value) for w in v["why"]]}
-                                      for v in x["rivals"]]}
     return out
 
 
