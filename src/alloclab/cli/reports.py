@@ -208,11 +208,13 @@ def experiments(
         console.print(f"No experiments in {db} yet. Run `alloclab compare -- CMD` or `alloclab suite`.")
         return
     t = Table(title=f"Experiments in {db}", title_justify="left")
+    # Every cell whole: a narrow terminal wraps a title (folding a word longer than its column)
+    # rather than cut it, the command being what tells two experiments apart.
     for col in ("id", "date (UTC)", "kind", "status", "command / recipe", "variants", "runs ok/total", "host"):
-        t.add_column(col, justify="right" if col in ("id", "runs ok/total") else "left")
+        t.add_column(col, justify="right" if col in ("id", "runs ok/total") else "left", overflow="fold")
     status_style = {"complete": "green", "interrupted": "yellow", "failed": "red", "running": "yellow"}
     for r in rows:
-        title = r.title if len(r.title) <= 60 else r.title[:57] + "..."
+        title = r.title
         if r.workloads > 1:
             title += f" ({r.workloads} workloads)"
         t.add_row(str(r.id), r.date.replace("T", " ")[:16], r.kind,
