@@ -17,6 +17,7 @@ allocate is inside its allocator at most stops: mimalloc's fast paths are all of
 from __future__ import annotations
 
 import os
+import statistics
 import time
 
 from alloclab.catalog.allocators import load_catalog
@@ -226,6 +227,7 @@ def read(snap: Snapshot, pid: int, maps: list[Mapping], note=None) -> None:
     snap.stopped = True
     snap.pauses = len(freezer.pauses)
     snap.pause_max_ms = round(1000 * max(freezer.pauses, default=0.0), 2)
+    snap.pause_median_ms = round(1000 * statistics.median(freezer.pauses), 2) if freezer.pauses else 0.0
     snap.pause_total_ms = round(1000 * sum(freezer.pauses), 2)
     if figures is None:
         raise refusals.attach_inside(pid, os.path.basename(library), tries, time.perf_counter() - started,

@@ -6,6 +6,7 @@ path, and a process that exits meanwhile is a refusal, not a partial answer."""
 from __future__ import annotations
 
 import os
+import statistics
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -136,6 +137,7 @@ def inspect(pid: int, options: Options = Options(), t0: float | None = None) -> 
             snap.stopped = freezer.enabled
             snap.pauses = len(freezer.pauses)
             snap.pause_max_ms = round(1000 * max(freezer.pauses, default=0.0), 2)
+            snap.pause_median_ms = round(1000 * statistics.median(freezer.pauses), 2) if freezer.pauses else 0.0
             snap.pause_total_ms = round(1000 * sum(freezer.pauses), 2)
     except ProcessGone:
         raise refusals.gone(pid, f"its {what}") from None
