@@ -44,7 +44,7 @@ def test_diff_takes_markdown_too(demo):
     ("compare", "terminal, md (markdown), html, json, csv"), ("suite", "terminal, md (markdown), html, json, csv"),
     ("run", "terminal, md (markdown), html, json, csv"), ("tune", "terminal, md (markdown), html, json, csv"),
     ("report", "terminal, md (markdown), html, json, csv"), ("diff", "terminal, md (markdown), json"),
-    ("inspect", "terminal or json"), ("experiments", "terminal, or json"), ("allocators", "terminal, or json"),
+    ("inspect", "terminal, json or html"), ("experiments", "terminal, or json"), ("allocators", "terminal, or json"),
 ])
 def test_every_format_option_lists_its_choices(command, choices):
     text = _help(command)

@@ -14,7 +14,7 @@ from alloclab.cli.app import DbOption, app, console, err
 from alloclab.cli.outputs import emit, plain_text
 from alloclab.errors import AlloclabError
 
-FORMATS = ("terminal", "json")
+FORMATS = ("terminal", "json", "html")
 ATTACH_WARNING = ("--attach: for jemalloc, tcmalloc or mimalloc without a channel of the program's own, alloclab "
                   "calls the allocator's statistics function inside the process (mallctl, "
                   "MallocExtension_GetNumericProperty, mi_process_info). It stops every thread for a few "
@@ -46,7 +46,7 @@ def inspect_command(
     children: bool = typer.Option(False, "--children", help="Every process below each PID too (a server's tree), each with its PSS beside its RSS."),
     watch: Optional[float] = typer.Option(None, "--watch", metavar="SECONDS", help="Read again every SECONDS, until Ctrl-C or --count."),
     count: Optional[int] = typer.Option(None, "--count", help="With --watch: stop after this many samples."),
-    fmt: str = typer.Option("terminal", "--format", "-f", help="terminal or json."),
+    fmt: str = typer.Option("terminal", "--format", "-f", help="terminal, json or html (a page with the parts over time; give it a file with -o)."),
     output: Optional[Path] = typer.Option(None, "--output", "-o", help="Write the answer to FILE (default: stdout)."),
     symbols: bool = typer.Option(True, "--symbols/--no-symbols", help="Find glibc's main_arena and mp_ from the debug symbols where installed (libc6-dbg); --no-symbols finds them by content."),
     pagemap: bool = typer.Option(True, "--pagemap/--no-pagemap", help="Residency from /proc/PID/pagemap; --no-pagemap takes each mapping's share of smaps."),
@@ -60,14 +60,16 @@ def inspect_command(
     CAP_SYS_PTRACE), stopping the process for at most a few tens of milliseconds at a time and
     writing nothing into it; jemalloc through the program's own channel (redis' MEMORY MALLOC-STATS),
     others from smaps, or with --attach by a call to the allocator's statistics inside the process. The answer names the memory rules of tune that fire, their settings, and the
-    command that races them. Stored like an experiment: `alloclab report ID`, `alloclab diff A B`."""
+    command that races them. With --watch, a line a sample and which part grew, first sample to last;
+    -f html -o FILE draws the parts over time. Stored like an experiment: `alloclab report ID`,
+    `alloclab diff A B`."""
     from alloclab.measure.inspect.snapshot import Options, inspect
     from alloclab.store.db import Store
     from alloclab.store.inspect_model import Inspection
     from alloclab.tune.inspection import answer
 
     if fmt not in FORMATS:
-        raise AlloclabError(f"Unknown inspect format '{fmt}'; choose {' or '.join(FORMATS)}.")
+        raise AlloclabError(f"Unknown inspect format '{fmt}'; choose {', '.join(FORMATS[:-1])} or {FORMATS[-1]}.")
     if watch is not None and watch <= 0:
         raise AlloclabError(f"--watch takes the seconds between samples, more than 0 (got {watch}).")
     if count is not None and count < 1:
@@ -79,6 +81,7 @@ def inspect_command(
     options = Options(symbols=symbols, pagemap=pagemap, attach=attach,
                       note=lambda words: err.print(words, style="yellow", highlight=False))
     samples = count if count is not None else (None if watch else 1)
+    screen = console if fmt == "terminal" and output is None else err   # where the terminal's lines go
     store: Store | None = None
     exp = None
     items: list[Inspection] = []
@@ -105,7 +108,11 @@ def inspect_command(
             for ins in batch:
                 store.add_inspection(exp, len(items), ins)
                 items.append(ins)
-            if fmt == "terminal" and output is None:
+            if watch is not None:   # a line a sample while watching; the answer and what grew at the end
+                from alloclab.report.inspect import sample_line
+                for ins in batch:
+                    screen.print(sample_line(ins), highlight=False, soft_wrap=True)
+            elif fmt == "terminal" and output is None:
                 from alloclab.report.inspect import render_terminal
                 render_terminal(batch, console)
             taken += 1
@@ -115,10 +122,11 @@ def inspect_command(
     finally:
         if store is not None:
             store.finish(exp, "complete" if items else "failed")
-    _write(items, exp, fmt, output)
+    if watch is not None and items:
+        _watched(items, exp, fmt, output, screen)
+    _write(items, exp, fmt, output, watch)
     if store is not None:
-        (console if fmt == "terminal" and output is None else err).print(
-            f"Inspection stored in {db} (experiment {exp}).", highlight=False)
+        screen.print(f"Inspection stored in {db} (experiment {exp}).", highlight=False)
 
 
 def _open(db: Path, pids: list[int], children: bool, watch: float | None):
@@ -130,12 +138,27 @@ def _open(db: Path, pids: list[int], children: bool, watch: float | None):
     return store, exp
 
 
-def _write(items, exp, fmt: str, output: Path | None) -> None:
+def _watched(items, exp, fmt: str, output: Path | None, screen) -> None:
+    """After a watch: on the terminal's own output the answer at each process's last sample, and on
+    the terminal whatever the format, which part grew."""
+    from alloclab.report.inspect import render_growth, render_terminal
+    from alloclab.store.inspect_model import growth
+    if fmt == "terminal" and output is None:
+        last = {ins.snapshot.pid: ins for ins in items}
+        console.print()
+        render_terminal(list(last.values()), console)
+    render_growth(growth(items), screen, exp)
+
+
+def _write(items, exp, fmt: str, output: Path | None, watch: float | None) -> None:
     from alloclab.report.inspect import render_json, render_terminal
     if fmt == "json":
         text = render_json(items, exp)
+    elif fmt == "html":
+        from alloclab.report.inspect_html import render_html
+        text = render_html(items, exp, watch)
     elif output is not None:
-        text = plain_text(lambda c: render_terminal(items, c))
+        text = plain_text(lambda c: render_terminal(items, c, exp))
     else:
         return
     emit(text, output, "Inspection")

@@ -143,13 +143,16 @@ def _diff_inspections(pairs: list, fmt: str, output: Path | None) -> None:
 
 
 def _report_inspection(store: Store, exp: int, fmt: str, output: Path | None) -> None:
-    """An inspection (`alloclab inspect`) as it was shown: terminal or JSON."""
+    """An inspection (`alloclab inspect`) as it was shown: terminal, JSON or its watch's page."""
     from alloclab.report.inspect import render_json, render_terminal
     items = store.inspections(exp)
-    if fmt not in ("terminal", "json"):
-        raise AlloclabError(f"Experiment {exp} is an inspection: its report is terminal or json, not {fmt}.")
+    if fmt not in ("terminal", "json", "html"):
+        raise AlloclabError(f"Experiment {exp} is an inspection: its report is terminal, json or html, not {fmt}.")
     if fmt == "json":
         text = render_json(items, exp)
+    elif fmt == "html":
+        from alloclab.report.inspect_html import render_html
+        text = render_html(items, exp, None)
     elif output is None:
         render_terminal(items, console, exp)
         return

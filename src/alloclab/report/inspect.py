@@ -1,5 +1,7 @@
-"""`alloclab inspect`'s answer on the terminal and as JSON, and the diff of two inspections: renders
-the Inspection records (store/inspect_model.py) and tune/inspection.py's diff; computes nothing."""
+"""`alloclab inspect`'s answer on the terminal and as JSON, a watch's line per sample and what grew
+over it, and the diff of two inspections: renders the Inspection records and their growth
+(store/inspect_model.py) and tune/inspection.py's diff; computes nothing. The watch's page is
+report/inspect_html.py."""
 
 from __future__ import annotations
 
@@ -11,7 +13,7 @@ from rich.text import Text
 
 from alloclab.report.fingerprint import PART_WORDS, _size
 from alloclab.store.fingerprint_model import PARTS
-from alloclab.store.inspect_model import Inspection, Snapshot
+from alloclab.store.inspect_model import GREW_AT_LEAST, Growth, Inspection, Snapshot, growth
 
 
 # The parts of `other` that are not the allocator's heap, named where the reading told them apart
@@ -126,12 +128,47 @@ def render_terminal(items: list[Inspection], console: Console, experiment: int |
         if ins.children:
             console.print(f"  its children: {', '.join(map(str, ins.children))}", highlight=False)
         console.print()
-    if experiment is not None and len(items) > 1 and len({i.snapshot.pid for i in items}) < len(items):
-        console.print("A diff of the first and last sample: `alloclab diff` of two inspections.", style="dim")
+    render_growth(growth(items), console, experiment)
+
+
+def sample_line(ins: Inspection) -> str:
+    """One sample of a watch in a line: when, the anonymous RSS and its parts, the stops, the rules."""
+    s = ins.snapshot
+    sp = s.split
+    parts = ", ".join(f"{PART_WORDS[k]} {_size(v)}" for k in PARTS if (v := sp.parts.get(k))) if sp else ""
+    stops = f"; {s.pauses} stops, longest {s.pause_max_ms:.1f} ms" if s.stopped else ""
+    rules = f"; fires: {', '.join(f.rule for f in ins.answer.fired)}" if ins.answer.fired else ""
+    return (f"+{s.t_s:6.1f} s  {s.pid}  anon {_size(sp.anon) if sp else '?'}" + (f": {parts}" if parts else "")
+            + f"; RSS {_size(s.rss)}{stops}{rules}")
+
+
+def growth_line(g: Growth) -> str:
+    """Which part grew, first sample to last, in bytes and as a share of the anonymous RSS's growth."""
+    head = f"Process {g.pid} over {g.t_s:.1f} s ({g.samples} samples)"
+    if g.grew is None:
+        return f"{head}: no part grew by {_size(GREW_AT_LEAST)} or more (anonymous RSS {_signed(g.anon_change)})."
+    share = (f", {g.share:.0%} of the anonymous RSS's growth ({_signed(g.anon_change)})" if g.share is not None
+             else f"; the anonymous RSS changed {_signed(g.anon_change)}")
+    return f"{head}: {PART_WORDS[g.grew]} grew most, {_signed(g.change)}{share}."
+
+
+def changes_line(g: Growth) -> str:
+    """Each part's change over the watch (those it held at either end)."""
+    return "each part: " + ", ".join(f"{PART_WORDS[r['part']]} {_signed(r['change'])}" for r in g.parts
+                                     if r["first"] or r["last"])
+
+
+def render_growth(gs: list[Growth], console: Console, experiment: int | None = None) -> None:
+    for g in gs:
+        console.print(growth_line(g), highlight=False, soft_wrap=True)
+        console.print("  " + changes_line(g), highlight=False, soft_wrap=True)
+    if gs and experiment is not None:
+        console.print(f"Part by part: `alloclab diff {experiment}:0 {experiment}:-1`.", style="dim", highlight=False)
 
 
 def render_json(items: list[Inspection], experiment: int | None) -> str:
-    return json.dumps({"experiment": experiment, "inspections": [i.to_dict() for i in items]}, indent=1) + "\n"
+    return json.dumps({"experiment": experiment, "inspections": [i.to_dict() for i in items],
+                       "growth": [g.to_dict() for g in growth(items)]}, indent=1) + "\n"
 
 
 def render_diff(d: dict, console: Console) -> None:

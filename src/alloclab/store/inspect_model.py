@@ -1,13 +1,14 @@
 """An inspection of a running process (`alloclab inspect PID`) as typed values: what measure/inspect
 read (a Snapshot: the split of its anonymous RSS in the fingerprint's parts, glibc's arenas as the
 walk found them, how each thing was read), and the answer tune/ gave from it. Stored as JSON, one
-row per process and sample, in the `inspections` table of an experiment of kind "inspect"."""
+row per process and sample, in the `inspections` table of an experiment of kind "inspect". And what
+a watch of it says (`growth`): which part grew from a process's first sample to its last."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from alloclab.store.fingerprint_model import MemorySplit, Plain
+from alloclab.store.fingerprint_model import PARTS, MemorySplit, Plain
 
 
 @dataclass
@@ -52,6 +53,7 @@ class Snapshot(Plain):
     traced_by: int = 0           # a tracer it already had (then it was read running)
     pauses: int = 0
     pause_max_ms: float = 0.0
+    pause_median_ms: float = 0.0
     pause_total_ms: float = 0.0
     read_s: float = 0.0
     unread: int = 0              # bytes the walk could not read or trust
@@ -131,3 +133,50 @@ class Inspection(Plain):
 
     def to_dict(self) -> dict:
         return {"snapshot": self.snapshot.to_dict(), "answer": self.answer.to_dict(), "children": self.children}
+
+
+# A part said to have grown over a watch grew by at least this much: below it, a few pages that a
+# sample caught mid-allocation, not a trend.
+GREW_AT_LEAST = 1 << 20
+
+
+@dataclass
+class Growth(Plain):
+    """One process over a watch, its first sample against its last: each part's change (bytes), the
+    part that grew most, and its share of the anonymous RSS's growth (None where that did not grow)."""
+    pid: int = 0
+    samples: int = 0
+    t_s: float = 0.0             # from the first sample to the last
+    anon_first: int = 0
+    anon_last: int = 0
+    parts: list[dict] = field(default_factory=list)     # part, first, last, change
+    grew: str | None = None      # None: no part grew by GREW_AT_LEAST
+    change: int = 0
+    share: float | None = None
+
+    @property
+    def anon_change(self) -> int:
+        return self.anon_last - self.anon_first
+
+
+def growth(items: list[Inspection]) -> list[Growth]:
+    """Each process sampled more than once, in the order it was first read."""
+    by_pid: dict[int, list[Snapshot]] = {}
+    for ins in items:
+        if ins.snapshot.split is not None:
+            by_pid.setdefault(ins.snapshot.pid, []).append(ins.snapshot)
+    out = []
+    for pid, snaps in by_pid.items():
+        if len(snaps) < 2:
+            continue
+        a, b = snaps[0], snaps[-1]
+        pa, pb = a.split.parts, b.split.parts
+        rows = [{"part": k, "first": pa.get(k, 0), "last": pb.get(k, 0), "change": pb.get(k, 0) - pa.get(k, 0)}
+                for k in PARTS if k in pa or k in pb]
+        g = Growth(pid, len(snaps), round(b.t_s - a.t_s, 3), a.split.anon, b.split.anon, rows)
+        top = max(rows, key=lambda r: r["change"], default=None)
+        if top is not None and top["change"] >= GREW_AT_LEAST:
+            g.grew, g.change = top["part"], top["change"]
+            g.share = round(g.change / g.anon_change, 3) if g.anon_change > 0 else None
+        out.append(g)
+    return out
