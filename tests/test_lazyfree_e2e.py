@@ -30,3 +30,30 @@ def test_lazyfree_at_the_end_is_read_beside_the_anonymous_rss(cli, build, store_
             assert m["end_lazyfree_mb"] > 100 and m["end_anon_mb"] > 180 and m["end_anon_nolazy_mb"] < 90, m
         else:
             assert m["end_lazyfree_mb"] < 1, m
+
+
+def test_an_answer_on_rss_at_the_end_names_the_lazyfree_it_carries(cli, build, store_of):
+    """The answer's facts say how much of the default's end reading is LazyFree, in MiB as the program
+    read it of itself; with nothing freed lazily, no such line (the control)."""
+    from alloclab.report.tune import answer_lines
+    from alloclab.stats.analysis import analyze
+    from alloclab.stats.tune_answer import answer
+
+    said = {}
+    for lazy_mib in (128, 0):
+        db = cli.db.with_name(f"lazy{lazy_mib}.db")
+        p = cli("compare", "--db", str(db), "--runs", "2", "--warmup", "0", "--no-verify", "-a", "glibc",
+                "-a", "glibc:MALLOC_ARENA_MAX=1", "--metric", r"own_lazy_kb=lazyfree_kb: (\d+):lower",
+                "--", str(build("lazyfree")), "192", str(lazy_mib))
+        assert p.returncode == 0, p.stdout + p.stderr
+        exp = store_of(db).load()
+        own = [r.metrics["own_lazy_kb"] / 1024 for r in exp.runs if r.status == "ok" and not r.warmup
+               and r.variant_idx == 0]
+        ans = answer(analyze(exp), [])
+        said[lazy_mib] = (ans, own, [text for _, text in answer_lines(ans)])
+    ans, own, lines = said[128]
+    assert ans.lazyfree and ans.lazyfree[0].label == "glibc" and ans.lazyfree[0].without is None
+    assert abs(ans.lazyfree[0].mib - sorted(own)[len(own) // 2]) <= 2, (ans.lazyfree, own)
+    assert any("MiB LazyFree" in line and "MADV_FREE" in line for line in lines), lines
+    ans, _, lines = said[0]
+    assert not ans.lazyfree and not any("LazyFree" in line for line in lines), lines

@@ -14,7 +14,8 @@ from __future__ import annotations
 import enum
 from dataclasses import dataclass, field
 
-from alloclab.stats import best
+from alloclab.stats import best, lazyfree
+from alloclab.stats.lazyfree import LazyNote
 from alloclab.stats.analysis import Analysis
 from alloclab.stats.apply import HowToApply, how_to_apply
 from alloclab.stats.estimates import Comparison
@@ -122,6 +123,8 @@ class TuneAnswer:
     # time: the answer leads with it, not with the slow pick (a threaded CPython program: the mmap
     # threshold fixed at x4.83 the time led while tcmalloc, faster and smaller by hand, stayed open).
     open_on_both: Other | None = None
+    # The default's and each pick's end reading, where pages freed with MADV_FREE are a real part of it.
+    lazyfree: list[LazyNote] = field(default_factory=list)
 
     def of(self, outcome: Outcome) -> list[Other]:
         return [o for o in self.others if o.outcome == outcome]
@@ -131,7 +134,8 @@ class TuneAnswer:
                 "others": [o.to_dict() for o in self.others], "baseline": self.baseline,
                 "failures": self.failures, "screened_out": self.screened_out,
                 "largest_open": self.largest_open.label if self.largest_open else None,
-                "open_on_both": self.open_on_both.label if self.open_on_both else None}
+                "open_on_both": self.open_on_both.label if self.open_on_both else None,
+                "lazyfree": [n.to_dict() for n in self.lazyfree]}
 
 
 def _effects(a: Analysis, metric_of, vi: int) -> tuple[Effect, ...]:
@@ -275,6 +279,7 @@ def answer(a: Analysis, candidates: list[Candidate], max_rss_increase: float | N
                                 Reason.SCREENED_OUT))
     opened = out.of(Outcome.OPEN)
     out.open_on_both = _open_on_both(a, out.picks, opened + out.of(Outcome.ALSO_BETTER))
+    out.lazyfree = lazyfree.notes(a, [p.variant_idx for p in out.picks])
     if out.picks:
         out.state = State.PICKED
     elif opened:
