@@ -12,7 +12,7 @@
  *         live bytes grow, the top stays the few pages glibc extends the heap by.
  *
  * Each grows about 2.5 MiB a second, slowly enough that a watch whose interpreter starts seconds
- * later still sees it grow, and stops at MIB (default 48: the top stays below the raised trim
+ * later still sees it grow, and stops at MIB (default 56: the top stays below the raised trim
  * threshold). It says "paused" on stderr when it starts growing (the word the tests' helpers wait
  * for), grows until a line arrives on stdin (or stdin closes), then prints "steps: N" and exits.
  *
@@ -50,7 +50,7 @@ int main(int argc, char **argv) {
         return 2;
     }
     int top = !strcmp(argv[1], "top");
-    size_t cap = (size_t)(argc > 2 ? atol(argv[2]) : 48) << 20;
+    size_t cap = (size_t)(argc > 2 ? atol(argv[2]) : 56) << 20;
     size_t nmax = cap / STEP;
     void **blocks = calloc(top ? nmax : cap / 1000 + STEP / 1000 + 1, sizeof *blocks);
     if (!blocks) return 3;

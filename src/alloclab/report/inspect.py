@@ -146,7 +146,8 @@ def growth_line(g: Growth) -> str:
     """Which part grew, first sample to last, in bytes and as a share of the anonymous RSS's growth."""
     head = f"Process {g.pid} over {g.t_s:.1f} s ({g.samples} samples)"
     if g.grew is None:
-        return f"{head}: no part grew by {_size(GREW_AT_LEAST)} or more (anonymous RSS {_signed(g.anon_change)})."
+        return (f"{head}: no part grew by {_size(GREW_AT_LEAST)} or more; the anonymous RSS changed by "
+                f"{_signed(g.anon_change)}.")
     share = (f", {g.share:.0%} of the anonymous RSS's growth ({_signed(g.anon_change)})" if g.share is not None
              else f"; the anonymous RSS changed {_signed(g.anon_change)}")
     return f"{head}: {PART_WORDS[g.grew]} grew most, {_signed(g.change)}{share}."
