@@ -19,11 +19,11 @@ def test_compare_runs_tbbmalloc_verified_with_its_setting_in_effect(build, cli, 
     assert p.returncode == 0, p.stderr
     e = store_of(cli.db).load()
     assert e.row.status == "complete"
-    assert [v.label for v in e.variants] == ["glibc", "tbbmalloc", "tbbmalloc TBB_MALLOC_USE_HUGE_PAGES=1"]
+    assert [v.label for v in e.variants] == ["glibc", "tbbmalloc", "tbbmalloc USE_HUGE_PAGES=1"]
     measured = [r for r in e.runs if not r.warmup]
     assert len(measured) == 2 * 3 and all(r.status == "ok" and r.metrics["ops"] > 0 for r in measured)
     got = {e.variants[vi].label: v for (_, vi), v in e.verifications.items()}
-    for label in ("tbbmalloc", "tbbmalloc TBB_MALLOC_USE_HUGE_PAGES=1"):
+    for label in ("tbbmalloc", "tbbmalloc USE_HUGE_PAGES=1"):
         assert got[label].status == "verified", (label, got[label])
     # The proxy's own fallback to libc's free (for blocks the loader allocated first) is not
     # where the program's calls go: every process bound malloc and free to the proxy.

@@ -50,12 +50,18 @@ class Books:
     glibc's malloc_info and mimalloc's mi_process_info have fixed figures: no roles."""
     interface: str                                     # malloc_info | mallctl | property | mi_process_info
     roles: tuple[tuple[str, tuple[str, ...]], ...] = ()   # role -> the names summed for it
+    entry: str = ""        # the function the books are read through (inspect --attach calls it)
+    source: str = ""       # in words: "jemalloc mallctl"
+    sampled_as: str = ""   # what the interposer names its per-sample reading (launcher/books.c)
+    sampled: tuple[str | None, str | None] = (None, None)   # that reading's allocated and held bytes, in words
 
     @classmethod
     def from_toml(cls, entry: dict) -> "Books":
         entry = dict(entry)
-        interface = entry.pop("interface")
-        return cls(interface, tuple((role, (v,) if isinstance(v, str) else tuple(v)) for role, v in entry.items()))
+        fixed = {k: entry.pop(k) for k in ("interface", "entry", "source", "sampled_as") if k in entry}
+        sampled = tuple(x or None for x in entry.pop("sampled", ["", ""]))
+        return cls(roles=tuple((role, (v,) if isinstance(v, str) else tuple(v)) for role, v in entry.items()),
+                   sampled=sampled, **fixed)
 
     def names(self) -> list[str]:
         """Every name read, in the catalog's order (what the interposer is handed)."""
@@ -84,6 +90,7 @@ class Allocator:
     verbose_regex: str | None = None
     verbose_values: tuple[tuple[str, str], ...] = ()   # a printed word -> the value it stands for
     forward: str = ""      # the system allocator: source of its forwarding preload (allocators.toml)
+    forward_shows: str = ""   # the setting (its read name) a forwarded probe shows in effect
     default: bool = True   # among the variants run when none is given
     same_as: str = ""      # the entry it copies (its settings are that one's, not named twice)
     race_in_tune: bool = True   # raced by `alloclab tune` as a plain allocator (not a near-copy of another)
@@ -95,6 +102,17 @@ class Allocator:
     bundled_symbols: tuple[str, ...] = ()            # any of these defined in a program: this copy
     bundled_versions: tuple[tuple[str, str], ...] = ()   # a string compiled into the copy -> its version
     env_names: tuple[tuple[str, str], ...] = ()
+    # The environment it reads: a name ending in _ or . starts a family, any other is one variable.
+    env_prefixes: tuple[str, ...] = ()
+    # Where its code shares a library with other code (glibc's malloc inside libc): the libraries, and
+    # the functions that are its code there (globs), by which a profile tells its samples apart.
+    code_libraries: tuple[str, ...] = ()
+    code_symbols: tuple[str, ...] = ()
+
+    @property
+    def release_function(self) -> str:
+        """The function of its release call (malloc_trim of malloc_trim(0))."""
+        return self.release_call.split("(", 1)[0]
 
     @property
     def is_system(self) -> bool:
@@ -110,6 +128,8 @@ class Allocator:
                                    trims_with=tuple(a.trims_with), bundled_symbols=tuple(a.bundled_symbols),
                                    bundled_versions=tuple(tuple(x) for x in a.bundled_versions),
                                    env_names=tuple(dict(a.env_names).items()),
+                                   env_prefixes=tuple(a.env_prefixes), code_libraries=tuple(a.code_libraries),
+                                   code_symbols=tuple(a.code_symbols),
                                    tunables=tuple(Tunable.from_toml(k, v) for k, v in dict(a.tunables).items()),
                                    verbose_env=tuple(dict(a.verbose_env).items()),
                                    verbose_values=tuple(dict(a.verbose_values).items()),
@@ -138,6 +158,7 @@ def closest(word: str, names: list[str]) -> str | None:
 class Catalog:
     allocators: dict[str, Allocator]
     combine: dict[str, tuple[str, str]] = field(default_factory=dict)
+    examples: dict[str, str] = field(default_factory=dict)   # variants the messages show ([examples])
 
     def get(self, name: str) -> Allocator:
         try:
@@ -152,10 +173,37 @@ class Catalog:
                 f"Run `alloclab allocators` to see which are installed."
             ) from None
 
+    def every_books(self) -> list[Books]:
+        """Each interface's books once (the copies of an allocator share theirs), in the catalog's order."""
+        found = {a.books.interface: a.books for a in self.allocators.values() if a.books is not None}
+        return list(found.values())
+
+    def sampled(self, sampled_as: str) -> Books | None:
+        """The books whose per-sample reading the interposer names so ("jemalloc mallctl")."""
+        return next((a.books for a in self.allocators.values() if a.books and a.books.sampled_as == sampled_as), None)
+
     def books(self, interface: str) -> Books | None:
         """The roles of an interface's names (the first allocator read through it: the copies of
         gperftools share theirs)."""
         return next((a.books for a in self.allocators.values() if a.books and a.books.interface == interface), None)
+
+    def environment(self) -> list[str]:
+        """Every variable name or family prefix some allocator reads (each entry's env_prefixes)."""
+        return list(dict.fromkeys(p for a in self.allocators.values() for p in a.env_prefixes))
+
+    def reads_variable(self, var: str) -> bool:
+        """An allocator reads `var`: alloclab must set it only through a variant."""
+        return any(var.startswith(p) if p.endswith(("_", ".")) else var == p for p in self.environment())
+
+    def setting_families(self) -> list[str]:
+        """The prefixes of settings' families (MALLOC_, MIMALLOC_, glibc.malloc.), stripped in short labels."""
+        return [p for p in self.environment() if p.endswith(("_", "."))]
+
+    def looks_like_setting(self, key: str) -> bool:
+        """A name of some allocator's setting family, or a variable a copy reads under its own name
+        (_RJEM_MALLOC_CONF), or one whose keys are joined (MALLOC_CONF): unknown, it is refused."""
+        renamed = {new for a in self.allocators.values() for _, new in a.env_names}
+        return key.startswith(tuple(self.setting_families())) or key in renamed or key in self.combine
 
     def install_line(self, names: list[str] | None = None) -> str:
         packages = sorted({self.allocators[n].package for n in names or self.allocators
@@ -176,7 +224,7 @@ def load_catalog(path: str | None = None) -> Catalog:
             entry = {k: v for k, v in tables[copied].items() if k != "default"} | entry
         allocators[name] = Allocator.from_toml(name, entry)
     combine = {var: (fmt, sep) for var, (fmt, sep) in data.get("combine", {}).items()}
-    return Catalog(allocators, combine)
+    return Catalog(allocators, combine, dict(data.get("examples", {})))
 
 
 # --- where libraries live -------------------------------------------------------------------

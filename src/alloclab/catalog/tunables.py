@@ -15,7 +15,6 @@ from alloclab.errors import AlloclabError
 
 _SIZE = re.compile(r"^(\d+(?:\.\d+)?)([KMGT])i?B?$", re.IGNORECASE)
 # Names allocators read: a variable of this shape in a variant is meant for the allocator.
-_LOOKS_LIKE_SETTING = re.compile(r"^(MALLOC_|TCMALLOC_|MIMALLOC_|JE_MALLOC_CONF$|_RJEM_MALLOC_CONF$|glibc\.malloc\.)")
 _BOOLS = {"true": "true", "false": "false"}
 
 
@@ -37,7 +36,7 @@ class TunableSetting:
 
 
 def looks_like_setting(key: str, catalog: cat.Catalog) -> bool:
-    return bool(_LOOKS_LIKE_SETTING.match(key)) or key in catalog.combine
+    return catalog.looks_like_setting(key)
 
 
 def _owners(key: str, catalog: cat.Catalog) -> list[str]:

@@ -18,10 +18,10 @@ from alloclab.catalog.tunables import (TunableSetting, check_value, expand_size,
 
 # Inherited settings that would change the allocator behind our back; the runner removes
 # them so that the variant is the only allocator setting a run sees.
-ALLOCATOR_ENV = re.compile(r"^(LD_PRELOAD|GLIBC_TUNABLES|MALLOC_.*|TCMALLOC_.*|MIMALLOC_.*|JE_MALLOC_CONF|_RJEM_MALLOC_CONF|HEAPPROFILE|HEAPCHECK)$")
+ALLOCATOR_ENV = re.compile("^(LD_PRELOAD|" + "|".join(
+    re.escape(p) + (".*" if p.endswith("_") else "") for p in cat.load_catalog().environment() if "." not in p) + ")$")
 
 _ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
-_SHORT_PREFIXES = ("MALLOC_", "TCMALLOC_", "MIMALLOC_", "glibc.malloc.")
 __all__ = ["expand_size"]  # sweep and older callers import it from here
 
 
@@ -34,7 +34,7 @@ class Setting:
     @property
     def short(self) -> str:
         key = self.key
-        for prefix in _SHORT_PREFIXES:
+        for prefix in cat.load_catalog().setting_families():
             if key.startswith(prefix) and len(key) > len(prefix):
                 key = key[len(prefix):]
                 break

@@ -115,7 +115,7 @@ def allocators(fmt: str = ListFormatOption) -> None:
     console.print(t)
     if missing:
         console.print(f"Missing: {', '.join(missing)}. Install with: {catalog.install_line(missing)}")
-    console.print("A variant is NAME[:VAR=VALUE,...][@LABEL], e.g. glibc:MALLOC_TOP_PAD_=64M; "
+    console.print(f"A variant is NAME[:VAR=VALUE,...][@LABEL], e.g. {catalog.examples['setting']}; "
                   "any path to a .so is a custom allocator.")
 
 

@@ -19,6 +19,7 @@ from rich.text import Text
 
 from alloclab import defaults
 from alloclab.cli.app import ReadDbOption, app, console as default_console, min_effect_value, open_store
+from alloclab.catalog.allocators import load_catalog
 from alloclab.errors import AlloclabError
 
 # The tables need the statistics (numpy, scipy), imported where a table is drawn: registering the
@@ -229,5 +230,5 @@ def sweep_command(
     if not render_stored_sweeps(build_results(store.load(exp_id), min_effect=min_effect, sweeps=True)):
         raise AlloclabError(
             f"Experiment {exp_id} in {store.path} has no sweep. Sweep a setting with a range or a list in a "
-            f"variant (alloclab compare -a 'glibc:MALLOC_TOP_PAD_=128K..256M*4' -- CMD), a workload parameter "
+            f"variant (alloclab compare -a '{load_catalog().examples['sweep']}' -- CMD), a workload parameter "
             f"(alloclab suite --workload larson --param threads=1,2,4) or --ablate 'glibc:A=1,B=2'.")

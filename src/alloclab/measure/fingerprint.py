@@ -77,10 +77,9 @@ def books_env() -> dict[str, str]:
     """The names the interposer reads through each interface keyed by name (catalog/allocators.toml)."""
     catalog = load_catalog()
     out = {}
-    for interface, var in (("mallctl", "ALLOCLAB_FP_BOOKS_MALLCTL"), ("property", "ALLOCLAB_FP_BOOKS_PROPERTY")):
-        books = catalog.books(interface)
-        if books is not None:
-            out[var] = ",".join(books.names())
+    for a in catalog.allocators.values():
+        if a.books is not None and a.books.roles:
+            out[f"ALLOCLAB_FP_BOOKS_{a.books.interface.upper()}"] = ",".join(a.books.names())
     return out
 
 
@@ -257,8 +256,10 @@ def run_all(exp, root: Path) -> None:
             args = (w.executor, env, v.env, root / f"fingerprint-{c.workload_idx}-{c.variant_idx}")
             kw = {"timeout_s": exp.settings.timeout_s, "mapped_marker": verify.mapped_marker(v)}
             shared = recorder if recorder is not None and recorder.alive() and isinstance(w.executor, CommandExecutor) else None
+            exp.hooks.prepare(lambda: f"before the fingerprint run of {w.name} | {v.label}")
             ran = _run(*args, **kw, recorder=shared)
             if shared is not None and not shared.alive():
+                exp.hooks.prepare(lambda: f"before the fingerprint run of {w.name} | {v.label}, again")
                 ran = _run(*args, **kw)   # the launcher (or perf) went away under it
             elif shared is not None and isinstance(ran, _Ran):
                 shared.ran(ran.result.pid, (c.workload_idx, c.variant_idx))

@@ -43,8 +43,6 @@ OTHER = ("stacks", "libraries", "interposer", "own_maps")
 # Figures of the tree that are not summed over its processes: each process's own setting or state.
 NOT_SUMMED = {"mmap_threshold", "trim_threshold", "thresholds_fixed", "raised_by", "raised_at_ms", "arenas.page"}
 ROWS_KEPT = 200
-SOURCE = {"malloc_info": "glibc malloc_info", "mallctl": "jemalloc mallctl",
-          "property": "gperftools MallocExtension", "mi_process_info": "mimalloc mi_process_info"}
 
 
 @dataclass
@@ -222,4 +220,6 @@ def books_of(procs, t0_ns: int | None, peak_t_s: float | None, phases: list[tupl
         if s is not None:
             splits.append(s)
     spent = sum(ProcessBooks.of(p.books).spent_ns for p in procs if getattr(p, "books", None))
-    return Books(interface, SOURCE.get(interface, interface), round(spent / 1e9, 4), names, rows, splits)
+    catalogued = load_catalog().books(interface)
+    source = catalogued.source if catalogued is not None and catalogued.source else interface
+    return Books(interface, source, round(spent / 1e9, 4), names, rows, splits)

@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass
 
+from alloclab.catalog.allocators import load_catalog
 from alloclab.measure.fingerprint_work import ProcessFile
 from alloclab.store.fingerprint_model import AllocatorAt, AllocatorFigures, Memory, MemPoint, OwnPoint, Phase, Plain
 
@@ -51,20 +52,12 @@ def _merged_series(procs: list[ProcessFile], points: int = 400) -> list[tuple]:
     return out
 
 
-# What each allocator's own figures are (launcher/fingerprint.c reads them in the process).
-ALLOCATOR_FIGURES = {
-    "glibc mallinfo2": ("uordblks + hblkhd", "arena + hblkhd (heap and mmapped chunks obtained from the system)"),
-    "jemalloc mallctl": ("stats.allocated", "stats.resident"),
-    "gperftools MallocExtension": ("generic.current_allocated_bytes",
-                                   "generic.heap_size - tcmalloc.pageheap_unmapped_bytes"),
-    "mimalloc mi_process_info": (None, "current commit (a release build counts no allocated bytes)"),
-}
-
-
 def allocator_figures(series6: list[tuple], sources: list[str], memory: Memory | None) -> AllocatorFigures:
     """The allocator's own count of allocated and held bytes, read at the same instants as our live
     bytes and RSS, at the peak of live bytes and at the end."""
-    what = ALLOCATOR_FIGURES.get(sources[0], (None, None)) if len(sources) == 1 else (None, None)
+    # What the allocator's own figures are (the interposer reads them in the process): the catalog's books.
+    books = load_catalog().sampled(sources[0]) if len(sources) == 1 else None
+    what = books.sampled if books is not None else (None, None)
     out = AllocatorFigures(", ".join(sources), *what, series=[OwnPoint(pt[0], pt[4], pt[5]) for pt in series6])
     if memory:
         peak = max(series6, key=lambda pt: pt[1])

@@ -24,7 +24,7 @@ from alloclab.workloads.command import real_executable
 
 # The settings whose effect glibc's main arena shows at the first malloc: it grows by the request
 # plus top_pad. (The loader's tunable list says what glibc parsed; this says its malloc used it.)
-TOP_PAD_READ = "glibc.malloc.top_pad"
+TOP_PAD_READ = cat.load_catalog().get(cat.BASELINE).forward_shows
 # The words of the verification note of a forwarded cell (for_cell), which the reports look for.
 FORWARDED = "forced by alloclab's forwarding preload"
 

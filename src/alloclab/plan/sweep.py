@@ -36,6 +36,7 @@ import re
 from dataclasses import dataclass
 
 
+from alloclab.catalog.allocators import load_catalog
 from alloclab.errors import AlloclabError
 from alloclab.catalog.variants import Setting, VariantSpec, expand_size, parse_settings, split_written
 
@@ -277,11 +278,11 @@ def ablation_specs(spec: str) -> tuple[list[VariantSpec], dict]:
     name, settings_text, label = split_written(spec)
     if "{" in settings_text or ".." in settings_text:
         raise AlloclabError(f"--ablate '{spec}' contains a sweep; ablation takes fixed settings, e.g. "
-                            f"--ablate 'glibc:MALLOC_TOP_PAD_=64M,MALLOC_ARENA_MAX=2'. Sweep with -a instead.")
+                            f"--ablate '{load_catalog().examples['settings']}'. Sweep with -a instead.")
     pairs = tuple(parse_settings(spec, settings_text))
     if len(pairs) < 2:
         raise AlloclabError(f"--ablate '{spec}' needs at least two settings to take apart, e.g. "
-                            f"'glibc:MALLOC_TOP_PAD_=64M,MALLOC_ARENA_MAX=2'; to measure one setting, use -a.")
+                            f"'{load_catalog().examples['settings']}'; to measure one setting, use -a.")
     base = VariantSpec(name).base
     settings = [f"{k}={v}" for k, v in pairs]
     single_labels = [f"{base} {_short(k, v)}" for k, v in pairs]

@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING
 import jinja2
 
 from alloclab import __version__
+from alloclab.catalog.allocators import load_catalog
 from alloclab.stats.analysis import Analysis
 from alloclab.stats.recommend import RSS_METRIC
 from alloclab.store.model import Run
@@ -167,8 +168,9 @@ def _fingerprint_section(labels: list[str], fp_of: dict, order: list[int], pen: 
     if any(fp.books and fp.books.splits for fp in ok.values()):
         figures.append({"svg": pen.add("fingerprint_charts", "split_chart", labels, ok, order), "caption":
                         "Where the memory goes: the anonymous RSS at each reading of the fingerprint run, in its "
-                        "resident parts, from the allocator's own books (malloc_info, mallctl, MallocExtension, "
-                        "mi_process_info) and /proc/self/smaps; the tick is the anonymous RSS itself."})
+                        "resident parts, from the allocator's own books ("
+                        + ", ".join(b.source for b in load_catalog().every_books())
+                        + ") and /proc/self/smaps; the tick is the anonymous RSS itself."})
     return {"header": ["figure"] + [labels[vi] for vi in order], "rows": fingerprint.rows(fp_of, order),
             "lines": fingerprint.summary_lines(fp_of, labels), "explanation": fingerprint.explanation(fp_of),
             "errors": fingerprint.errors(fp_of, labels), "figures": figures}

@@ -11,6 +11,7 @@ from __future__ import annotations
 import os
 import shlex
 
+from alloclab.catalog.allocators import BASELINE, load_catalog
 from alloclab.catalog.tune_rules import load_rules
 from alloclab.store.inspect_model import Answer, Finding, Setting, Snapshot
 from alloclab.tune.diagnosis import Reading, arena_fit, free_chunk_values, hist_of_chunks, rest_values, size_text
@@ -94,10 +95,11 @@ def answer(snap: Snapshot) -> Answer:
     out.fired = list(by_rule.values())
     if {"glibc-free-sized", "glibc-free-pinned"} & set(by_rule):
         # A setting acts on a restarted process; the memory free inside it now can go back today.
-        out.said.append(f"now, without a restart: malloc_trim(0) called inside process {snap.pid} gives back the "
+        release = load_catalog().get(BASELINE).release_call
+        out.said.append(f"now, without a restart: {release} called inside process {snap.pid} gives back the "
                         f"whole pages of its free chunks ({size_text(snap.split.parts.get('free_inside', 0))} free "
                         f"inside): the program's own call where it has one, else `gdb -p {snap.pid} -batch -ex "
-                        f"'call (int) malloc_trim(0)'`, which stops it and runs glibc's code in it")
+                        f"'call (int) {release}'`, which stops it and runs glibc's code in it")
     out.silent = [name for name in rx.silent]
     parts = snap.split.parts
     if snap.allocator == "glibc" and not snap.thresholds and parts.get("free_top", 0) >= KEPT_TOP:

@@ -13,6 +13,7 @@ from pathlib import Path
 
 from alloclab.workloads import phases
 from alloclab.errors import AlloclabError
+from alloclab.catalog.allocators import load_catalog
 from alloclab.workloads.experiment_model import (BUILTIN_PLACEHOLDERS, ExperimentFile, Load, MetricSpec,
                                                  Requirement, Service, Step, placeholders_in)
 from alloclab.workloads.toml_check import KeyLocator, _Checker, _fmt_path
@@ -83,7 +84,7 @@ def parse(path: str | Path) -> ExperimentFile:
     variants = c.typed(exp, "variants", ("experiment",), list, "a list of variant specs", [])
     if not all(isinstance(v, str) for v in variants):
         raise c.error(("experiment", "variants"), "'experiment.variants' must be a list of strings.",
-                      'Write e.g. ["glibc", "glibc:MALLOC_TOP_PAD_=64M", "jemalloc"].')
+                      f'Write e.g. ["glibc", "{load_catalog().examples["setting"]}", "jemalloc"].')
     setup, teardown = _steps(c, data, "setup"), _steps(c, data, "teardown")
     service, loads = _service_and_loads(c, data, setup)
     ef = ExperimentFile(
@@ -151,7 +152,7 @@ def _env(c: Checker, exp: dict) -> dict:
     env = c.table(exp.get("env", {}), ("experiment", "env"), {k: "value" for k in exp.get("env", {})})
     for var, value in env.items():
         if not isinstance(value, str) or not re.match(r"^[A-Za-z_][A-Za-z0-9_]*$", var) or \
-                re.match(r"^(LD_|MALLOC_|GLIBC_TUNABLES$|TCMALLOC_|JE_MALLOC|MIMALLOC_)", var):
+                var.startswith("LD_") or load_catalog().reads_variable(var):
             raise c.error(("experiment", "env", var), f"experiment.env cannot set '{var}' to {value!r}.",
                           "Give a plain variable name and a string; the allocator's settings belong in the "
                           "variants, never in env.")

@@ -17,28 +17,20 @@ import re
 from dataclasses import dataclass, field
 from typing import Iterable, Iterator
 
+from alloclab.catalog.allocators import BASELINE, load_catalog
+
 # --- what is allocator code ------------------------------------------------------------------
 
-# glibc's malloc lives inside libc, so there it is told apart by symbol (globs, after the
-# @VERSION and .constprop/.isra/.part suffixes are stripped).
-GLIBC_DSOS = ("libc.so.6", "libc.so", "libc-*.so")
-GLIBC_MALLOC_FAMILY = (
-    "malloc", "free", "cfree", "calloc", "realloc", "reallocarray", "memalign", "posix_memalign",
-    "__posix_memalign", "aligned_alloc", "valloc", "pvalloc", "malloc_usable_size", "__malloc_usable_size",
-    "malloc_trim", "__malloc_trim", "mtrim", "malloc_consolidate", "sysmalloc", "sysmalloc_mmap*", "systrim",
-    "heap_trim", "new_heap", "alloc_new_heap", "grow_heap", "shrink_heap", "unlink_chunk", "munmap_chunk",
-    "mremap_chunk", "ptmalloc_init", "malloc_init", "malloc_printerr", "_mid_memalign",
-    "checked_request2size", "_int_*", "tcache_*", "arena_*", "get_free_list", "reused_arena",
-    "detach_arena", "__libc_malloc*", "__libc_free", "__libc_calloc", "__libc_realloc*",
-    "__libc_memalign", "__libc_valloc", "__libc_pvalloc", "__GI___libc_malloc", "__GI___libc_free",
-    "__GI___libc_realloc", "__GI___libc_calloc", "__GI___libc_memalign", "__malloc_*",
-    "malloc_hook_ini", "realloc_hook_ini", "memalign_hook_ini", "__default_morecore", "__glibc_morecore",
-)
+# glibc's malloc lives inside libc, so there it is told apart by symbol: the catalog's code_symbols.
+_SYSTEM = load_catalog().get(BASELINE)
+GLIBC_DSOS = _SYSTEM.code_libraries
+GLIBC_MALLOC_FAMILY = _SYSTEM.code_symbols
 
-# The allocator entry points a program calls (through its PLT): the same under every allocator.
+# The allocator entry points a program calls (through its PLT): the same under every allocator, and
+# the system allocator's release call, which any program may call.
 ALLOCATOR_API = frozenset({
     "malloc", "free", "calloc", "realloc", "reallocarray", "memalign", "posix_memalign", "aligned_alloc",
-    "valloc", "pvalloc", "malloc_usable_size", "malloc_trim", "_Znwm", "_Znam", "_ZdlPv", "_ZdaPv", "_ZdlPvm",
+    "valloc", "pvalloc", "malloc_usable_size", _SYSTEM.release_function, "_Znwm", "_Znam", "_ZdlPv", "_ZdaPv", "_ZdlPvm",
     "_ZdaPvm", "_ZnwmRKSt9nothrow_t", "_ZnamRKSt9nothrow_t", "_ZnwmSt11align_val_t", "_ZdlPvSt11align_val_t",
     "operator new", "operator delete", "operator new[]", "operator delete[]",
 })
