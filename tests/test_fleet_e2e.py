@@ -99,7 +99,7 @@ def test_compare_on_two_local_workers_stores_both_hosts_and_reports_each(build, 
     assert "2 hosts" in listing
     rep = cli("report", check=True).stdout
     assert all(f"host {h}:" in rep for h in hosts)
-    md = cli("report", "-f", "md", check=True).stdout
+    md = cli("report", "-f", "md", "--details", check=True).stdout   # the metadata block: the full report's
     assert "fleet:      per-host on local:2" in md and all(f"{h} (6 runs per variant)" in md for h in hosts)
     h1, h2 = sorted(hosts)
     d = cli("diff", f"1@{h1}", f"1@{h2}", check=True).stdout

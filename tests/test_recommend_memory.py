@@ -152,8 +152,9 @@ def test_postgres_recipe_run_line_has_no_literal_placeholders_in_any_format(tmp_
     assert c.pick is not None and "Mind the memory: tcmalloc keeps 24% more RSS than glibc after the load" in c.sentence
     assert " -D <data_dir> -p <port> " in c.apply.env_line
     for fmt in ("terminal", "md", "html", "json"):
-        # Each workload's run line: in the terminal's full tables (its short answer gives the overall's).
-        text = export(build_results(a.experiment), fmt, Options(details=fmt == "terminal"))
+        # Each workload's run line: in the full tables of the terminal and Markdown (their short
+        # answers give the overall's).
+        text = export(build_results(a.experiment), fmt, Options(details=fmt in ("terminal", "md")))
         if fmt == "json":
             rec = json.dumps(json.loads(text)["recommendation"])
         elif fmt == "html":

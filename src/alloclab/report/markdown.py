@@ -1,5 +1,6 @@
-"""Markdown for a patch mail or a pull request: the host and version lines first, then one table
-per workload, its warnings and verification, and the recommendation with how to apply it.
+"""Markdown for a patch mail or a pull request, with `--details` (the default is the short answer,
+markdown_brief.py): the host and version lines first, then one table per workload with every
+standard measure, its warnings and verification, and the recommendation with how to apply it.
 
 Columns are padded so the raw text reads as well in a plain-text mail as rendered."""
 
@@ -125,6 +126,9 @@ def recommendation_section(choices: list[Choice], budget: float | None) -> list[
 
 
 def export(r: Results, options) -> str:
+    if not options.details:   # the short answer for a mail (markdown_brief.py); the full tables on request
+        from alloclab.report import markdown_brief
+        return markdown_brief.export(r, options)
     a = r.analysis
     e = a.experiment
     level, sentence = verification_summary(a)
