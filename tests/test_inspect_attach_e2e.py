@@ -94,7 +94,7 @@ def test_attach_splits_the_allocators_books_and_leaves_the_process_as_it_was(att
     finally:
         out, err, rc = p.go()
     got = inspection(proc)
-    assert "--attach: for jemalloc, tcmalloc or mimalloc" in " ".join(proc.stderr.split())   # the warning
+    assert "--attach: for tcmalloc, jemalloc or mimalloc" in " ".join(proc.stderr.split())   # the warning
     assert rc == 0 and out == expected, err
     assert "signals: 0" in err
     snap = got[0]["snapshot"]

@@ -15,13 +15,24 @@ from alloclab.cli.outputs import emit, plain_text
 from alloclab.errors import AlloclabError
 
 FORMATS = ("terminal", "json", "html")
-ATTACH_WARNING = ("--attach: for jemalloc, tcmalloc or mimalloc without a channel of the program's own, alloclab "
-                  "calls the allocator's statistics function inside the process (mallctl, "
-                  "MallocExtension_GetNumericProperty, mi_process_info). It stops every thread for a few "
-                  "milliseconds, calls only when no thread is inside the allocator, writes the call's arguments "
-                  "below one thread's stack pointer, runs the allocator's code on that thread, and then puts back "
-                  "its registers and those bytes. Use it where a short stop and a call into the allocator are "
-                  "acceptable.")
+
+
+def attach_warning() -> str:
+    """What --attach does, naming the allocators whose books it calls for (the catalog's, one per interface)."""
+    from alloclab.catalog.allocators import load_catalog
+    from alloclab.measure.inspect.attach import CALLS
+    first = {}
+    for a in load_catalog().allocators.values():
+        if a.books is not None and a.books.interface in CALLS and not a.bundled:
+            first.setdefault(a.books.interface, a)
+    names = [a.name for a in first.values()]
+    who = ", ".join(names[:-1]) + f" or {names[-1]}" if len(names) > 1 else "".join(names)
+    return (f"--attach: for {who} without a channel of the program's own, alloclab calls the allocator's "
+            f"statistics function inside the process ({', '.join(a.books.entry for a in first.values())}). It "
+            "stops every thread for a few milliseconds, calls only when no thread is inside the allocator, writes "
+            "the call's arguments below one thread's stack pointer, runs the allocator's code on that thread, and "
+            "then puts back its registers and those bytes. Use it where a short stop and a call into the allocator "
+            "are acceptable.")
 
 
 def _targets(pids: list[int], children: bool) -> list[tuple[int, list[int]]]:
@@ -77,7 +88,7 @@ def inspect_command(
     from alloclab.cli.outputs import check_outputs
     check_outputs(output=output)
     if attach:
-        err.print(ATTACH_WARNING, style="yellow", highlight=False)
+        err.print(attach_warning(), style="yellow", highlight=False)
     options = Options(symbols=symbols, pagemap=pagemap, attach=attach,
                       note=lambda words: err.print(words, style="yellow", highlight=False))
     samples = count if count is not None else (None if watch else 1)
