@@ -45,6 +45,15 @@ def _big_block(hist: list[SizeClass]) -> float | None:
     return float(1 << c)
 
 
+def _small_share(hist: list[SizeClass]) -> float | None:
+    """The share of allocation calls of at most 1 KiB (the power-of-two classes up to [512, 1024)),
+    the requests glibc's per-thread cache can serve."""
+    total = sum(h.calls for h in hist)
+    if not total:
+        return None
+    return sum(h.calls for h in hist if (1 << h.size_class) <= 1024) / total
+
+
 def _held(fp: Fingerprint) -> tuple[float | None, float | None, str]:
     """The most memory held beyond the live bytes after a memory phase of a service (after FLUSHALL,
     after the clients disconnect), with its share of the anonymous RSS there and which phase: what a
@@ -190,7 +199,7 @@ def reading(allocator: str, label: str, fp: Fingerprint | dict, cpus: int | None
     # Turnover: how many times over its most live memory the program asked for it again. A churn
     # maps (or purges) the same memory again and again; one big buffer asked once (sort's) is 1.
     v |= _known(held_after_phase=held, held_after_phase_share=share,
-                big_block=_big_block(fp.hist), big_bytes_per_s=big_bytes / wall if wall else None,
+                big_block=_big_block(fp.hist), small_share=_small_share(fp.hist), big_bytes_per_s=big_bytes / wall if wall else None,
                 big_turnover=_share(big_bytes, peak_live))
     calls = fp.syscalls or {}
     v |= {f"{key}_calls": float(calls[key]) for key in ("brk", "mmap", "munmap", "madvise") if key in calls}
