@@ -30,22 +30,24 @@ VARIANTS = {
     "mimalloc": {"LD_PRELOAD": f"{LIB}/libmimalloc.so.2"},
     "ARENA_MAX=2": {"MALLOC_ARENA_MAX": "2"},
     "MMAP_THRESHOLD=128K": {"MALLOC_MMAP_THRESHOLD_": "131072"},
+    "TOP_PAD=64M": {"MALLOC_TOP_PAD_": "67108864"},
     "jemalloc decay 0": {"LD_PRELOAD": f"{LIB}/libjemalloc.so.2", "MALLOC_CONF": "dirty_decay_ms:0,muzzy_decay_ms:0"},
 }
 
 
-def one(python: str, args: list[str], env_add: dict) -> tuple[float, int]:
+def one(python: str, args: list[str], env_add: dict) -> tuple[float, int, float, int]:
     env = dict(os.environ) | env_add
     t = time.monotonic()
     proc = subprocess.Popen([python, str(PROGRAM), *args], env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
                             text=True)
     err = proc.stderr.read()
-    _, status, _ = os.wait4(proc.pid, 0)
+    _, status, usage = os.wait4(proc.pid, 0)
     wall = time.monotonic() - t
     proc.returncode = os.waitstatus_to_exitcode(status)
     if proc.returncode != 0:
         raise SystemExit(f"{env_add} failed ({proc.returncode}): {err[-400:]}")
-    return wall, int(re.search(r"rest_anon_kb (\d+)", err).group(1))
+    return (wall, int(re.search(r"rest_anon_kb (\d+)", err).group(1)), usage.ru_utime + usage.ru_stime,
+            usage.ru_minflt)
 
 
 def main() -> int:
@@ -56,7 +58,7 @@ def main() -> int:
     p.add_argument("--variants", default=",".join(VARIANTS))
     a = p.parse_args()
     names = a.variants.split(",")
-    res: dict[str, list[tuple[float, int]]] = {n: [] for n in names}
+    res: dict[str, list[tuple[float, int, float, int]]] = {n: [] for n in names}
     for r in range(a.reps):
         order = names[r % len(names):] + names[:r % len(names)]   # rotated: each variant in each position
         for n in order:
@@ -64,11 +66,13 @@ def main() -> int:
     base = res["glibc"]
     print(f"{a.reps} rotated rounds of {PROGRAM.name} {a.args} ({a.python}); load average {os.getloadavg()[0]:.2f}")
     for n in names:
-        walls, rests = [w for w, _ in res[n]], [k for _, k in res[n]]
-        tr = statistics.median(w / b[0] for (w, _), b in zip(res[n], base))
-        mr = statistics.median(k / b[1] for (_, k), b in zip(res[n], base))
+        walls, rests = [r[0] for r in res[n]], [r[1] for r in res[n]]
+        tr = statistics.median(r[0] / b[0] for r, b in zip(res[n], base))
+        mr = statistics.median(r[1] / b[1] for r, b in zip(res[n], base))
+        cr = statistics.median(r[2] / b[2] for r, b in zip(res[n], base))
+        faults = statistics.median(r[3] for r in res[n])
         print(f"  {n:22s} wall {statistics.median(walls):.3f} s ({min(walls):.3f}-{max(walls):.3f}) x{tr:.3f} | at rest "
-              f"{statistics.median(rests) / 1024:.1f} MiB ({min(rests) / 1024:.1f}-{max(rests) / 1024:.1f}) {100 * (mr - 1):+.1f}%")
+              f"{statistics.median(rests) / 1024:.1f} MiB ({min(rests) / 1024:.1f}-{max(rests) / 1024:.1f}) {100 * (mr - 1):+.1f}% | cpu x{cr:.3f}, {faults:.0f} minor faults")
     return 0
 
 

@@ -7,7 +7,10 @@ Why this class: glibc gives each thread an arena, and after the first free of a 
 threshold that threshold rises, so later payloads of that size come from the arenas' heaps, which
 keep what is freed; an allocator with size classes and thread caches is faster here and holds less.
 
-Usage: python3 zthreads.py [THREADS=8] [ITEMS=60] [WINDOW=3]
+KIND "counter" (the default) builds payloads with a counter in every record, "runs" from one
+repeated record: zlib inflates those at memory speed, and the share of time in page faults grows.
+
+Usage: python3 zthreads.py [THREADS=8] [ITEMS=60] [WINDOW=3] [KIND=counter|runs]
 """
 
 import sys
@@ -15,12 +18,17 @@ import threading
 import zlib
 
 
-def payloads(count: int = 12) -> list[bytes]:
+def payloads(kind: str, count: int = 12) -> list[bytes]:
     out = []
     for i in range(count):
         size = 200_000 + i * (2_100_000 // (count - 1))
-        # Compressible but not trivially: a repeated pattern with a counter in it.
-        piece = b"".join(b"%08d:alloclab-payload;" % j for j in range(size // 22 + 1))[:size]
+        if kind == "runs":
+            # Long runs inflate at memory speed, so the allocator's page faults weigh as in a service
+            # whose replies are mostly repeated records.
+            piece = (b"alloclab-payload;" * (size // 17 + 1))[:size]
+        else:
+            # Compressible but not trivially: a repeated pattern with a counter in it.
+            piece = b"".join(b"%08d:alloclab-payload;" % j for j in range(size // 22 + 1))[:size]
         out.append(zlib.compress(piece, 1))
     return out
 
@@ -41,7 +49,7 @@ def main() -> None:
     threads = int(sys.argv[1]) if len(sys.argv) > 1 else 8
     items = int(sys.argv[2]) if len(sys.argv) > 2 else 60
     window = int(sys.argv[3]) if len(sys.argv) > 3 else 3
-    blobs = payloads()
+    blobs = payloads(sys.argv[4] if len(sys.argv) > 4 else "counter")
     sums = [0] * threads
     ts = [threading.Thread(target=worker, args=(blobs, items, window, k, sums)) for k in range(threads)]
     for t in ts:
