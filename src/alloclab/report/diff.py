@@ -73,7 +73,7 @@ def render_terminal(d: Diff, console: Console) -> None:
 
 
 def render_markdown(d: Diff) -> str:
-    from alloclab.report.markdown import table
+    from alloclab.report.md_table import table
     out = [f"## alloclab diff: B = {_title(d)} = A", ""]
     if d.changes:
         out += ["What changed:", ""] + [f"- {what}: {va} -> {vb}" for what, va, vb in d.changes] + [""]

@@ -16,25 +16,12 @@ from alloclab.report.common import (allocator_lines, answers, baseline_ran, base
     verification_summary, warning_groups, wrapper_answers)
 from alloclab.report.across import sentence as choice_sentence
 from alloclab.report.bounds import bound_answers
+from alloclab.report.md_table import table
 
 if TYPE_CHECKING:
     from alloclab.stats.results import Results
 
 SUFFIX = ".md"
-
-
-def _escape(text: str) -> str:
-    return str(text).replace("|", "\\|")
-
-
-def table(header: list[str], rows: list[list[str]]) -> list[str]:
-    """A pipe table whose columns line up in monospace; the first column left, the rest right."""
-    cells = [[_escape(c) for c in header]] + [[_escape(c) for c in r] for r in rows]
-    widths = [max(len(r[i]) for r in cells) for i in range(len(header))]
-    fmt = lambda r: "| " + " | ".join(c.ljust(widths[i]) if i == 0 else c.rjust(widths[i])  # noqa: E731
-                                      for i, c in enumerate(r)) + " |"
-    rule = "|" + "|".join(("-" * (w + 2)) if i == 0 else ("-" * (w + 1) + ":") for i, w in enumerate(widths)) + "|"
-    return [fmt(cells[0]), rule] + [fmt(r) for r in cells[1:]]
 
 
 def header(a: Analysis) -> list[str]:

@@ -16,7 +16,7 @@ from alloclab.report.across import sentence as choice_sentence
 from alloclab.report.bounds import bound_answers
 from alloclab.report.common import (baseline_ran, baseline_warning, mechanism, metric_title, primary_comparisons,
                                     runs_line, verification_summary, wrapper_answers)
-from alloclab.report.markdown import table
+from alloclab.report.md_table import table
 from alloclab.report.terminal_brief import LEGEND, problems
 from alloclab.stats.estimates import format_comparison
 from alloclab.workloads.metrics import PEAK_RSS
