@@ -11,7 +11,8 @@ pytestmark = pytest.mark.e2e
 
 
 def test_small_bursts_are_raced_with_a_larger_tcache(cli, build, store_of):
-    p = cli("tune", "--budget", "1m", "-a", "glibc", "--", str(build("smallburst")), "60000", "64", timeout=300)
+    p = cli("tune", "--budget", "1m", "--max-runs", "5", "-a", "glibc", "--", str(build("smallburst")), "60000", "64",
+            timeout=300)
     out = " ".join(p.stdout.split())
     assert p.returncode == 0, p.stdout + p.stderr
     assert "rules fired: glibc-tcache-small" in out and "of them of at most 1 KiB" in out, out
@@ -25,6 +26,6 @@ def test_small_bursts_are_raced_with_a_larger_tcache(cli, build, store_of):
 
 def test_large_blocks_do_not_fire_the_tcache_rule(cli, build):
     # bigheap: a few large blocks, a small allocation rate.
-    p = cli("tune", "--budget", "1m", "-a", "glibc", "--", str(build("bigheap")), "64", timeout=300)
+    p = cli("tune", "--budget", "1m", "--max-runs", "3", "-a", "glibc", "--", str(build("bigheap")), "64", timeout=300)
     assert p.returncode in (0, 3), p.stdout + p.stderr
     assert "glibc-tcache-small" not in " ".join(p.stdout.split()).split("silent:")[0], p.stdout
