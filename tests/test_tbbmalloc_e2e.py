@@ -1,11 +1,16 @@
 """tbbmalloc, the fifth allocator, from its catalog entry alone: compared on a real program, its
-proxy proved to serve malloc and free, and the one setting it reports read back in effect."""
+proxy proved to serve malloc and free, the one setting it reports read back in effect, and named by
+inspect in a running process."""
 
 from __future__ import annotations
 
+import os
+
 import pytest
 
+from alloclab.catalog.allocators import load_catalog
 from conftest import require_allocator
+from inspect_helpers import inspection, pause_argv
 
 pytestmark = pytest.mark.e2e
 OPS = "ops=ops/s: (\\d+)"
@@ -39,3 +44,21 @@ def test_a_tbbmalloc_setting_it_cannot_report_is_passed_unconfirmed(build, cli):
             "-a", "glibc", "-a", "tbbmalloc:TBB_MALLOC_SET_HUGE_SIZE_THRESHOLD=16M", "--", str(prog), "100", "4")
     assert p.returncode == 0, p.stderr
     assert "TBB_MALLOC_SET_HUGE_SIZE_THRESHOLD=16M: passed as asked, not confirmed" in " ".join(p.stdout.split())
+
+
+def test_inspect_names_tbbmalloc_and_says_it_keeps_no_readable_books(build, cli):
+    require_allocator("tbbmalloc")
+    prog = build("attachee", "-lpthread", "-ldl")
+    lib = load_catalog().get("tbbmalloc").libraries[0]
+    p = pause_argv([str(prog), "hold", "32"], env={**os.environ, "LD_PRELOAD": lib})
+    try:
+        got = inspection(cli("inspect", str(p.pid), "-f", "json"))
+        attached = cli("inspect", str(p.pid), "--attach")
+    finally:
+        _, err, rc = p.go()
+    assert rc == 0, err
+    snap = got[0]["snapshot"]
+    assert snap["allocator"] == "tbbmalloc" and lib in snap["allocator_how"], snap
+    assert any("tbbmalloc keeps no books alloclab can read" in n for n in snap["notes"]), snap["notes"]
+    # --attach refuses before it stops anything: there is no function to call.
+    assert attached.returncode != 0 and "has no statistics interface alloclab calls" in " ".join(attached.stderr.split())

@@ -105,7 +105,8 @@ def answer(snap: Snapshot) -> Answer:
     if snap.allocator == "glibc" and not snap.thresholds and parts.get("free_top", 0) >= KEPT_TOP:
         # Without mp_ glibc's thresholds are unknown: what the walk shows, and no claim about why.
         out.said.append(f"{size_text(parts['free_top'])} free at the top, kept")
-    if snap.source == "smaps alone":
+    known = load_catalog().allocators.get(snap.allocator)
+    if snap.source == "smaps alone" and (known is None or known.books is not None):
         out.said.append(f"{snap.allocator}'s own split needs a channel (a recipe's) or --attach")
     return out
 

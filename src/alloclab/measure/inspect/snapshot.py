@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from datetime import datetime, timezone
 
 from alloclab.catalog import glibc_layout
+from alloclab.catalog.allocators import load_catalog
 from alloclab.measure.inspect import glibc, libc as libc_mod, procfs, refusals
 from alloclab.measure.inspect.glibc_read import NotGlibcHeap
 from alloclab.measure.inspect.memory import Memory
@@ -54,6 +55,12 @@ def smaps_only(snap: Snapshot, pid: int, maps, why: str) -> None:
                              {"anon": regions.anon, "allocator_maps": regions.by_kind["allocator"], **other}, 0)
     snap.source = "smaps alone"
     snap.notes.append(why)
+
+
+def _no_books(allocator: str) -> bool:
+    """The catalog knows the allocator and names no books of it (tbbmalloc's interface gives none)."""
+    a = load_catalog().allocators.get(allocator)
+    return a is not None and a.books is None
 
 
 def program_names(exe: str, cmdline: list[str]) -> list[str]:
@@ -103,6 +110,10 @@ def inspect(pid: int, options: Options = Options(), t0: float | None = None) -> 
                 from alloclab.measure.inspect import attach
                 what = "allocator's books"
                 attach.read(snap, pid, maps, options.note)
+            elif _no_books(snap.allocator):
+                smaps_only(snap, pid, maps, f"{snap.allocator} keeps no books alloclab can read (the catalog "
+                                            f"names none for it): shown here is what smaps says, the "
+                                            f"allocator's maps as held")
             else:
                 smaps_only(snap, pid, maps, f"{snap.allocator}'s own split needs a call inside the process: a "
                                             f"channel of the program's own (a recipe's, e.g. redis' MEMORY "
