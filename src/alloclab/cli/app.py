@@ -58,7 +58,7 @@ class _Commands(TyperGroup):
 # each is an error that names the long option (then it is free). flag -> (long option, hyperfine's).
 RETIRED = {"-n": ("--runs", "-n names a command (--command-name) and -r gives the runs"),
            "-m": ("--metric", "-m is --min-runs"),
-           "-p": ("--param", "-p is --prepare"),
+           "-p": ("--param", "-p is --prepare (alloclab's is --prepare CMD, long only for now)"),
            "-w": ("--workload", "-w is --warmup")}
 
 

@@ -44,7 +44,8 @@ def check_first(opts: ExperimentOptions, **fleet_unsupported) -> None:
     """What can be refused without knowing the workloads: before they are built or compiled."""
     check_outputs(db=opts.db, report=opts.report, report_file=opts.report_file, export_json=opts.export_json,
                   export_markdown=opts.export_markdown, export_csv=opts.export_csv)
-    fleet_cli.check(opts.fleet, opts.fleet_mode, profile=opts.profile, **fleet_unsupported)
+    fleet_cli.check(opts.fleet, opts.fleet_mode, profile=opts.profile, setup=opts.setup, prepare=opts.prepare,
+                    cleanup=opts.cleanup, **fleet_unsupported)
 
 
 def settings_of(opts: ExperimentOptions, plan: Plan) -> Settings:
@@ -52,12 +53,14 @@ def settings_of(opts: ExperimentOptions, plan: Plan) -> Settings:
     --until-precise) blocks are added until every primary comparison is decided, within --budget and
     --max-runs, and what stays open gets a one-run profile per variant (unless --profile profiles
     everything afterwards)."""
+    from alloclab.measure.hooks import Hooks
     from alloclab.measure.runner import Settings
     from alloclab.plan.sweep import sweep_config
 
     d = plan.defaults
     limit = opts.max_runs if opts.max_runs is not None else d.max_runs
     sequential = opts.runs is None and not plan.until_precise
+    hooks = Hooks(opts.setup, opts.prepare, opts.cleanup)
     return Settings(
         runs=opts.runs if opts.runs is not None else d.first_look, until_decided=sequential,
         auto_profile=sequential and not opts.profile, first_look=min(d.first_look, limit), early_look=d.early_look, max_runs=limit,
@@ -65,7 +68,7 @@ def settings_of(opts: ExperimentOptions, plan: Plan) -> Settings:
         until_precise=percent(plan.until_precise) if plan.until_precise else None,
         warmup=opts.warmup if opts.warmup is not None else d.warmup,
         timeout_s=opts.timeout, seed=opts.seed, verify=not opts.no_verify, fingerprint=opts.fingerprint,
-        kind=plan.kind, title=plan.title, extra_config=sweep_config(plan.sweeps))
+        kind=plan.kind, title=plan.title, hooks=hooks, extra_config=sweep_config(plan.sweeps) | hooks.config())
 
 
 def _check_profiling(opts: ExperimentOptions, workloads: list) -> None:

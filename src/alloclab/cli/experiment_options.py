@@ -60,6 +60,18 @@ def warmup_option(default: int | None = defaults.WARMUP, help_default: str | Non
                         help="Warm-up blocks, discarded (the first one also verifies the allocator).")
 
 
+def _check_hook(value: str | None) -> str | None:
+    if value is not None and not value.strip():
+        raise AlloclabError("--setup, --prepare and --cleanup each take a command line, as hyperfine's do "
+                            "(e.g. --prepare 'rm -f out.txt'); an empty one runs nothing: leave the option out.")
+    return value
+
+
+def _hook_option(name: str, when: str):
+    return typer.Option(None, f"--{name}", metavar="CMD", callback=_check_hook, rich_help_panel=RUNS_PANEL,
+                        help=f"As hyperfine's --{name}: run CMD (through /bin/sh -c) {when}.")
+
+
 def _panel(option, panel: str):
     """An option also used by other commands (profile, report), in its panel here only."""
     option = copy.copy(option)
@@ -84,6 +96,9 @@ class ExperimentOptions:
     seed: int
     no_verify: bool
     fingerprint: bool
+    setup: Optional[str]
+    prepare: Optional[str]
+    cleanup: Optional[str]
     profile: bool
     profile_runs: int
     call_graph: bool
@@ -129,6 +144,9 @@ _OPTIONS = dict(
     seed=_panel(SeedOption, RUNS_PANEL),
     no_verify=_panel(NoVerifyOption, RUNS_PANEL),
     fingerprint=typer.Option(False, "--fingerprint", rich_help_panel=RUNS_PANEL, help="Also one untimed run per workload and variant with a counting preload before the allocator: allocation calls, sizes, threads, cross-thread frees, lifetimes, live bytes against RSS, memory system calls."),
+    setup=_hook_option("setup", "once, before anything runs the program"),
+    prepare=_hook_option("prepare", "before each run (warm-up, verification and --fingerprint runs too), outside its measurement"),
+    cleanup=_hook_option("cleanup", "once, after the last run, also when the experiment fails or is interrupted (unless --setup failed)"),
     profile=typer.Option(False, "--profile", rich_help_panel=PROFILE_PANEL, help="Afterwards, profile each variant with perf record: the allocator's share of CPU (a server's process tree, not its client)."),
     profile_runs=typer.Option(defaults.PROFILE_RUNS, "--profile-runs", rich_help_panel=PROFILE_PANEL, help="Profiled runs per variant with --profile."),
     call_graph=typer.Option(False, "--call-graph", "-g", rich_help_panel=PROFILE_PANEL, help="With --profile: record call graphs."),

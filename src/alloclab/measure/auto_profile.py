@@ -29,6 +29,7 @@ class Measuring(Protocol):
     variants: list
     settings: Any        # measure.runner.Settings: timeout_s, seed
     progress: Any        # measure.runner.Progress: note, start, advance
+    hooks: Any           # measure.hooks.HookRunner: --prepare before each profiled run
     progress_total: int
 
 
@@ -74,7 +75,7 @@ def profile_open(exp: Measuring, workload_idxs: set[int]) -> None:
     try:
         # The variants as given: profile_workload forces glibc where a program links another allocator.
         record.profile_experiment(exp.store, exp.recorder.experiment, exp.workloads, exp.variants, runs=1,
-                                  timeout_s=exp.settings.timeout_s, advance=exp.progress.advance,
+                                  timeout_s=exp.settings.timeout_s, advance=exp.hooks.preparing(exp.progress.advance),
                                   only=profilable, keep_session=True, seed=exp.settings.seed,
                                   deadline=time.monotonic() + max(0.0, left))
     except Interrupted:

@@ -8,9 +8,22 @@ A mixin of measure.runner.Runner, kept apart because when to stop is its own que
 
 from __future__ import annotations
 
+from typing import Protocol
 
 from alloclab.plan.schedule import Job, Planner
 from alloclab.workloads.primary import primary_metrics
+
+
+class Judge(Protocol):
+    """What the runner asks the statistics at a look (implemented by alloclab.stats.looks)."""
+
+    futile: dict[int, set[int]]   # set by open_comparisons: what it closed as undecidable in time
+    dropped: dict[int, dict[int, str]]   # what a racing judge closed below a leader (and the leader's label)
+
+    def open_comparisons(self, experiment, workload_idxs: set[int], margin: float,
+                         reachable: int | None = None) -> dict[int, set[int]]: ...
+
+    def precise_enough(self, values: list[float], target: float) -> bool: ...
 
 
 PROFILE_COST = 1.5   # a profiled run against a timed one: perf record, then perf script over its samples

@@ -10,7 +10,7 @@ import tempfile
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable, Protocol
+from typing import Callable
 
 from alloclab import defaults
 from alloclab.measure import forward, machine, readback, verify
@@ -24,7 +24,8 @@ from alloclab.measure.perfstat import parse_perf_stat
 from alloclab.catalog.variants import Variant, removed_from_env
 from alloclab.workloads.command import Workload
 from alloclab.measure.executors import executor_of
-from alloclab.measure.blocks import MoreBlocks
+from alloclab.measure.blocks import Judge, MoreBlocks
+from alloclab.measure.hooks import HookRunner, Hooks
 from alloclab.plan.design import Design
 from alloclab.store.db import Store
 from alloclab.store.records import Recorder
@@ -58,12 +59,15 @@ class Settings:
     # workload before the set-up is torn down (measure/auto_profile.py), within the budget.
     auto_profile: bool = False
     failures_expected: bool = False   # runs made to see whether it fails (tune's plain check): none refused
+    hooks: Hooks = field(default_factory=Hooks)   # --setup, --prepare, --cleanup (measure/hooks.py)
     extra_config: dict = field(default_factory=dict)   # e.g. the sweep structure, for reports
 
     def __post_init__(self) -> None:
         if why := defaults.refusal(runs=self.runs, warmup=self.warmup, timeout_s=self.timeout_s,
                                    max_runs=self.max_runs if self.until_decided else None):
             raise AlloclabError(why)
+        if isinstance(self.hooks, dict):   # as it crossed a fleet's wire (fleet/spec.py)
+            self.hooks = Hooks(**self.hooks)
 
 
 @dataclass
@@ -80,18 +84,6 @@ class Progress:
     start: Callable[[int], None] = lambda total: None
     advance: Callable[[str], None] = lambda text: None
     note: Callable[[str], None] = lambda text: None
-
-
-class Judge(Protocol):
-    """What the runner asks the statistics at a look (implemented by alloclab.stats.looks)."""
-
-    futile: dict[int, set[int]]   # set by open_comparisons: what it closed as undecidable in time
-    dropped: dict[int, dict[int, str]]   # what a racing judge closed below a leader (and the leader's label)
-
-    def open_comparisons(self, experiment, workload_idxs: set[int], margin: float,
-                         reachable: int | None = None) -> dict[int, set[int]]: ...
-
-    def precise_enough(self, values: list[float], target: float) -> bool: ...
 
 
 @dataclass
@@ -116,6 +108,7 @@ class Runner(MoreBlocks):
         for w in self.workloads:
             executor_of(w)
         self.programs = [w.program() for w in self.workloads]
+        self.hooks = HookRunner(s.hooks, self.base_env)
         self.cells = [CellKey(w, v) for w in range(len(self.workloads)) for v in range(len(self.variants))]
         self.evidence: dict[tuple[int, int], verify.Evidence] = {}
         self.found_metric: set[tuple[int, str]] = set()
@@ -276,7 +269,9 @@ class Runner(MoreBlocks):
         status = "failed"
         prepared: list[Workload] = []
         try:
+            self.hooks.setup()   # before anything runs the program, and before the record: a failure stores nothing
             self._record_setup()
+            self.hooks.recorded(self.store.path, self.exp_id)
             self.progress_total = len(jobs)
             self.progress.start(len(jobs))
             started = self.clock()
@@ -307,6 +302,7 @@ class Runner(MoreBlocks):
         finally:
             for w in ([] if s.keep_prepared and status == "complete" else prepared):
                 w.executor.cleanup()
+            self.hooks.cleanup(self.progress.note)
             if self.exp_id is not None:
                 self._save_verification()
                 if self.settings.until_decided:
@@ -333,6 +329,8 @@ class Runner(MoreBlocks):
             perf_file.unlink(missing_ok=True)   # never read the previous run's counts
         self._last_pad = len(env.get(PAD_VAR, ""))
         self.progress.advance(self._label(job))
+        # Before the competition's count starts: the hook's own CPU is not another program's.
+        self.hooks.prepare(lambda: f"before run {job.block}.{job.position} ({self._label(job)})")
         accounts_all_cpu = getattr(w.executor, "accounts_all_cpu", False)
         # /proc/stat takes a tenth of a millisecond to read, and runs shorter than
         # machine.OTHER_CPU_MIN_WALL_S cannot tell other work apart anyway: skipped while the
