@@ -89,3 +89,29 @@ def test_no_code_outside_the_catalog_names_an_allocator():
         for n, line in enumerate(code_of(path).splitlines(), 1):
             found += [f"{path.relative_to(SRC)}: {m.group(1)} in {line.strip()[:120]!r}" for m in pattern.finditer(line)]
     assert not found, "\n".join(found)
+
+
+def _c_strings(rel: str) -> set[str]:
+    return set(re.findall(r'"((?:[^"\\\n]|\\.)*)"', code_of(SRC / rel)))
+
+
+def test_the_readers_answer_to_the_catalogs_names():
+    """The readers are code, so the names they share with the catalog are checked against it: an
+    interface renamed in the catalog and not in its reader would otherwise lose its split quietly."""
+    from alloclab.measure.fingerprint_books import SPLITS
+    from alloclab.measure.inspect.attach import CALLS
+    catalog = load_catalog()
+    interposer = _c_strings("measure/launcher/books.c")
+    probe = _c_strings("measure/launcher/readback.c")
+    for a in catalog.allocators.values():
+        b = a.books
+        if b is not None:
+            assert b.interface in interposer and b.interface in SPLITS, (a.name, b.interface)
+            assert b.sampled_as in interposer, (a.name, b.sampled_as)   # AS_NAME: what each sample says it read
+            assert b.entry in interposer or b.interface in CALLS, (a.name, b.entry)
+            if b.roles:
+                assert f"ALLOCLAB_FP_BOOKS_{b.interface.upper()}" in interposer, (a.name, b.interface)
+        if a.readback == "probe":
+            for t in a.tunables:
+                for read in t.read:
+                    assert read.split(":", 1)[0] in probe, (a.name, t.name, read)
