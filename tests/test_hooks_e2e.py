@@ -57,6 +57,9 @@ def test_setup_once_prepare_before_every_run_cleanup_once_and_stored(here):
     hooks = {"setup": SETUP, "prepare": f"{PREPARE}; sleep 0.5", "cleanup": CLEANUP}
     assert e.config.get("hooks") == hooks
     assert json.loads((here / "e.json").read_text())["config"]["hooks"] == hooks
+    # The report's metadata says what ran around the runs.
+    md = run_cli(["report", "--db", "h.db", "-f", "md", "--details"], cwd=here)
+    assert f"--setup {SETUP}; --prepare {PREPARE}; sleep 0.5; --cleanup {CLEANUP}" in md.stdout, md.stdout
 
 
 def test_without_prepare_the_workload_fails_its_second_run(here):

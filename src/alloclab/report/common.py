@@ -263,6 +263,9 @@ def metadata(a: Analysis) -> list[tuple[str, str]]:
     removed = e.config.removed_env or {}
     if removed:
         items.append(("removed env", ", ".join(f"{k}={v}" for k, v in removed.items())))
+    hooks = e.config.get("hooks") or {}
+    if hooks:   # hyperfine's, run around the runs (measure/hooks.py)
+        items.append(("hooks", "; ".join(f"--{k} {v}" for k, v in hooks.items())))
     return items
 
 
