@@ -1,9 +1,11 @@
 """The HTML report of a real experiment, opened in a real browser (headless Chromium, offline):
 the charts and tables are in the rendered DOM, nothing points outside the file, nothing fails to
-load, and the screenshot shows the charts painted."""
+load, the screenshot shows the charts painted, and the recommendation starts on the first screen
+of a 1280x800 window (of this page and of the stored demo suite's, seven workloads by seven variants)."""
 
 from __future__ import annotations
 
+import re
 import shutil
 import subprocess
 from html.parser import HTMLParser
@@ -12,6 +14,7 @@ from pathlib import Path
 import pytest
 
 from conftest import installed_allocators, missing_prerequisite, require_allocator, run_cli
+from test_golden_reports import FIXTURES, STORES
 
 # Its tests share one rendered page: one worker runs them all (make test: --dist loadgroup).
 pytestmark = [pytest.mark.e2e, pytest.mark.xdist_group("chromium")]
@@ -124,3 +127,40 @@ def test_the_page_opens_with_the_picture(rendered):
     strong = sum(n for n, rgb in top.getcolors(maxcolors=WIDTH * 900)
                  if max(rgb) - min(rgb) > 60 or rgb == (191, 191, 191))
     assert strong > 5000, f"the first screen shows no verdict cells ({strong} coloured pixels)"
+
+
+VIEWPORT = (1280, 800)
+# The report has no script of its own (above): a copy of it gets this one, which writes where each
+# section's top lies, once laid out in the window, into the DOM that --dump-dom prints.
+PROBE = ('<script>for (const id of ["picture", "recommendation"]) { const e = document.getElementById(id); '
+         'if (e) document.body.setAttribute("data-top-" + id, String(e.getBoundingClientRect().top)); }</script>')
+
+
+def tops(page: Path, profile: Path) -> dict[str, float]:
+    """The sections' tops, in CSS pixels from the top of a VIEWPORT window scrolled to the start."""
+    text = page.read_text()
+    assert text.count("</body>") == 1
+    probe = page.with_name(page.stem + "-probe.html")
+    probe.write_text(text.replace("</body>", PROBE + "</body>"))
+    p = run_chromium(profile, "--dump-dom", f"--window-size={VIEWPORT[0]},{VIEWPORT[1]}", probe.as_uri())
+    assert p.returncode == 0, p.stderr[-2000:]
+    found = {m[1]: float(m[2]) for m in re.finditer(r'data-top-(\w+)="(-?[\d.]+)"', p.stdout)}
+    assert "recommendation" in found, "the probe wrote nothing: " + p.stdout[:500]
+    return found
+
+
+@pytest.fixture(scope="module")
+def demo_page(tmp_path_factory) -> Path:
+    d = tmp_path_factory.mktemp("demo-html")
+    shutil.copyfile(FIXTURES / STORES["demo"], d / "demo.db")
+    p = run_cli(["report", "--db", str(d / "demo.db"), "-f", "html", "-o", str(d / "demo.html")], timeout=180)
+    assert p.returncode == 0, p.stdout + p.stderr
+    return d / "demo.html"
+
+
+@pytest.mark.parametrize("which", ["this run", "the stored demo"])
+def test_the_recommendation_starts_on_the_first_screen(which, report, demo_page, tmp_path):
+    at = tops(report if which == "this run" else demo_page, tmp_path / "profile")
+    assert 0 < at["recommendation"] < VIEWPORT[1], at
+    if "picture" in at:   # right under it
+        assert at["picture"] < at["recommendation"], at

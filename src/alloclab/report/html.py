@@ -21,7 +21,7 @@ from alloclab.report import fingerprint, tune
 from alloclab.report.chart_style import RSS_LINES_PER_VARIANT, colour, pareto, pick_runs, strip
 from alloclab.report.pen import Pen
 from alloclab.workloads.metrics import PEAK_RSS
-from alloclab.report.common import (allocator_lines, baseline_ran, baseline_warning, failed_run_lines, fmt_value, full_delta, metadata,
+from alloclab.report.common import (FINDING_ORDER, allocator_lines, baseline_ran, baseline_warning, failed_run_lines, fmt_value, full_delta, metadata,
     shown_rows, variant_order, verdict_word, answers, statistics_line, verification_rows,
     verification_summary, warning_groups, process_lines, wrapper_answers)
 from alloclab.report.across import sentence as choice_sentence
@@ -31,6 +31,10 @@ if TYPE_CHECKING:
     from alloclab.stats.results import Results
 
 SUFFIX = ".html"
+
+# The serious findings (common.WarningGroup.serious) as the banner names them.
+SERIOUS_KINDS = {"all-failed": "failed runs", "failed-runs": "failed runs", "high-load": "other load on the host",
+                 "drift": "drift"}
 
 _env = jinja2.Environment(loader=jinja2.PackageLoader("alloclab.report", "templates"),
                           autoescape=jinja2.select_autoescape(["html", "j2"]),
@@ -324,10 +328,15 @@ def context(r: Results, options) -> dict:
     level, sentence = verification_summary(a)
     n_serious = sum(1 for w in workloads for g in w["warnings"] if g.serious) + \
         sum(1 for w in workloads if w["failed"])
+    # The banner names the kinds that occurred, most serious first: not "failed runs" over drift alone.
+    seen = {g.code for w in workloads for g in w["warnings"] if g.serious} | \
+        ({"failed-runs"} if any(w["failed"] for w in workloads) else set())
+    serious_kinds = list(dict.fromkeys(SERIOUS_KINDS[c] for c in FINDING_ORDER if c in seen))
     return {
         "title": a.experiment.row.title, "experiment": a.experiment,
         "generated": datetime.now(timezone.utc).isoformat(timespec="seconds"), "version": __version__,
         "verification": {"level": level, "sentence": sentence}, "serious_warnings": n_serious,
+        "serious_kinds": serious_kinds,
         "metadata": metadata(a), "allocators": allocator_lines(a), "rec": rec,
         "choices": rec.workloads + ([rec.overall] if len(rec.workloads) > 1 else []),
         "sentences": [choice_sentence(c) for c in rec.workloads + ([rec.overall] if len(rec.workloads) > 1 else [])],
