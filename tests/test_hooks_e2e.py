@@ -118,11 +118,15 @@ def test_a_failing_cleanup_is_said_and_the_results_stand(here):
     assert Store(here / "h.db").load().row.status == "complete"
 
 
-def test_ctrl_c_inside_prepare_stops_its_tree_cleans_up_and_keeps_the_runs(here):
-    # The second prepare hangs (as a shell's child); Ctrl-C then.
-    hang = f"{PREPARE}; [ $(grep -c prepare log.txt) -lt 2 ] || {{ sleep 60 & echo $! > hung.pid; wait; }}"
+# A hook that hangs, as a shell's child, once `log.txt` holds `n` lines with its word.
+HANG = "[ $(grep -c {word} log.txt) -lt {n} ] || {{ sleep 60 & echo $! > hung.pid; wait; }}"
+
+
+def interrupted(here, *options: str):
+    """alloclab compare with `options`, interrupted (Ctrl-C) once a hook hangs: its stderr, and
+    whether the hook's child was gone after."""
     proc = subprocess.Popen([*ALLOCLAB, "compare", "--db", "h.db", "--runs", "3", "--warmup", "1", *VARIANTS,
-                             "--prepare", hang, "--cleanup", CLEANUP, "--", "./wl.sh"], cwd=here,
+                             *options, "--", "./wl.sh"], cwd=here,
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     pid_file = here / "hung.pid"
     deadline = time.monotonic() + 120
@@ -131,13 +135,29 @@ def test_ctrl_c_inside_prepare_stops_its_tree_cleans_up_and_keeps_the_runs(here)
         time.sleep(0.05)
     hung = int(pid_file.read_text())
     proc.send_signal(signal.SIGINT)
-    out, err = proc.communicate(timeout=60)
+    _, err = proc.communicate(timeout=60)
     assert proc.returncode == 130, err
+    return err, not still_left(lambda: running([hung]))
+
+
+def test_ctrl_c_inside_prepare_stops_its_tree_cleans_up_and_keeps_the_runs(here):
+    err, stopped = interrupted(here, "--prepare", f"{PREPARE}; " + HANG.format(word="prepare", n=2),
+                               "--cleanup", CLEANUP)
     assert "Interrupted" in err and "alloclab report --db h.db 1" in err
-    assert not still_left(lambda: running([hung]))
+    assert stopped
     assert log(here) == ["prepare", "run", "prepare", "cleanup"]
     e = Store(here / "h.db").load()
     assert e.row.status == "interrupted" and len(e.runs) == 1
+
+
+def test_ctrl_c_inside_cleanup_stops_it_and_the_experiment_stays_complete(here):
+    err, stopped = interrupted(here, "--prepare", PREPARE, "--cleanup", f"{CLEANUP}; " + HANG.format(word="cleanup", n=1))
+    assert "Interrupted inside --cleanup, which was stopped: undo what --setup did by hand." in err, err
+    assert "kept in h.db as experiment 1" in err
+    assert stopped
+    assert log(here) == ["prepare", "run"] * 8 + ["cleanup"]
+    e = Store(here / "h.db").load()
+    assert e.row.status == "complete" and len(e.runs) == 8
 
 
 def test_hooks_are_refused_where_they_cannot_run(here):

@@ -24,7 +24,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Callable
 
-from alloclab.errors import AlloclabError
+from alloclab.errors import AlloclabError, Interrupted
 
 class HookFailed(AlloclabError):
     pass
@@ -117,7 +117,11 @@ class HookRunner:
         if not (self.set_up and self.hooks.cleanup):
             return
         self.set_up = False
-        why = run_hook(self.hooks.cleanup, self.env)
+        try:
+            why = run_hook(self.hooks.cleanup, self.env)
+        except KeyboardInterrupt:
+            raise Interrupted(f"Interrupted inside --cleanup, which was stopped: undo what --setup did by hand. "
+                              f"{self.kept}") from None
         if why:
             note(f"The --cleanup command failed after the experiment's last run, with {why}. The command was: "
                  f"{self.hooks.cleanup}. The runs are stored; undo what --setup did by hand, and fix the command "

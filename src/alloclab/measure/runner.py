@@ -302,7 +302,6 @@ class Runner(MoreBlocks):
         finally:
             for w in ([] if s.keep_prepared and status == "complete" else prepared):
                 w.executor.cleanup()
-            self.hooks.cleanup(self.progress.note)
             if self.exp_id is not None:
                 self._save_verification()
                 if self.settings.until_decided:
@@ -310,6 +309,7 @@ class Runner(MoreBlocks):
                                                             "runs_done": self._measured})
                 self.recorder.finish(status, {"load_end": list(os.getloadavg())})
             shutil.rmtree(root, ignore_errors=True)
+            self.hooks.cleanup(self.progress.note)   # last: a Ctrl-C inside it finds the record closed
         return self.exp_id
 
     def _run_job(self, job: Job, root: Path, shared_dir: Path, block0: list[RunResult]) -> None:
