@@ -126,9 +126,10 @@ def _setting_names(form: cat.Allocator) -> list[str]:
     """The variables a bundled copy reads, under its own names (_RJEM_MALLOC_CONF, MIMALLOC_PURGE_DELAY)."""
     renamed = dict(form.env_names)
     names = list(dict.fromkeys(renamed.get(t.via, t.via) if t.via else t.name for t in form.tunables))
-    prefix = names[0].split("_", 1)[0] + "_" if names and "_" in names[0] else ""
-    # Variables that share a prefix read as one family: MIMALLOC_*.
-    return [prefix + "*"] if prefix and len(names) > 1 and all(n.startswith(prefix) for n in names) else names
+    # Variables of one of its families (its env_prefixes) read as that family: MIMALLOC_*.
+    family = next((p for p in form.env_prefixes if p.endswith("_") and len(names) > 1
+                   and all(n.startswith(p) for n in names)), "")
+    return [family + "*"] if family else names
 
 
 def _reached(baseline: Baseline, catalog: cat.Catalog) -> bool:

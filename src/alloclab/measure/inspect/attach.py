@@ -34,8 +34,6 @@ TRIES, TRY_FOR_S = 200, 2.0   # at most this many stops, for at most this long
 BETWEEN_S = 0.005            # the process runs this long between two tries
 ROOM = 32 << 10              # below a thread's stack pointer, for the call's frame and the function's own
 SIGSEGV_BIT = 1 << 10        # SIGSEGV (11) in /proc's signal masks
-FUNCTION = {"mallctl": "mallctl", "property": "MallocExtension_GetNumericProperty",
-            "mi_process_info": "mi_process_info"}
 WORD = 8
 
 
@@ -164,7 +162,16 @@ def _mi_process_info(rc: RemoteCall, fn: int, names: list[str]) -> dict[str, int
 
 
 CALLS = {"mallctl": _mallctl, "property": _property, "mi_process_info": _mi_process_info}
-LIVE = {"mallctl": "stats.allocated", "property": "generic.current_allocated_bytes"}
+
+
+def _function(interface: str) -> str:
+    """The function each interface's books are read through: the catalog's `entry`."""
+    return load_catalog().books(interface).entry
+
+
+def _live(interface: str) -> str:
+    """The name of its live bytes (the role `allocated`), where the interface is keyed by name."""
+    return next(iter(load_catalog().books(interface).role("allocated")), "")
 
 
 def read(snap: Snapshot, pid: int, maps: list[Mapping], note=None) -> None:
@@ -182,9 +189,9 @@ def read(snap: Snapshot, pid: int, maps: list[Mapping], note=None) -> None:
                                            f"loaded as the shared library whose symbols and code range the call and "
                                            f"its guards need", "inspect it without --attach, or through a channel "
                                                                "of the program's own")
-    fn = _symbol(pid, maps, library, FUNCTION[interface])
+    fn = _symbol(pid, maps, library, _function(interface))
     if fn is None:
-        raise refusals.attach_refused(pid, f"{library} does not define {FUNCTION[interface]}",
+        raise refusals.attach_refused(pid, f"{library} does not define {_function(interface)}",
                                       "inspect it without --attach")
     _preconditions(snap, pid, maps)
     mem = Memory(pid, use_pagemap=False)
@@ -221,7 +228,7 @@ def read(snap: Snapshot, pid: int, maps: list[Mapping], note=None) -> None:
         raise refusals.attach_refused(pid, "the chosen thread's stack had no room for the call's frame",
                                       "inspect it without --attach") from None
     except CallFaulted as exc:
-        raise refusals.call_faulted(pid, FUNCTION[interface], str(exc)) from None
+        raise refusals.call_faulted(pid, _function(interface), str(exc)) from None
     finally:
         mem.close()
     snap.stopped = True
@@ -241,8 +248,8 @@ def _answer(snap: Snapshot, pid: int, interface: str, library: str, figures: dic
     maps = procfs.mappings(pid)
     snap.rollup = procfs.rollup(pid)
     snap.rss, snap.pss = snap.rollup.get("Rss", 0), snap.rollup.get("Pss", 0)
-    books_split(snap, pid, maps, interface, figures, figures.get(LIVE.get(interface, ""), None), sps)
-    name = FUNCTION[interface]
+    books_split(snap, pid, maps, interface, figures, figures.get(_live(interface), None), sps)
+    name = _function(interface)
     snap.channel = {"kind": f"--attach: {name}", "library": library, "thread": thread, "calls": calls,
                     "tries": tries, "figures": figures}
     snap.source = f"{name} called inside the process (--attach, {os.path.basename(library)})"
