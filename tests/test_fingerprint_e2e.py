@@ -207,6 +207,7 @@ def test_run_all_goes_on_with_recorders_of_their_own_when_the_shared_one_dies(tm
     from types import SimpleNamespace
 
     from alloclab.catalog.variants import parse_variants
+    from alloclab.measure.hooks import HookRunner, Hooks
 
     tool, why = syscall_counter
     if tool != "perf":
@@ -230,6 +231,7 @@ def test_run_all_goes_on_with_recorders_of_their_own_when_the_shared_one_dies(tm
         cells=[SimpleNamespace(workload_idx=0, variant_idx=i) for i in range(3)],
         _variant=lambda wi, vi: variants[vi], _cell_env=lambda wi, vi: (variants[vi].apply(base), 0),
         settings=SimpleNamespace(timeout_s=60), progress=SimpleNamespace(note=note), exp_id=1,
+        hooks=HookRunner(Hooks(), base),   # a Runner's, with no --prepare
         store=SimpleNamespace(set_fingerprint=lambda exp_id, wi, vi, data: stored.__setitem__(vi, data)))
     fp.run_all(exp, tmp_path)
     assert sorted(stored) == [0, 1, 2] and len(notes) == 3
