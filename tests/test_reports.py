@@ -23,6 +23,7 @@ from alloclab.stats.results import build_results
 from alloclab.errors import AlloclabError
 from alloclab.report import Options, export, format_for, write_report
 from alloclab.report.common import full_delta
+from alloclab.report.terminal import short_effect
 from alloclab.stats.diff import diff_experiments
 from alloclab.store.db import Store
 from conftest import require_allocator, run_cli, still_left
@@ -67,19 +68,28 @@ def real(build, tmp_path_factory):
 
 @pytest.mark.e2e
 def test_compare_report_file_is_markdown_for_the_mail(real):
-    md = (real["dir"] / "compare.md").read_text()
+    short = (real["dir"] / "compare.md").read_text()
     e = Store(real["db"]).load(1)
     jemalloc = cat.load_catalog().allocators["jemalloc"]
-    # The host and version lines, as measured here.
-    assert f"host:       {socket.gethostname()}: " in md
-    assert f"kernel:     {platform.release()} " in md
-    assert f"glibc:      {cat.glibc_version()}" in md
-    assert f"jemalloc: jemalloc {cat.version_of(jemalloc, cat.locate(jemalloc))}, {cat.locate(jemalloc)}" in md
-    assert "10 measured runs per variant after 1 warm-up block; randomized interleaved blocks (seed 1)" in md
-    # The table: every figure is the analysis of the stored runs.
+    version = cat.version_of(jemalloc, cat.locate(jemalloc))
     a = analyze(e)
     ops = a.workloads[0].row("ops")
     assert ops.cells[1].comparison.verdict == "better"
+    # The mail (the short answer): the host and versions as measured here, in a paragraph wrapped
+    # between words, and the workload's row of jemalloc with the analysis' verdict and effect.
+    words = " ".join(short.split())
+    assert f"on {socket.gethostname()}: " in words and f"kernel {platform.release()};" in words
+    assert f"glibc {cat.glibc_version()}, jemalloc {version};" in words
+    assert "10 measured runs per variant after 1 warm-up block; randomized interleaved blocks (seed 1)" in words
+    row = next(x for x in short.splitlines() if x.startswith("| **jemalloc** (use) "))
+    assert f"| **better** | {short_effect(stats.format_comparison(ops.cells[1].comparison))} |" in " ".join(row.split())
+    assert "Every variant verified" in short
+    # The full tables (--details): every figure, the host lines, verification per variant.
+    md = alloclab(real["db"], "report", "1", "-f", "md", "--details").stdout
+    assert f"host:       {socket.gethostname()}: " in md
+    assert f"kernel:     {platform.release()} " in md
+    assert f"glibc:      {cat.glibc_version()}" in md
+    assert f"jemalloc: jemalloc {version}, {cat.locate(jemalloc)}" in md
     line = next(x for x in md.splitlines() if x.startswith("| ops"))
     assert f"({full_delta(ops.cells[1].comparison)} **better**)" in line
     assert "| allocator " in md and "verified" in md
@@ -100,8 +110,10 @@ def test_recommendation_names_the_winner_and_its_lines_work(real):
     p = subprocess.run(shlex.split(env_line) + ["libjemalloc"], capture_output=True, text=True, timeout=30,
                        env={"PATH": "/usr/bin:/bin", "GLIBC_TUNABLES": "glibc.malloc.tcache_count=0"})
     assert p.returncode == 3 and "refusing to run under libjemalloc" in p.stderr
-    assert f'Environment="LD_PRELOAD={lib}"' in md and "UnsetEnvironment=GLIBC_TUNABLES" in md
     assert "At build time: link with -ljemalloc" in md
+    # The systemd drop-in: in the full report (the mail gives the line to run).
+    md = alloclab(real["db"], "report", "1", "-f", "md", "--details").stdout
+    assert f'Environment="LD_PRELOAD={lib}"' in md and "UnsetEnvironment=GLIBC_TUNABLES" in md
 
 
 @pytest.mark.e2e
