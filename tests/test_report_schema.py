@@ -82,13 +82,16 @@ def _copy(name: str) -> Path:
 DEMO = STORES["demo"]
 
 
-def _metric_keys(d: dict) -> set[str]:
-    """Every metric an answer names: the answers, their mechanisms, the CPU bounds, the picks."""
-    keys = {x["metric"] for x in d["answers"]} | {m["metric"] for x in d["answers"] for m in x["mechanism"]}
-    keys |= {m for b in d["cpu_bounds"] for m in b["metrics"]} | {g["metric"] for b in d["cpu_bounds"] for g in b["gains"]}
-    for c in d["recommendation"]["workloads"]:
-        keys |= {c["metric"]} | {c[k]["metric"] for k in ("effect", "memory") if c[k]}
-    return keys
+def _metric_keys(d) -> set[str]:
+    """Every metric the export names anywhere outside the results' own rows: each "metric" and
+    "metrics" key's value, at any depth (the answers, their mechanisms, the bounds, the picks, tune's)."""
+    if isinstance(d, list):
+        return set().union(*map(_metric_keys, d)) if d else set()
+    if not isinstance(d, dict):
+        return set()
+    keys = {d["metric"]} if isinstance(d.get("metric"), str) else set()
+    keys |= {m for m in d.get("metrics", []) if isinstance(m, str)} if isinstance(d.get("metrics"), list) else set()
+    return keys.union(*(_metric_keys(v) for k, v in d.items() if k not in ("results", "runs", "metric_defs")))
 
 
 @pytest.mark.parametrize("name", sorted(STORES))
