@@ -13,6 +13,29 @@ from alloclab.measure.fingerprint_work import ProcessFile
 from alloclab.store.fingerprint_model import AllocatorAt, AllocatorFigures, Memory, MemPoint, OwnPoint, Phase, Plain
 
 
+# An exit cleanup smaller than this is a few pages any exit path touches, not an allocator's cleanup.
+CLEANUP_MIN_KB = 4096
+CLEANUP_MIN_SHARE = 0.1
+
+
+def exit_cleanup_kb(p: ProcessFile) -> int:
+    """What the process gave back between exit()'s start and its final reading (KiB), where that is an
+    allocator's cleanup worth a line; 0 otherwise."""
+    if not (p.final and p.at_exit_start and p.series):
+        return 0
+    given = p.at_exit_start[3] - p.series[-1][3]
+    return given if given >= max(CLEANUP_MIN_KB, CLEANUP_MIN_SHARE * p.at_exit_start[3]) else 0
+
+
+def _rows(p: ProcessFile) -> list[list[int]]:
+    """The process's series, its final reading replaced by the one as exit began where an exit cleanup
+    came between: what the program held at its end, not what its allocator left after tearing down."""
+    if not exit_cleanup_kb(p):
+        return p.series
+    last, (_, live, rss, anon) = p.series[-1], p.at_exit_start
+    return p.series[:-1] + [[last[0], live, rss, anon, *last[4:]]]
+
+
 def _merged_series(procs: list[ProcessFile], points: int = 400) -> list[tuple]:
     """(seconds since the first process started, live KiB, RSS KiB, anonymous RSS KiB, allocator's
     allocated KiB, allocator's held KiB) of the whole tree: each process's last reading held until
@@ -23,7 +46,7 @@ def _merged_series(procs: list[ProcessFile], points: int = 400) -> list[tuple]:
     for p in procs:
         pts = [(p.start_ns + row[0] * 1_000_000, *row[1:4],
                 *(v if v >= 0 else None for v in (list(row[4:6]) + [-1, -1])[:2]))
-               for row in p.series]
+               for row in _rows(p)]
         if pts:
             tracks.append((pts, max(p.t_ns, pts[-1][0])))
     if not tracks:

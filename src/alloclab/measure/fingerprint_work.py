@@ -74,6 +74,9 @@ class ProcessFile(Plain):
     # KiB or -1, alloc calls so far, requested bytes so far); an older interposer wrote 4 or 6 columns.
     series: list[list[int]] = field(default_factory=list)
     books: dict | None = None       # the allocator's books (measure/fingerprint_books.py reads them)
+    # [ms since start, live KiB, RSS KiB, anonymous KiB] as exit() began, before the atexit handlers
+    # and destructors (where an allocator built into the program gives back what it holds).
+    at_exit_start: list[int] | None = None
 
     def __post_init__(self) -> None:
         self.allocator_stats = ProcessAllocatorStats.of(self.allocator_stats) or ProcessAllocatorStats()

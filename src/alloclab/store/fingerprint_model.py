@@ -94,6 +94,9 @@ class Memory(Plain):
     end_live_kb: int | None = None
     overhead_at_end_kb: int | None = None
     end_t_s: float | None = None
+    # Given back between exit()'s start and the last reading, by an allocator's exit cleanup (the
+    # mimalloc crate's): the end figures are then those read as exit began.
+    exit_cleanup_kb: int | None = None
 
 
 @dataclass

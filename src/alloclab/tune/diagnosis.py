@@ -76,7 +76,10 @@ def _rest(fp: Fingerprint) -> tuple[MemorySplit | None, str, str]:
     if phases:
         sp = max(phases, key=lambda x: x.free)
         return sp, sp.at, f"rss_after_{sp.at[len('after '):]}_mb"
-    return books.at("end"), "at its end", END_METRIC
+    given = fp.memory.exit_cleanup_kb if fp.memory is not None else None
+    where = f"at its end (as exit began, before its allocator's exit cleanup gave back {size_text(given * 1024)})" \
+        if given else "at its end"
+    return books.at("end"), where, END_METRIC
 
 
 def rest_values(sp: MemorySplit | None, hist: list[SizeClass]) -> dict[str, float | None]:
