@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 
 from alloclab import defaults
+from alloclab.catalog import allocators as cat
 from alloclab.catalog.variants import parse_variants
 from alloclab.measure import fingerprint as fingerprint_stage
 from alloclab.measure import machine
@@ -63,6 +64,15 @@ class FakeUI:
 @pytest.fixture(autouse=True)
 def no_perf(monkeypatch):
     monkeypatch.setattr(machine, "perf_counters", lambda: (False, "fake executor"))
+
+
+@pytest.fixture(autouse=True)
+def recorded_allocators(monkeypatch):
+    """The machine the fixtures were recorded on: an allocator installed here since (tbbmalloc) has no
+    fingerprint in them, so the fake tune sees only those they hold."""
+    recorded = set(stored("msgchurn")["fingerprints"]) | {"glibc-linked"}
+    installed = cat.is_installed
+    monkeypatch.setattr(cat, "is_installed", lambda a: a.name in recorded and installed(a))
 
 
 def _tune(tmp_path, monkeypatch, fps: dict, mean_s, budget_s: float, **opts):
