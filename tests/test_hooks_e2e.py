@@ -111,9 +111,12 @@ def test_a_failing_setup_runs_nothing_stores_nothing_and_loses_nothing(here):
 
 
 def test_a_failing_cleanup_is_said_and_the_results_stand(here):
-    p = compare(here, "--prepare", PREPARE, "--cleanup", "echo busy >&2; exit 1", runs=1)
+    # A megabyte of output before its last line: that line is what is said.
+    noisy = "head -c 1000000 /dev/zero | tr '\\0' x; echo; echo busy >&2; exit 1"
+    p = compare(here, "--prepare", PREPARE, "--cleanup", noisy, runs=1)
     assert p.returncode == 0, p.stdout + p.stderr
-    assert "The --cleanup command failed after the experiment's last run, with exit status 1; its output ended: busy" in p.stderr
+    assert "The --cleanup command failed after the experiment's last run, with exit status 1; its output ended: busy." in p.stderr
+    assert "x" * 400 not in p.stderr
     assert "Results stored in h.db (experiment 1)" in p.stdout
     assert Store(here / "h.db").load().row.status == "complete"
 
@@ -152,7 +155,7 @@ def test_ctrl_c_inside_prepare_stops_its_tree_cleans_up_and_keeps_the_runs(here)
 
 def test_ctrl_c_inside_cleanup_stops_it_and_the_experiment_stays_complete(here):
     err, stopped = interrupted(here, "--prepare", PREPARE, "--cleanup", f"{CLEANUP}; " + HANG.format(word="cleanup", n=1))
-    assert "Interrupted inside --cleanup, which was stopped: undo what --setup did by hand." in err, err
+    assert "Interrupted inside --cleanup, which was stopped: finish its work by hand." in err, err
     assert "kept in h.db as experiment 1" in err
     assert stopped
     assert log(here) == ["prepare", "run"] * 8 + ["cleanup"]

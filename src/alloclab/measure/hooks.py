@@ -64,7 +64,8 @@ def run_hook(command: str, env: dict[str, str]) -> str | None:
             raise
         if code == 0:
             return None
-        out.seek(0)
+        # Its last line is what is said: a hook that printed gigabytes is not read whole.
+        out.seek(max(0, out.seek(0, os.SEEK_END) - 4096))
         tail = [line for line in out.read().decode(errors="replace").splitlines() if line.strip()]
         said = f"; its output ended: {tail[-1].strip()[:300]}" if tail else "; it printed nothing"
         how = f"killed by signal {-code}" if code < 0 else f"exit status {code}"
@@ -120,12 +121,12 @@ class HookRunner:
         try:
             why = run_hook(self.hooks.cleanup, self.env)
         except KeyboardInterrupt:
-            raise Interrupted(f"Interrupted inside --cleanup, which was stopped: undo what --setup did by hand. "
+            raise Interrupted(f"Interrupted inside --cleanup, which was stopped: finish its work by hand. "
                               f"{self.kept}") from None
         if why:
             note(f"The --cleanup command failed after the experiment's last run, with {why}. The command was: "
-                 f"{self.hooks.cleanup}. The runs are stored; undo what --setup did by hand, and fix the command "
-                 f"(it runs through /bin/sh -c in the current directory).")
+                 f"{self.hooks.cleanup}. The runs are stored; finish its work by hand, and fix the command (it "
+                 f"runs through /bin/sh -c in the current directory).")
 
     def _run(self, option: str, when: str | Callable[[], str]) -> None:
         command = getattr(self.hooks, option)
