@@ -1,4 +1,5 @@
-"""Each allocator is known in one place: outside catalog/, no code names an allocator's environment,
+"""Each allocator is known in one place: outside catalog/, no code (.py, .c, .h: the workloads' and
+recipes' TOML are data, variants written as a user writes them) names an allocator's environment,
 libraries or functions. A prefix missed in one module quietly breaks "the allocator is the only
 variable" (a run inherits MALLOC_CONF, say), so the catalog's own entries are grepped for in src/:
 every environment prefix and variable, soname and entry point (release and statistics calls,
