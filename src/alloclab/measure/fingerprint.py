@@ -6,9 +6,8 @@ In that run, launcher/fingerprint.c is preloaded BEFORE the variant's allocator 
 call and forwards it to the next definition) and writes one file per process; the memory system
 calls of the whole tree are counted at the same time (measure/fingerprint_syscalls.py: perf record on
 the syscall tracepoints, with the bytes each call moved, or `strace -f -c` where those are not
-available). `summary_of` merges the processes' files into one
-Fingerprint (store/fingerprint_model.py), stored with the experiment as JSON (store.set_fingerprint)
-and shown by report/fingerprint.py:
+available). `summary_of` merges the processes' files into one Fingerprint (store/fingerprint_model.py),
+stored with the experiment as JSON (store.set_fingerprint) and shown by report/fingerprint.py:
 
 * the demand: allocation calls per second of the run, a power-of-two size histogram (calls and
   bytes), the share at or above 128 KiB (glibc's default mmap and trim thresholds), realloc and
@@ -29,7 +28,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from alloclab.measure.fingerprint_memory import (  # noqa: F401 (phase_memory: imported from here)
-    _merged_series, allocator_figures, exit_cleanup_kb, phase_memory, phases_at)
+    _merged_series, allocator_figures, before_exit_cleanup, phase_memory, phases_at)
 from alloclab.measure.fingerprint_books import books_of
 from alloclab.measure.fingerprint_work import ALLOC_KINDS, ProcessFile, work_of
 from alloclab.measure.fingerprint_syscalls import (SYSCALL_FILE, SharedRecorder, forget_probe, parse_syscalls,
@@ -54,7 +53,7 @@ def interposer() -> Path:
     """The interposer, compiled on first use and cached by source hash like our other C."""
     return cbuild.build("alloclab-fingerprint", [cbuild.package_file("measure", "launcher", "fingerprint.c"),
                                                  cbuild.package_file("measure", "launcher", "books.c")],
-                        flags=["-shared", "-fPIC", "-fexceptions"], libs=["-ldl"])
+                        flags=["-shared", "-fPIC", "-fexceptions", *load_catalog().c_defines()], libs=["-ldl"])
 
 
 def preload_env(variant_env: dict[str, str], fp_dir: Path, readable_in: Path | None = None) -> dict[str, str]:
@@ -159,22 +158,6 @@ def summary_of(procs: list[ProcessFile | dict], wall_s: float | None, syscalls: 
     if sources and any(pt[4] is not None or pt[5] is not None for pt in series6):
         out.allocator = allocator_figures(series6, sources, out.memory)
     return out
-
-
-def _before_exit_cleanup(fp: Fingerprint, procs: list[ProcessFile]) -> None:
-    """Where an allocator built into the program gave back memory after exit() began (the series' end
-    already reads from before it: fingerprint_memory._rows), the end split counts what it gave back
-    as maps of the program's own beside the booked allocator's, so that its parts add up to the end
-    reading."""
-    given = sum(exit_cleanup_kb(p) for p in procs)
-    if not given or fp.memory is None:
-        return
-    fp.memory.exit_cleanup_kb = given
-    for sp in (fp.books.splits if fp.books else []):
-        if sp.at == "end":
-            sp.anon += given * 1024
-            sp.parts["other"] = sp.parts.get("other", 0) + given * 1024
-            sp.other_parts["own_maps"] = sp.other_parts.get("own_maps", 0) + given * 1024
 
 
 def tree_books(fp: Fingerprint, procs: list[ProcessFile]):
@@ -389,7 +372,7 @@ def _summary(ran: _Ran, parsed) -> dict:
     out.phases = phases_at(out.series, result.stdout, out.allocator.series if out.allocator else None,
                            out.series_t0_monotonic_s)
     out.books = tree_books(out, ran.procs)
-    _before_exit_cleanup(out, ran.procs)
+    before_exit_cleanup(out, ran.procs)
     if ran.load is not None:
         out.per_work = work_of(ran.procs, result.values, ran.load.metrics)
     out.status, out.run_error, out.run_peak_rss_kb = result.status, result.error or None, result.peak_rss_kb

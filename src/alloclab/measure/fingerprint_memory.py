@@ -36,6 +36,22 @@ def _rows(p: ProcessFile) -> list[list[int]]:
     return p.series[:-1] + [[last[0], live, rss, anon, *last[4:]]]
 
 
+def before_exit_cleanup(fp, procs: list[ProcessFile]) -> None:
+    """Where an allocator built into the program gave back memory after exit() began (the series' end
+    already reads from before it: fingerprint_memory._rows), the end split counts what it gave back
+    as maps of the program's own beside the booked allocator's, so that its parts add up to the end
+    reading."""
+    given = sum(exit_cleanup_kb(p) for p in procs)
+    if not given or fp.memory is None:
+        return
+    fp.memory.exit_cleanup_kb = given
+    for sp in (fp.books.splits if fp.books else []):
+        if sp.at == "end":
+            sp.anon += given * 1024
+            sp.parts["other"] = sp.parts.get("other", 0) + given * 1024
+            sp.other_parts["own_maps"] = sp.other_parts.get("own_maps", 0) + given * 1024
+
+
 def _merged_series(procs: list[ProcessFile], points: int = 400) -> list[tuple]:
     """(seconds since the first process started, live KiB, RSS KiB, anonymous RSS KiB, allocator's
     allocated KiB, allocator's held KiB) of the whole tree: each process's last reading held until

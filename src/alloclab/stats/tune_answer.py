@@ -214,7 +214,9 @@ class _Answerer:
         a, out = self.a, []
         speed = best.speed_pick(a, self.max_rss_increase)
         if speed is not None:
-            out.append(self.pick(_memory_goal_of_primary(a) or "speed", speed, best.speed_metrics, _has(RSS)))
+            # Its cost on every memory metric: peak RSS, at its end, after each phase (a speed pick that
+            # holds x4 at its end says so beside it, not only its peak).
+            out.append(self.pick(_memory_goal_of_primary(a) or "speed", speed, best.speed_metrics, best.memory_metrics))
         for goal, metric in [("memory", RSS), ("memory at its end", END_ANON)] + \
                 [(f"memory after {PHASE.match(m).group(1)}", m) for m in _phases(a)]:
             vi = best.decided_best(a, _has(metric), self.usable)
