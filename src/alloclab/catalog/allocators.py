@@ -178,6 +178,15 @@ class Catalog:
         found = {a.books.interface: a.books for a in self.allocators.values() if a.books is not None}
         return list(found.values())
 
+    def c_defines(self) -> list[str]:
+        """The interposer's build flags (launcher/books.c): per interface the function it reads and
+        the words of its per-sample reading, BOOKS_<INTERFACE>_ENTRY and BOOKS_<INTERFACE>_SAMPLED."""
+        out = []
+        for b in self.every_books():
+            key = re.sub(r"\W", "_", b.interface).upper()
+            out += [f'-DBOOKS_{key}_ENTRY="{b.entry}"', f'-DBOOKS_{key}_SAMPLED="{b.sampled_as}"']
+        return out
+
     def sampled(self, sampled_as: str) -> Books | None:
         """The books whose per-sample reading the interposer names so ("jemalloc mallctl")."""
         return next((a.books for a in self.allocators.values() if a.books and a.books.sampled_as == sampled_as), None)

@@ -41,9 +41,16 @@
 #include <time.h>
 #include <unistd.h>
 
+/* Each interface's function and the words of its per-sample reading are the catalog's
+ * ([allocators.NAME.books] entry and sampled_as), handed in by the build (measure/fingerprint.py). */
+#if !defined(BOOKS_MALLOC_INFO_ENTRY) || !defined(BOOKS_MALLCTL_ENTRY) || !defined(BOOKS_PROPERTY_ENTRY) || \
+    !defined(BOOKS_MI_PROCESS_INFO_ENTRY)
+#error "books.c is built by measure/fingerprint.py with the catalog's books (-DBOOKS_..._ENTRY, _SAMPLED)"
+#endif
+
 HIDDEN int as_kind = AS_UNRESOLVED;
-HIDDEN const char *const AS_NAME[] = {"none", "glibc mallinfo2", "jemalloc mallctl", "gperftools MallocExtension",
-                                      "mimalloc mi_process_info"};
+HIDDEN const char *const AS_NAME[] = {"none", BOOKS_MALLOC_INFO_SAMPLED, BOOKS_MALLCTL_SAMPLED, BOOKS_PROPERTY_SAMPLED,
+                                      BOOKS_MI_PROCESS_INFO_SAMPLED};
 HIDDEN int64_t as_allocated = -1, as_held = -1;
 
 struct mallinfo2_ { size_t arena, ordblks, smblks, hblks, hblkhd, usmblks, fsmblks, uordblks, fordblks, keepcost; };
@@ -69,18 +76,18 @@ HIDDEN void books_resolve(void *next_malloc) {
     if (!next_malloc || !dladdr(next_malloc, &mi) || !mi.dli_fname || !mi.dli_fname[0]) return;
     void *h = dlopen(mi.dli_fname, RTLD_LAZY | RTLD_NOLOAD);
     if (!h) return;
-    if ((as_mallctl = own_sym(h, mi.dli_fbase, "mallctl"))) as_kind = AS_JEMALLOC;
-    else if ((as_tc_prop = own_sym(h, mi.dli_fbase, "MallocExtension_GetNumericProperty"))) as_kind = AS_TCMALLOC;
-    else if ((as_mi_info = own_sym(h, mi.dli_fbase, "mi_process_info"))) as_kind = AS_MIMALLOC;
+    if ((as_mallctl = own_sym(h, mi.dli_fbase, BOOKS_MALLCTL_ENTRY))) as_kind = AS_JEMALLOC;
+    else if ((as_tc_prop = own_sym(h, mi.dli_fbase, BOOKS_PROPERTY_ENTRY))) as_kind = AS_TCMALLOC;
+    else if ((as_mi_info = own_sym(h, mi.dli_fbase, BOOKS_MI_PROCESS_INFO_ENTRY))) as_kind = AS_MIMALLOC;
     else if ((as_mallinfo2 = own_sym(h, mi.dli_fbase, "mallinfo2"))) {
         as_kind = AS_GLIBC;
-        as_malloc_info = own_sym(h, mi.dli_fbase, "malloc_info");
+        as_malloc_info = own_sym(h, mi.dli_fbase, BOOKS_MALLOC_INFO_ENTRY);
     } else if (strstr(mi.dli_fname, "alloclab-glibc-forward")) {
         /* alloclab's forwarding preload hands every call to glibc's own malloc (launcher/forward.c). */
         void *libc = dlopen("libc.so.6", RTLD_LAZY | RTLD_NOLOAD);
         if (libc && (as_mallinfo2 = dlsym(libc, "mallinfo2"))) {
             as_kind = AS_GLIBC;
-            as_malloc_info = dlsym(libc, "malloc_info");
+            as_malloc_info = dlsym(libc, BOOKS_MALLOC_INFO_ENTRY);
         }
     }
     dlclose(h);
