@@ -25,6 +25,7 @@ from elftools.elf.elffile import ELFFile
 
 from alloclab.workloads import build as cbuild
 from alloclab.errors import AlloclabError
+from alloclab.catalog.allocators import load_catalog
 from alloclab.catalog.tunables import TunableSetting
 
 IN_EFFECT, INEFFECTIVE, UNCONFIRMED = "in effect", "ineffective", "unconfirmed"
@@ -55,7 +56,8 @@ class Readback:
 @functools.cache
 def probe() -> Path:
     # Dynamically linked on purpose: it must load the preloaded allocator like any program.
-    return cbuild.build("alloclab-readback", [cbuild.package_file("measure", "launcher", "readback.c")], libs=["-ldl"])
+    return cbuild.build("alloclab-readback", [cbuild.package_file("measure", "launcher", "readback.c")],
+                        flags=load_catalog().c_defines(), libs=["-ldl"])
 
 
 @functools.cache

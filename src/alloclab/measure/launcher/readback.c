@@ -19,24 +19,29 @@
 #include <stdlib.h>
 #include <string.h>
 
+/* The functions asked are the catalog's books entries, handed in by the build (measure/readback.py). */
+#if !defined(BOOKS_MALLCTL_ENTRY) || !defined(BOOKS_PROPERTY_ENTRY)
+#error "readback.c is built by measure/readback.py with the catalog's books (-DBOOKS_..._ENTRY)"
+#endif
+
 typedef int (*mallctl_fn)(const char *, void *, size_t *, void *, size_t);
 typedef int (*property_fn)(const char *, size_t *);
 
 static void read_mallctl(const char *key, int is_string) {
-    mallctl_fn mallctl = (mallctl_fn)dlsym(RTLD_DEFAULT, "mallctl");
-    if (!mallctl) { printf("%s\t!no mallctl in this process\n", key); return; }
+    mallctl_fn mallctl = (mallctl_fn)dlsym(RTLD_DEFAULT, BOOKS_MALLCTL_ENTRY);
+    if (!mallctl) { printf("%s\t!no " BOOKS_MALLCTL_ENTRY " in this process\n", key); return; }
     if (is_string) {
         const char *s = NULL; size_t len = sizeof s;
         int rc = mallctl(key, &s, &len, NULL, 0);
         if (rc == 0 && s) printf("%s\t%s\n", key, s);
-        else printf("%s\t!mallctl error %d\n", key, rc);
+        else printf("%s\t!" BOOKS_MALLCTL_ENTRY " error %d\n", key, rc);
         return;
     }
     /* jemalloc answers EINVAL and the real size when the buffer's size is wrong. */
     unsigned char buf[8]; size_t len = sizeof buf;
     int rc = mallctl(key, buf, &len, NULL, 0);
     if (rc == EINVAL && len < sizeof buf) rc = mallctl(key, buf, &len, NULL, 0);
-    if (rc != 0) { printf("%s\t!mallctl error %d\n", key, rc); return; }
+    if (rc != 0) { printf("%s\t!" BOOKS_MALLCTL_ENTRY " error %d\n", key, rc); return; }
     if (len == 8) { int64_t v; memcpy(&v, buf, 8); printf("%s\t%lld\n", key, (long long)v); }
     else if (len == 4) { uint32_t v; memcpy(&v, buf, 4); printf("%s\t%u\n", key, v); }
     else if (len == 1) printf("%s\t%s\n", key, buf[0] ? "true" : "false");
@@ -44,8 +49,8 @@ static void read_mallctl(const char *key, int is_string) {
 }
 
 static void read_property(const char *key) {
-    property_fn get = (property_fn)dlsym(RTLD_DEFAULT, "MallocExtension_GetNumericProperty");
-    if (!get) { printf("%s\t!no MallocExtension_GetNumericProperty in this process\n", key); return; }
+    property_fn get = (property_fn)dlsym(RTLD_DEFAULT, BOOKS_PROPERTY_ENTRY);
+    if (!get) { printf("%s\t!no " BOOKS_PROPERTY_ENTRY " in this process\n", key); return; }
     size_t v = 0;
     if (get(key, &v)) printf("%s\t%zu\n", key, v);
     else printf("%s\t!no such property\n", key);
