@@ -419,3 +419,38 @@ def test_the_answer_leads_with_the_open_candidate_before_a_slow_memory_pick(tmp_
     first = next(i for i, t in enumerate(lines) if t.startswith(("Not decided yet", "Best for", "Better on")))
     assert lines[first].startswith("Not decided yet: glibc TOP_PAD=8M may be better on both"), lines
     assert "costs x2.00 the time" in lines[first] and lines[first + 1].startswith("Best for memory: glibc ARENA_MAX=1")
+
+
+def _costly_speed_pick_answer(path, pad_kb: int):
+    """ARENA_MAX=1 twice as fast, holding three times the memory (both decided); TOP_PAD holds
+    `pad_kb` and is faster by its estimate, with swings that keep its speed open."""
+    def mean(env, n):
+        if "MALLOC_ARENA_MAX" in env:
+            return 0.05
+        if "MALLOC_TOP_PAD_" in env:
+            return 0.1 * (0.9 + (0.3 if n % 2 else -0.3))
+        return 0.1
+    store = Store(path)
+    peak = lambda env: 30_720 if "MALLOC_ARENA_MAX" in env else pad_kb if "MALLOC_TOP_PAD_" in env else 10_240
+    runner = Runner(store, [Workload("fake", ["fake"], executor=FakeExecutor(mean, noise=0.01, peak_kb=peak))],
+                    parse_variants(VARIANTS), Settings(runs=6, warmup=0, verify=False, kind="tune"), judge=Judge())
+    runner.run()
+    cands = [Candidate(VARIANTS[1], "allocator-bound", "faster", "m", "w"),
+             Candidate(VARIANTS[2], "glibc-arena-free", "less memory", "m", "w")]
+    return answer(analyze(store.load(runner.exp_id)), cands)
+
+
+def test_a_speed_pick_that_holds_x3_does_not_lead_while_one_that_may_be_better_on_both_is_open(tmp_path):
+    # A threaded CPython program: tcmalloc -35% wall at x3.97 at its end led, while glibc's
+    # ARENA_MAX=2 (-65% at its end, its speed open at -20%) sat under "Also".
+    from alloclab.report.tune import answer_lines
+    ans = _costly_speed_pick_answer(tmp_path / "open.db", 5_120)
+    assert ans.picks[0].label == "glibc ARENA_MAX=1" and ans.picks[0].goals[0] == "speed", ans.picks
+    assert ans.open_on_both is not None and ans.open_on_both.label == "glibc TOP_PAD=8M", ans.open_on_both
+    lines = [text for _, text in answer_lines(ans)]
+    first = next(i for i, t in enumerate(lines) if t.startswith(("Not decided yet", "Best for", "Better on")))
+    assert lines[first].startswith("Not decided yet: glibc TOP_PAD=8M may be better on both"), lines
+    assert "The speed pick below, glibc ARENA_MAX=1, costs x3.00 the default's peak RSS" in lines[first], lines[first]
+    # The control: holding more than the default, TOP_PAD cannot be better on both.
+    ans = _costly_speed_pick_answer(tmp_path / "more.db", 12_000)
+    assert ans.open_on_both is None, ans.open_on_both

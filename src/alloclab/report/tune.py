@@ -224,14 +224,19 @@ def state_line(ans: TuneAnswer) -> tuple[str, str] | None:
 
 
 def open_lead(ans: TuneAnswer) -> str | None:
-    """The line before a slow memory pick where a candidate that may be better on both stayed open."""
+    """The line before a pick that costs x1.5 on its other axis where a candidate that may be better on
+    both stayed open."""
     o = ans.open_on_both
     if o is None or not ans.picks:
         return None
     p = ans.picks[0]
-    slow = max((1 / e.comparison.gain for e in p.costs if e.comparison.gain > 0), default=1.0)
+    costly = min((e for e in p.costs if e.comparison.gain > 0), key=lambda e: e.comparison.gain, default=None)
+    slow = 1 / costly.comparison.gain if costly is not None else 1.0
+    what = "the time" if costly is None or not memory_goal(costly.metric) else \
+        f"the default's {metric_words(costly.metric)}"
+    kind = "memory" if any(g.startswith("memory") for g in p.goals[:1]) else "speed"
     return (f"Not decided yet: {o.label} may be better on both ({effects_text(o.effects)}); a larger --budget "
-            f"decides it. The memory pick below, {p.label}, costs x{slow:.2f} the time")
+            f"decides it. The {kind} pick below, {p.label}, costs x{slow:.2f} {what}")
 
 
 def pick_view(p: Pick) -> dict:
