@@ -16,9 +16,15 @@ DEB_BENCH_PACKAGES := hyperfine
 # Go and Rust (tests/native_programs.py): a static Go program refused before it runs, and a Rust
 # program with the mimalloc crate tuned through its bundled copy's settings (its crates come from
 # crates.io on the first build; cargo-web is Debian 12's current Rust, which the crates' versions need).
+# The corpus' JVM (java.util.zip's native buffers, compiled by javac) needs a JDK; its Node.js addon
+# is built offline by Debian's node-gyp against libnode-dev's headers. Those two need Debian's
+# nodejs: a nodesource nodejs (it Provides nodejs-legacy, which libnode108 conflicts with) would
+# fail the whole install, so there they are left out and the addon's test names them.
+DEB_NODE_ADDON_PACKAGES := $(if $(findstring nodesource,$(shell dpkg-query -W -f='$${Version}' nodejs 2>/dev/null)),,node-gyp libnode-dev)
 DEB_TEST_PACKAGES := golang-go cargo-web postgresql postgresql-contrib redis-server redis-tools qemu-utils chromium valgrind \
 	sqlite3 xz-utils git perl python3 ceph-mon ceph-osd ceph-common librbd1 fio qemu-block-extra heaptrack \
-	strace ruby nodejs jq g++ python3-rados gdb libc6-dbg musl-tools $(DEB_BENCH_PACKAGES)
+	strace ruby nodejs jq g++ python3-rados gdb libc6-dbg musl-tools openjdk-17-jdk-headless $(DEB_NODE_ADDON_PACKAGES) \
+	$(DEB_BENCH_PACKAGES)
 # Where `alloclab report`, `experiments` and `diff` look without --db: after `make demo` the README's
 # report commands run as written. An existing store there keeps its experiments; the demo is added.
 DB ?= alloclab.db
@@ -36,9 +42,11 @@ setup:
 	@$(VENV_PREREQ)
 	@$(MAKE) --no-print-directory -j2 setup-deb venv
 
+# Then the tests' Go, Rust, Node.js and Java programs built into the cache (crates fetched), untimed.
 setup-test:
 	@$(VENV_PREREQ)
 	@$(MAKE) --no-print-directory -j2 setup-deb-all venv
+	@$(BIN)/python tests/native_programs.py
 
 setup-bench:
 	@$(VENV_PREREQ)

@@ -3,6 +3,13 @@ each doing work that prints computed output, run plain and then under the finger
 with every installed allocator (as tune's diagnosis runs them), and under glibc with the
 verification's LD_DEBUG=bindings: the same exit status and the same stdout every time.
 
+Native programs join them, built once into the cache (tests/native_programs.py): Rust on the system
+allocator, with the mimalloc crate and with tikv-jemallocator (their own allocator built in: what
+is preloaded serves only libc's callers), Go with cgo and a static Go program (no interpreter, so
+nothing is preloaded: the same fate, and no fingerprint), a Node.js addon that mallocs scratch
+buffers from JS in a loop, and a JVM whose threads deflate and inflate through java.util.zip's
+native zlib streams.
+
 The interposer once aborted every C program that later loads libstdc++ through an RTLD_LOCAL
 dlopen (python3 importing numpy, scipy, matplotlib or Ceph's rados bindings; the ceph CLI): its
 operator new found no next definition with RTLD_NEXT."""
@@ -15,6 +22,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -25,6 +33,7 @@ from alloclab.measure import forward, verify
 from alloclab.measure.fingerprint import interposer
 from alloclab.workloads.command import resolve_command
 from conftest import missing_prerequisite
+from native_programs import go_program, java_classes, node_addon, rust_program
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow]
 
@@ -78,6 +87,7 @@ class Step:
     argv: tuple[str, ...]
     compare: bool = True        # stdout compared (a step that prints paths or times is compared by status)
     env: dict = field(default_factory=dict)
+    keep: str = ""              # where set, only stdout's lines that start so are compared (the rest vary)
 
 
 @dataclass(frozen=True)
@@ -86,6 +96,10 @@ class Program:
     package: str
     steps: tuple[Step, ...]
     files: dict = field(default_factory=dict)   # name -> text, written in the run's directory first
+    # Builds (or finds in the cache) what the steps run: each argv word that is a key of what it
+    # returns is replaced by that value (a path).
+    build: Callable[[], dict] | None = None
+    static: bool = False        # statically linked: nothing is preloaded, so no fingerprint is written
 
 
 def _data() -> str:
@@ -125,6 +139,26 @@ CORPUS = {
                   {"data.txt": _data() * 4}),
     "sort": Program("sort", "coreutils", (Step(("sort", "-n", "--parallel=2", "-S", "1M", "-o", "sorted", "data.txt")),
                                           Step(("sha256sum", "sorted"))), {"data.txt": _data()}),
+    # Native programs, built once (tests/native_programs.py). The bundled-allocator programs print
+    # their own VmRSS at rest as well, which varies run to run: only their checksum line is compared.
+    "rust-system": Program("cargo", "cargo-web", (Step(("@prog", "4", "150")),),
+                           build=lambda: {"@prog": str(rust_program("rust-system"))}),
+    "rust-mimalloc": Program("cargo", "cargo-web", (Step(("@prog", "4", "400", "16", "0"), keep="checksum:"),),
+                             build=lambda: {"@prog": str(rust_program("rust-mimalloc"))}),
+    "rust-jemalloc": Program("cargo", "cargo-web", (Step(("@prog", "4", "400", "16", "0"), keep="checksum:"),),
+                             build=lambda: {"@prog": str(rust_program("rust-jemalloc"))}),
+    # Go exits by exit_group, never libc's exit(): its fingerprint is the interposer's last periodic
+    # write (every 100 ms), so the program runs past the first.
+    "go-cgo": Program("go", "golang-go", (Step(("@prog", "60")),),
+                      build=lambda: {"@prog": str(go_program("gocgo", cgo=True))}),
+    "go-static": Program("go", "golang-go", (Step(("@prog",)),),
+                         build=lambda: {"@prog": str(go_program("gostatic"))}, static=True),
+    "node-addon": Program("node", "nodejs", (Step(("node", "@run", "@addon", "600")),),
+                          build=lambda: (lambda d: {"@run": str(d / "run.js"), "@addon": str(d / "nodeaddon.node")})(
+                              node_addon("nodeaddon"))),
+    "java-zip": Program("java", "openjdk-17-jdk-headless",
+                        (Step(("java", "-Xmx128m", "-cp", "@classes", "ZipThreads", "4", "120")),),
+                        build=lambda: {"@classes": str(java_classes("ZipThreads"))}),
     "qemu-img": Program("qemu-img", "qemu-utils", (Step(("qemu-img", "create", "-q", "-f", "qcow2", "x.qcow2", "64M")),
                                                    Step(("qemu-img", "measure", "-O", "raw", "x.qcow2")))),
 }
@@ -135,7 +169,8 @@ def _run(steps, cwd: Path, env: dict, user: str | None = None) -> list[tuple[int
     for step in steps:
         p = subprocess.run(step.argv, cwd=cwd, env=env | step.env, capture_output=True, text=True, timeout=180,
                            user=user)
-        out.append((p.returncode, p.stdout if step.compare else "", p.stderr[-1500:]))
+        stdout = "".join(line for line in p.stdout.splitlines(keepends=True) if line.startswith(step.keep))
+        out.append((p.returncode, stdout if step.compare else "", p.stderr[-1500:]))
         if p.returncode != 0:
             break
     return out
@@ -167,19 +202,25 @@ def test_a_real_program_keeps_its_exit_status_and_output_under_alloclab(name, tm
     prog = CORPUS[name]
     if not (Path(prog.needs).exists() or shutil.which(prog.needs)):
         missing_prerequisite(f"{prog.needs} is not installed (apt-get install -y {prog.package})")
+    built = prog.build() if prog.build else {}
+    steps = [Step(tuple(built.get(w, w) for w in s.argv), s.compare, s.env, s.keep) for s in prog.steps]
     fp_dir = tmp_path / "fp"
     fp_dir.mkdir()
     results = {}
-    for label, env in _conditions(dict(os.environ), prog.steps[0].argv[0], fp_dir).items():
+    for label, env in _conditions(dict(os.environ), steps[0].argv[0], fp_dir).items():
         cwd = tmp_path / label.replace(" ", "-")
         cwd.mkdir()
         _write(prog.files, cwd)
-        results[label] = _run(prog.steps, cwd, env)
+        results[label] = _run(steps, cwd, env)
     plain = results["plain"]
     assert plain and all(rc == 0 for rc, _, _ in plain), ("the program fails plain", plain)
     assert any(out.strip() for _, out, _ in plain), "the program printed nothing to compare"
     for label, got in results.items():
         assert [(rc, out) for rc, out, _ in got] == [(rc, out) for rc, out, _ in plain], (label, got[-1][2])
+    if prog.static:
+        # No interpreter, so nothing was preloaded into it: the interposer never ran.
+        assert not list(fp_dir.glob("fp-*.json")), "a fingerprint from a static program"
+        return
     # The interposer ran in them: every fingerprint condition wrote its files.
     assert list(fp_dir.glob("fp-*.json")), "no fingerprint file: the interposer did not run"
 

@@ -10,9 +10,11 @@ import (
 
 func main() {
 	keep := make([][]byte, 0, 64)
+	sum := 0
 	for i := 0; i < 4096; i++ {
 		b := make([]byte, 64<<10)
 		b[0] = byte(i)
+		sum += int(b[0]) + len(keep)
 		if len(keep) < 64 {
 			keep = append(keep, b)
 		} else {
@@ -22,5 +24,5 @@ func main() {
 	if len(os.Args) > 1 {
 		_ = os.WriteFile(os.Args[1], []byte("ran\n"), 0o644)
 	}
-	fmt.Println("ok", len(keep))
+	fmt.Println("ok", len(keep), sum)
 }
