@@ -346,7 +346,7 @@ def context(r: Results, options) -> dict:
         "answers": answers(a), "statistics": statistics_line(a), "baseline_warning": baseline_warning(a),
         "wrappers": wrapper_answers(a) + bound_answers(a),
         "tune": r.tune and {"title": tune.title(a.experiment), "facts": tune.facts(r.tune),
-                            "lead": tune.open_lead(r.tune), "picks": [tune.pick_view(p) for p in r.tune.picks],
+                            "lead": tune.open_lead(r.tune), "picks": [tune.pick_view(p, r.tune) for p in r.tune.picks],
                             "state": (tune.state_line(r.tune) or ("", ""))[1], "sections": tune.sections(r.tune)},
     }
 

@@ -239,9 +239,10 @@ def open_lead(ans: TuneAnswer) -> str | None:
             f"decides it. The {kind} pick below, {p.label}, costs x{slow:.2f} {what}")
 
 
-def pick_view(p: Pick) -> dict:
+def pick_view(p: Pick, ans: TuneAnswer | None = None) -> dict:
     """A pick's lines by role (the HTML page lays them out itself)."""
-    return {"heading": heading(p), "why": why(p), "beside": beside(p) if p.costs else "", "apply": p.apply}
+    return {"heading": heading(p), "why": why(p), "beside": beside(p) if p.costs else "", "apply": p.apply,
+            "lazyfree": pick_lazy(ans, p) if ans is not None else []}
 
 
 def answer_lines(ans: TuneAnswer) -> list[tuple[str, str]]:
@@ -250,13 +251,13 @@ def answer_lines(ans: TuneAnswer) -> list[tuple[str, str]]:
     if (lead := open_lead(ans)) is not None:
         out.append(("bold yellow", lead))
     for p in ans.picks:
-        v = pick_view(p)
+        v = pick_view(p, ans)
         out.append(("bold green", v["heading"]))
         if v["why"]:
             out.append(("", f"  why: {v['why']}"))
         if v["beside"]:
             out.append(("", f"  beside it: {v['beside']}"))
-        out += [("", f"  LazyFree: {line}") for line in pick_lazy(ans, p)]
+        out += [("", f"  LazyFree: {line}") for line in v["lazyfree"]]
         out.append(("", f"  run:     {p.apply.env_line}"))
         if p.apply.build:
             out.append(("", f"  build:   {p.apply.build}"))
