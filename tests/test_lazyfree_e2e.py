@@ -57,3 +57,19 @@ def test_an_answer_on_rss_at_the_end_names_the_lazyfree_it_carries(cli, build, s
     assert any("MiB LazyFree" in line and "MADV_FREE" in line for line in lines), lines
     ans, _, lines = said[0]
     assert not ans.lazyfree and not any("LazyFree" in line for line in lines), lines
+
+
+@pytest.mark.parametrize("lazy_mib", [128, 0])
+def test_inspect_names_the_lazyfree_share_of_a_running_process(cli, build, lazy_mib):
+    from inspect_helpers import pause_argv
+    p = pause_argv([str(build("lazyfree")), "192", str(lazy_mib), "pause"])
+    try:
+        out = cli("inspect", str(p.pid))
+        assert out.returncode == 0, out.stdout + out.stderr
+    finally:
+        p.go()
+    said = " ".join(out.stdout.split())
+    if lazy_mib:
+        assert "LazyFree 128.0 MiB of the anonymous" in said and "MADV_FREE" in said, said
+    else:
+        assert "LazyFree" not in said, said

@@ -2,7 +2,9 @@
  * purges do: the pages stay in RSS, counted as LazyFree, until the kernel needs them. Prints its
  * own smaps_rollup Anonymous and LazyFree just before it returns (the hand reading the launcher's
  * end reading is checked against).
- * usage: lazyfree [MiB touched = 192] [MiB freed lazily = 128] */
+ * usage: lazyfree [MiB touched = 192] [MiB freed lazily = 128] [pause]
+ * With "pause" it says "paused" on stderr once its pages are freed, and waits for a line on stdin
+ * (alloclab inspect reads it meanwhile: tests/inspect_helpers.py). */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -26,6 +28,12 @@ int main(int argc, char **argv) {
     if (p == MAP_FAILED) return 1;
     memset(p, 1, touched);
     if (lazy && madvise(p, lazy, MADV_FREE) != 0) { perror("madvise(MADV_FREE)"); return 1; }
+    if (argc > 3 && strcmp(argv[3], "pause") == 0) {
+        char go[16];
+        fputs("paused\n", stderr);
+        fflush(stderr);
+        if (!fgets(go, sizeof go, stdin)) return 1;
+    }
     printf("anonymous_kb: %lld\nlazyfree_kb: %lld\n", rollup_kb("Anonymous:"), rollup_kb("LazyFree:"));
     return 0;
 }

@@ -12,6 +12,7 @@ from rich.table import Table
 from rich.text import Text
 
 from alloclab.report.fingerprint import PART_WORDS, _size
+from alloclab.stats.lazyfree import MIN_MB as LAZY_MIN_MB, MIN_SHARE as LAZY_MIN_SHARE
 from alloclab.store.fingerprint_model import PARTS
 from alloclab.store.inspect_model import GREW_AT_LEAST, Growth, Inspection, Snapshot, growth
 
@@ -70,6 +71,16 @@ def _drop_in_form(ans) -> str:
     return ""
 
 
+def lazyfree_line(rollup: dict[str, int]) -> str | None:
+    """What of the anonymous RSS is LazyFree (freed with MADV_FREE, still resident), where it is a real
+    part of it (stats/lazyfree.py's bounds): memory the kernel takes back when it needs it."""
+    lazy, anon = rollup.get("LazyFree", 0), rollup.get("Anonymous", 0)
+    if lazy < LAZY_MIN_MB * (1 << 20) or lazy < LAZY_MIN_SHARE * anon:
+        return None
+    return (f"LazyFree {_size(lazy)} of the anonymous {_size(anon)}: pages freed with MADV_FREE, still counted "
+            f"in RSS until the kernel takes them back, when it needs them, at no cost to the process")
+
+
 def render_terminal(items: list[Inspection], console: Console, experiment: int | None = None) -> None:
     for ins in items:
         s, ans = ins.snapshot, ins.answer
@@ -81,6 +92,8 @@ def render_terminal(items: list[Inspection], console: Console, experiment: int |
         console.print("  " + "; ".join(_how(s)), highlight=False)
         console.print(f"  RSS {_size(s.rss)}, PSS {_size(s.pss)}" +
                       (f", swapped {_size(s.rollup['Swap'])}" if s.rollup.get("Swap") else ""), highlight=False)
+        if (lazy := lazyfree_line(s.rollup)) is not None:
+            console.print(f"  {lazy}", highlight=False)
         if s.split is not None:
             sp = s.split
             console.print(f"  where its {_size(sp.anon)} of anonymous memory goes: {_parts_line(sp.parts)}"
