@@ -73,16 +73,20 @@ def rust_program(name: str) -> Path:
 
 
 def node_addon(name: str) -> Path:
-    """The Node-API addon tests/programs/NAME (binding.gyp and its C sources) built by Debian's
-    node-gyp against the system's headers (--nodedir: nothing downloaded); the folder holding
+    """The Node-API addon tests/programs/NAME (binding.gyp and its C sources) built by node-gyp against
+    the system's headers (--nodedir: nothing downloaded); the folder holding
     NAME.node and the package's other files (its run.js)."""
-    if shutil.which("node-gyp") is None:
-        nodejs = subprocess.run(["dpkg-query", "-W", "-f=${Version}", "nodejs"], capture_output=True, text=True).stdout
-        missing_prerequisite("node-gyp is not installed (apt-get install -y node-gyp libnode-dev" +
-                             (f"; they need Debian's nodejs, and this one is {nodejs}, which libnode108 conflicts with)"
-                              if "nodesource" in nodejs else ")"))
-    gyp = _toolchain("node-gyp", "node-gyp libnode-dev")
     node = _toolchain("node", "nodejs")
+    # Debian's node-gyp, else the one a Node.js from elsewhere ships inside its npm (nodesource's
+    # nodejs conflicts with Debian's libnode108, so Debian's node-gyp cannot be installed beside it):
+    # either builds against the installed headers (--nodedir), nothing downloaded.
+    bundled = Path("/usr/lib/node_modules/npm/node_modules/node-gyp/bin/node-gyp.js")
+    if shutil.which("node-gyp") is not None:
+        gyp = [_toolchain("node-gyp", "node-gyp libnode-dev")]
+    elif bundled.exists():
+        gyp = [node, str(bundled)]
+    else:
+        missing_prerequisite("node-gyp is not installed (apt-get install -y node-gyp libnode-dev)")
     if (Path("/usr/include/nodejs/src") / "node_api.h").exists():   # Debian's libnode-dev
         nodedir = "/usr/include/nodejs"
     elif Path("/usr/include/node/node_api.h").exists():            # a Node.js that ships its headers
@@ -91,8 +95,8 @@ def node_addon(name: str) -> Path:
         missing_prerequisite("Node.js's headers (node_api.h) are not installed (apt-get install -y libnode-dev)")
     pkg = PROGRAMS / name
     files = sorted(f for f in pkg.rglob("*") if f.is_file() and "build" not in f.relative_to(pkg).parts)
-    words = [subprocess.run([c, "--version"], capture_output=True, text=True, check=True).stdout.strip()
-             for c in (gyp, node)]
+    words = [subprocess.run([*c, "--version"], capture_output=True, text=True, check=True).stdout.strip()
+             for c in (gyp, [node])]
     out = cache.root() / "tests" / f"node-{name}-{_digest(files, nodedir, *words)}"
     if (out / f"{name}.node").exists():
         return out
@@ -101,7 +105,7 @@ def node_addon(name: str) -> Path:
         src = Path(tmp) / "src"
         shutil.copytree(pkg, src, ignore=shutil.ignore_patterns("build"))
         # HOME and the devdir in the build's folder: nothing written to (or read from) ~/.cache/node-gyp.
-        proc = subprocess.run([gyp, "configure", "build", f"--nodedir={nodedir}", f"--devdir={tmp}/devdir"],
+        proc = subprocess.run([*gyp, "configure", "build", f"--nodedir={nodedir}", f"--devdir={tmp}/devdir"],
                               cwd=src, capture_output=True, text=True, env=os.environ | {"HOME": tmp})
         assert proc.returncode == 0, f"node-gyp build of tests/programs/{name} failed:\n{proc.stderr[-3000:]}"
         done = Path(tmp) / "done"
