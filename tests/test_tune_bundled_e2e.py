@@ -101,9 +101,9 @@ def test_a_bundled_copy_no_setting_reaches_is_answered_before_anything_runs(buil
 @pytest.mark.slow
 def test_the_end_reading_is_taken_before_the_bundled_copys_exit_cleanup(cli, store_of):
     """The mimalloc crate gives everything back as the process exits (its mi_process_done): the
-    fingerprint's end reading is the one taken as exit() began, which agrees with what the program
-    read of itself just before (VmRSS at rest: 668-673 MiB at 1.5 s of rest, the stable case), not
-    the few MiB left after the cleanup."""
+    fingerprint's end reading is the one taken as exit() began, which agrees with what the process
+    held just before (VmRSS at rest by hand: 668-673 MiB at 1.5 s of rest), not the few MiB left
+    after the cleanup."""
     prog = rust_program("rust-mimalloc")
     args = ["8", "600", "48", "1500"]
     hand = int(subprocess.run([str(prog), *args], capture_output=True, text=True, check=True,
@@ -113,6 +113,11 @@ def test_the_end_reading_is_taken_before_the_bundled_copys_exit_cleanup(cli, sto
     assert "as exit began, before its allocator's exit cleanup gave back" in " ".join(p.stdout.split()), p.stdout
     store = store_of(cli.db)
     diagnosis = store.load(min(x.id for x in store.listing()))
-    mem = next(iter(diagnosis.fingerprints.values()))["memory"]
-    assert abs(mem["end_anon_kb"] - hand) <= 0.1 * hand, (mem, hand)
-    assert mem["exit_cleanup_kb"] >= 0.5 * hand, mem
+    fp = next(iter(diagnosis.fingerprints.values()))
+    mem, series = fp["memory"], fp["series"]
+    # Within 10% of what the process held in its last 20 ms sample before exit (the same run: the
+    # copy may purge part of what it holds in one run and not another, on a loaded machine), and of
+    # the same order as the hand run's VmRSS at rest, not the few MiB the cleanup leaves.
+    before = series[-2][3]
+    assert abs(mem["end_anon_kb"] - before) <= 0.1 * before, (mem, series[-3:])
+    assert mem["end_anon_kb"] >= 0.5 * hand and mem["exit_cleanup_kb"] >= 0.5 * mem["end_anon_kb"], (mem, hand)

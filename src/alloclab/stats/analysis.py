@@ -97,6 +97,10 @@ class WorkloadResult:
     def primary(self) -> MetricRow | None:
         return primary_metric(self.rows)
 
+    def primary_rows(self) -> list[MetricRow]:
+        """Every metric the verdict rests on (workloads.primary's rule): a user's memory metric may be one."""
+        return primary_metrics(self.rows)
+
     def speed_rows(self) -> list[MetricRow]:
         """Every primary metric that is not memory: a command may mark several (the Ceph client's
         IOPS and CPU per I/O), and each is judged at the looks and on the speed axis."""

@@ -27,6 +27,7 @@ from collections.abc import Callable, Iterable
 from alloclab.stats.analysis import Analysis, WorkloadResult
 from alloclab.stats.estimates import Comparison
 from alloclab.workloads.metrics import PEAK_RSS, is_memory
+from alloclab.workloads.primary import primary_metrics
 
 MetricOf = Callable[[WorkloadResult], "str | list[str] | None"]
 SYSTEM = "glibc"
@@ -109,6 +110,12 @@ def primary(w: WorkloadResult) -> str | None:
     return row.name if row is not None else None
 
 
+def primaries(w: WorkloadResult) -> list[str]:
+    """The metrics the workload's verdict rests on (every one marked primary, else its first; a user's
+    memory metric may be one): what the speed pick is decided on, as `primary` was for one."""
+    return [r.name for r in primary_metrics(w.rows)]
+
+
 def speed_metrics(w: WorkloadResult) -> list[str]:
     """The metrics speed is judged on: every primary metric that is not memory (one, unless a command
     marks several, as the Ceph client's IOPS and CPU per I/O)."""
@@ -180,10 +187,10 @@ def speed_best(a: Analysis, candidates: Iterable[int], exclude: Callable[[int], 
     RSS x4.8 ranks below mimalloc at -46.5% and +23.3%), then the least invasive within the margin of
     it on speed. compare, run, suite and report pick by it too (stats/recommend.py)."""
     def rank(vi: int) -> float:
-        memory = [c for w in a.workloads for name in memory_metrics(w) if name not in speed_metrics(w)
+        memory = [c for w in a.workloads for name in memory_metrics(w) if name not in primaries(w)
                   and (c := w.comparison(name, vi)) is not None]
-        return mean_gain(comparisons(a, speed_metrics, vi)) * (mean_gain(memory) or 1.0)
-    return decided_best(a, speed_metrics, candidates, exclude, rank=rank)
+        return mean_gain(comparisons(a, primaries, vi)) * (mean_gain(memory) or 1.0)
+    return decided_best(a, primaries, candidates, exclude, rank=rank)
 
 
 def memory_metrics(w: WorkloadResult) -> list[str]:
@@ -236,7 +243,7 @@ def better_on_both(a: Analysis, vi: int) -> bool:
 
 def _gains(a: Analysis, vi: int) -> dict[tuple[str, str], float]:
     return {(w.name, name): c.gain for w in a.workloads
-            for name in dict.fromkeys(speed_metrics(w) + memory_metrics(w))
+            for name in dict.fromkeys(primaries(w) + memory_metrics(w))
             if name and (c := w.comparison(name, vi)) is not None and math.isfinite(c.ratio) and c.ratio > 0}
 
 

@@ -139,7 +139,7 @@ class TuneAnswer:
 
 
 def _effects(a: Analysis, metric_of, vi: int) -> tuple[Effect, ...]:
-    """`metric_of` gives a workload's metric, or its list of metrics (best.speed_metrics)."""
+    """`metric_of` gives a workload's metric, or its list of metrics (best.primaries)."""
     return tuple(Effect(w.name, name, c) for w in a.workloads for name in best.names_of(metric_of, w)
                  if (c := w.comparison(name, vi)) is not None)
 
@@ -205,7 +205,7 @@ class _Answerer:
         for vi in best.both_front(a, [vi for vi in self.usable if not self.too_big(vi)]):
             # Both axes in full: speed, then every memory metric (the claim is "better or equivalent" on each).
             effects = tuple(Effect(w.name, name, c) for w in a.workloads
-                            for name in dict.fromkeys(best.speed_metrics(w) + best.memory_metrics(w))
+                            for name in dict.fromkeys(best.primaries(w) + best.memory_metrics(w))
                             if name and (c := w.comparison(name, vi)) is not None)
             out.append(self.pick("both", vi, None, lambda w: None, effects))
         return out
@@ -216,12 +216,13 @@ class _Answerer:
         if speed is not None:
             # Its cost on every memory metric: peak RSS, at its end, after each phase (a speed pick that
             # holds x4 at its end says so beside it, not only its peak).
-            out.append(self.pick(_memory_goal_of_primary(a) or "speed", speed, best.speed_metrics, best.memory_metrics))
+            out.append(self.pick(_memory_goal_of_primary(a) or "speed", speed, best.primaries,
+                                 lambda w: [m for m in best.memory_metrics(w) if m not in best.primaries(w)]))
         for goal, metric in [("memory", RSS), ("memory at its end", END_ANON)] + \
                 [(f"memory after {PHASE.match(m).group(1)}", m) for m in _phases(a)]:
             vi = best.decided_best(a, _has(metric), self.usable)
             if vi is not None:
-                p = self.pick(goal, vi, _has(metric), best.speed_metrics)
+                p = self.pick(goal, vi, _has(metric), best.primaries)
                 out.append(self._instead(p))
         return out
 
@@ -237,18 +238,18 @@ class _Answerer:
         if vi is None:
             return p
         return Pick(p.goals, p.variant_idx, p.label, p.candidate, p.effects, p.costs, p.faults, p.plain, p.apply,
-                    self.pick(p.goals[0], vi, _has(metric), best.speed_metrics))
+                    self.pick(p.goals[0], vi, _has(metric), best.primaries))
 
     def other(self, vi: int) -> Other:
         a, cand = self.a, self.cand(vi)
         own = _own_metric(cand)
-        effects = _effects(a, best.speed_metrics, vi) + _effects(a, _has(RSS), vi) + (_effects(a, own, vi) if own else ())
+        effects = _effects(a, best.primaries, vi) + _effects(a, _has(RSS), vi) + (_effects(a, own, vi) if own else ())
         dropped = {v: (leader, runs) for _, v, leader, runs in a.experiment.config.dropped if leader}
         leader, runs = dropped.get(vi, (None, None))
-        speed_v = {e.comparison.verdict for e in _effects(a, best.speed_metrics, vi)}
+        speed_v = {e.comparison.verdict for e in _effects(a, best.primaries, vi)}
         memory = [_effects(a, m, vi) for m in (_has(RSS), _has(END_ANON), own) if m is not None]
         if any({e.comparison.verdict for e in es} >= {"better"} and "worse" not in {e.comparison.verdict for e in es}
-               for es in [_effects(a, best.speed_metrics, vi)] + memory):
+               for es in [_effects(a, best.primaries, vi)] + memory):
             outcome, reason = Outcome.ALSO_BETTER, Reason.BETTER
         elif "undecided" in speed_v and not _dropped(a, vi):
             outcome, reason = Outcome.OPEN, Reason.UNDECIDED
@@ -343,5 +344,5 @@ def _merged(picks: list[Pick]) -> list[Pick]:
 def _dropped(a: Analysis, vi: int) -> bool:
     """Every undecided speed comparison of `vi` was dropped by the race below a leader (tune/race.py):
     ruled out, not open."""
-    cs = [c for c in best.comparisons(a, best.speed_metrics, vi) if c.verdict == "undecided"]
+    cs = [c for c in best.comparisons(a, best.primaries, vi) if c.verdict == "undecided"]
     return bool(cs) and all(c.stopped == "leader" for c in cs)

@@ -105,7 +105,7 @@ def may_be_better_on_both(a, w: WorkloadResult) -> set[int]:
     the futility bound close it where it does not)."""
     out = set()
     for vi in range(len(a.labels)):
-        cs = [w.comparison(r.name, vi) for r in w.speed_rows()]
+        cs = [w.comparison(r.name, vi) for r in w.primary_rows()]
         if vi == a.baseline_idx or not any(c is not None and c.verdict == "better" for c in cs) or not cost_open(w, vi):
             continue
         if any((m := w.comparison(name, vi)) is not None and m.verdict == "worse" for name in memory_metrics(w)):
@@ -156,7 +156,7 @@ class RaceJudge(Judge):
         out = self.open_in(a)
         self.dropped = {}
         for w in a.workloads:
-            rows = w.speed_rows()
+            rows = w.primary_rows()
             if not rows:
                 continue
             for vi in sorted(out[w.idx]):
@@ -182,7 +182,7 @@ class RaceJudge(Judge):
 def _most(w: WorkloadResult, vi: int) -> float:
     """The most `vi` may gain in a workload, on its speed or on any memory metric: where it could
     still be an answer."""
-    names = [r.name for r in w.speed_rows()] + memory_metrics(w)
+    names = [r.name for r in w.primary_rows()] + memory_metrics(w)
     return max((c.gain_bounds[1] for n in names if (c := w.comparison(n, vi)) is not None), default=0.0)
 
 

@@ -104,7 +104,7 @@ def _mean_gain(a: Analysis, vi: int, metrics_of) -> float | None:
 
 
 def _primary(w) -> list[str]:
-    return [r.name for r in w.speed_rows()]
+    return [r.name for r in w.primary_rows()]
 
 
 def _memory(w) -> list[str]:
