@@ -93,3 +93,16 @@ def test_a_screened_candidate_is_given_by_its_estimates_and_runs():
     line = _screened_line({"label": "tcmalloc", "rule": "", "runs": 1, "estimates": [
         {"workload": "w", "axis": "speed", "metric": "ops", "ratio": 1.5, "low": 0.0, "high": 4.9e8}]})
     assert line == "tcmalloc: screened at speed: +50.0% (estimates of 1 screen run each)", line
+
+
+def test_two_runs_project_no_count_of_the_runs_a_verdict_needs():
+    # A 15-minute PostgreSQL race stopped at 2 runs each printed "a verdict would need ~208516 more
+    # runs": a spread read from two runs projects nothing.
+    c = estimates.Comparison(0.96, 0.01, 90.0, 1.0, 1.0, True, "undecided", 2, 2, margin=0.02, method="paired",
+                             more_runs=208516, stopped="budget")
+    text = estimates.format_comparison(c)
+    assert "208516" not in text and "2 runs each cannot tell how many a verdict needs" in text, text
+    # The control: from 6 runs each, the projection is given.
+    c6 = estimates.Comparison(0.96, 0.01, 90.0, 1.0, 1.0, True, "undecided", 6, 6, margin=0.02, method="paired",
+                              more_runs=200, stopped="budget")
+    assert "a verdict would need ~200 more runs" in estimates.format_comparison(c6)

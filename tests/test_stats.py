@@ -19,7 +19,8 @@ _IV = r"\[([+-]\d+\.\d|[+-]?inf|nan), ([+-]\d+\.\d|[+-]?inf|nan)\]|\[n/a\]"
 FORMAT_RE = re.compile(
     rf"^(\? \(n/a\)|x[0-9.e+-]+ \[x[0-9.e+-]+, x[0-9.e+-]+\]|[+-]\d+\.\d% ({_IV})|≈ within ±[0-9.e+-]+% ({_IV})|\? [+-]\d+\.\d% ({_IV})( ~\d+ more runs?)?"
     rf"|\? [+-]\d+\.\d% on \d+ runs? (each|against \d+), too few or too noisy for an interval \(wider than x10\)"
-    rf"(, stopped [^;]+)?(; [a-z ±%0-9.]+ would need ~\d+ more runs?)?)$"
+    rf"(, stopped [^;]+)?(; [a-z ±%0-9.]+ would need ~\d+ more runs?"
+    rf"|; \d+ runs? (each|against \d+) cannot tell how many a verdict needs)?)$"
 )
 
 any_floats = st.floats(allow_nan=True, allow_infinity=True)

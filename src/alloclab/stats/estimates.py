@@ -349,6 +349,9 @@ def format_comparison(c: Comparison) -> str:
         # the estimate rests on, why it is open, and what would close it (the JSON keeps the numbers).
         why = f", stopped {STOPPED_BY.get(c.stopped, 'by ' + c.stopped)}" if c.stopped else ""
         need = f"; {_nearer_decision(c)} would need {_runs(c.more_runs)}" if c.more_runs else ""
+        if c.more_runs and min(c.n_candidate, c.n_baseline) < PROJECT_FROM:
+            # A spread read from two or three runs projects nothing ("~208516 more runs" from two).
+            need = f"; {_rests_on(c)} cannot tell how many a verdict needs"
         return f"? {delta:+.1f}% on {_rests_on(c)}, too few or too noisy for an interval (wider than x{WIDE:g}){why}{need}"
     if c.futile and c.more_runs:
         need = f"{_nearer_decision(c)} would need {_runs(c.more_runs)}"
@@ -362,6 +365,7 @@ def format_comparison(c: Comparison) -> str:
 
 
 WIDE = 10.0   # an open comparison's interval spanning more than this factor is not printed
+PROJECT_FROM = 4   # fewer runs than this give no spread to project the runs a verdict needs from
 
 
 def _narrow(c: Comparison) -> bool:
