@@ -133,3 +133,9 @@ def test_hyperfines_short_flags_are_refused_with_the_long_option_named(helps, tm
     assert not (tmp_path / "x.db").exists()   # refused before anything ran
     # ... and no longer offered beside the long option
     assert not re.search(rf"--[\w-]+\s+{flag}\s", helps[argv[0]])
+
+
+def test_the_allocators_table_names_a_bundled_copy_and_cuts_no_path():
+    out = alloclab("allocators").stdout
+    assert "…" not in out, out
+    assert "(built into the program: a copy of" in out and "mimalloc, no preload)" in out, out

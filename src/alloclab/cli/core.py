@@ -99,7 +99,7 @@ def allocators(fmt: str = ListFormatOption) -> None:
         return
     t = Table(title="Allocators", show_lines=True)
     for col in ("name", "status", "version", "library", "tunables", "release to OS"):
-        t.add_column(col)
+        t.add_column(col, overflow="fold")   # a library's path wraps, never ends in "…"
     missing = []
     for a in catalog.allocators.values():
         path = cat.locate(a)
@@ -109,6 +109,7 @@ def allocators(fmt: str = ListFormatOption) -> None:
         t.add_row(a.name, Text("found", style="green") if found else
                   Text.assemble(("missing", "red"), f"\napt-get install -y {a.package}"),
                   cat.version_of(a, path) if found else "",
+                  f"(built into the program: a copy of {a.bundled}, no preload)" if a.bundled else
                   "(libc, no preload)" if a.is_system else str(path or ""),
                   ", ".join(tn.name for tn in a.tunables),
                   a.release_call)
