@@ -400,12 +400,7 @@ def baseline_warning(a: Analysis) -> str | None:
 def baseline_ran(a: Analysis) -> str:
     """The baseline as the answer's title names it: its label, or what ran in its place (never "against
     glibc" where glibc did not run)."""
-    base = a.labels[a.baseline_idx]
-    if baseline_warning(a) is None:
-        return base
-    ran = {r[0] for w in a.workloads
-           if (v := w.verification.get(a.baseline_idx)) and (r := in_use.parse(v.notes))}
-    return f"{ran.pop()} (which ran in {base}'s place)" if len(ran) == 1 else f"what ran in {base}'s place"
+    return a.baseline_as_ran()
 
 
 def failed_run_lines(a: Analysis, w, limit: int = 3) -> list[str]:

@@ -118,6 +118,17 @@ class Analysis:
     min_effect: float
     design: decide.Design | None = None
 
+    def baseline_as_ran(self) -> str:
+        """The baseline as an answer names it: its label, or what ran in its place where the
+        verification found it not in effect (never "faster than glibc" where glibc did not run)."""
+        from alloclab.catalog import in_use
+        base = self.labels[self.baseline_idx]
+        vs = [v for w in self.workloads if (v := w.verification.get(self.baseline_idx)) is not None]
+        if not any(v.status == "ineffective" for v in vs):
+            return base
+        ran = {r[0] for v in vs if v.status == "ineffective" and (r := in_use.parse(v.notes))}
+        return f"{ran.pop()} (which ran in {base}'s place)" if len(ran) == 1 else f"what ran in {base}'s place"
+
 
 def bootstrap_size(*ns: int) -> int:
     """2000 resamples for the usual run counts; fewer for thousands a cell (narrow intervals anyway)."""

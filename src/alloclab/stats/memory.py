@@ -122,7 +122,7 @@ def keeps_more_text(a: Analysis, ws: list[WorkloadResult], keepers: dict[int, He
     by_after: dict[tuple[str, str, str], list[int]] = {}
     for vi, h in keepers.items():
         by_after.setdefault((h.after(), h.kind, h.workload), []).append(vi)
-    base = a.labels[a.baseline_idx]
+    base = a.baseline_as_ran()
     for (after, kind, workload), vis in by_after.items():
         ratios = sorted(keepers[vi].ratio for vi in vis)
         names = _and([a.labels[vi] for vi in vis])

@@ -187,7 +187,7 @@ def _decide(a: Analysis, scope: str, points: list[Point], metric: str, higher_is
     """The pick, why, and the sentence; shared by the per-workload and the overall decision.
     `ws` are the workloads whose held memory counts (the scope's, and its server's other clients).
     `rank`: the overall's counts; without it stats/best.py's pick on `scoped` (the scope's workloads)."""
-    base = a.labels[a.baseline_idx]
+    base = a.baseline_as_ran()
     goodness = rank or paired_gain(higher_is_better)
     candidates = [p for p in points if p.usable and p.variant_idx != a.baseline_idx]
     faster = [p for p in candidates if p.speed_verdict == "better"]
@@ -267,15 +267,15 @@ def _still_open(base: str, scope: str, metric: str, candidates: list[Point], ope
         them = "none of them is" if sum(1 for p in candidates if p.keeps_more) > 1 else "it is not"
         return (f"Decided on memory, undecided on speed for {scope}: {keeps}{but}, so {them} "
                 f"recommended to save memory. No variant is decided faster than {base} yet: "
-                f"{len(open_)} comparison(s) are still open: {what}.{run}.")
+                f"{len(open_)} comparison{'s are' if len(open_) != 1 else ' is'} still open: {what}.{run}.")
     return (f"Undecided for {scope}: no variant is decided better than {base} yet, and "
-            f"{len(open_)} comparison(s) are still open: {what}.{run}.")
+            f"{len(open_)} comparison{'s are' if len(open_) != 1 else ' is'} still open: {what}.{run}.")
 
 
 def _held_less(a: Analysis, p: Point, scope: str) -> str:
     if not p.holds_less:
         return ""
-    base = a.labels[a.baseline_idx]
+    base = a.baseline_as_ran()
     cost = p.also_keeps
     h = p.holds_less
     ws = [w for w in a.workloads if w.name == h.workload]
