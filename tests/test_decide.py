@@ -225,3 +225,10 @@ def test_padding_gives_every_variant_the_same_environment_size(env, filler):
     big = env | {"LD_PRELOAD": "/usr/lib/x86_64-linux-gnu/libjemalloc.so.2", "MALLOC_CONF": "narenas:2"}
     target = max(env_size(env), env_size(big)) + len(PAD_VAR) + 2 + filler
     assert env_size(pad_env(env, target)) == env_size(pad_env(big, target)) == target
+
+
+def test_a_paired_interval_beyond_a_floats_exp_bounds_nothing_rather_than_crashing():
+    # The demo's suite crashed at a first look (math range error): two blocks far apart at a tiny alpha.
+    from alloclab.stats.decide import paired_effect
+    e = paired_effect({0: 1.0, 1: 1.0}, {0: 1.0, 1: 1e20}, 1 - 1e-9, 0, 13, True)
+    assert e is not None and e.ci_high == float("inf") and e.ci_low >= 0.0, e
