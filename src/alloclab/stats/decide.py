@@ -130,10 +130,11 @@ def paired_effect(base: dict, cand: dict, confidence: float, df_drop: int = 0,
     est, lo, hi, p, se, df = yuen(np.array(logs), confidence, df_drop=df_drop, trim_from=trim_from, plain_t=plain_t)
     # A look at few blocks with a tiny alpha can give a log-interval beyond what a float's exp holds
     # (the demo's suite at its first look): its ends are then 0 and inf, an interval that bounds nothing.
-    return PairedEffect(_exp(est), _exp(lo), _exp(hi), p, len(logs), se, df)
+    return PairedEffect(safe_exp(est), safe_exp(lo), safe_exp(hi), p, len(logs), se, df)
 
 
-def _exp(x: float) -> float:
+def safe_exp(x: float) -> float:
+    """exp, inf beyond what a float holds (a log-interval of a look at few blocks and a tiny alpha)."""
     return math.inf if x > 709.0 else math.exp(x)
 
 

@@ -326,7 +326,7 @@ def _interaction_ci(base: Cell, singles: list[Cell], combined: Cell, a: Analysis
     level = design.alpha_at(max(c.n_blocks for c in cells))
     est, lo, hi, *_ = decide.yuen(np.array(logs), 1 - level, df_drop=design.df_drop,
                                 trim_from=design.trim_from, plain_t=design.plain_t)
-    return math.exp(est), math.exp(lo), math.exp(hi)
+    return decide.safe_exp(est), decide.safe_exp(lo), decide.safe_exp(hi)   # as paired_effect: never a range error
 
 
 def ablation_result(a: Analysis, structure: dict) -> list[AblationResult]:
