@@ -396,23 +396,29 @@ def test_the_screen_gives_its_first_slot_to_a_candidate_it_saw_better_on_both(tm
     assert run(lambda env: 10_240, "same") == [specs[2]]
 
 
-def _slow_pick_answer(path, pad_kb: int):
-    """ARENA_MAX=1 holds a fifth of the memory at twice the time (both decided); TOP_PAD holds
-    `pad_kb` and is faster by its estimate, with swings that keep its speed open."""
+def _pad_race_answer(path, arena_s: float, arena_kb: int, pad_kb: int, pad_speed: float, arena_rule: tuple):
+    """A six-block race: ARENA_MAX=1 at `arena_s` (the default 0.1 s) holding `arena_kb` (the default
+    10,240), both decided; TOP_PAD holding `pad_kb` at `pad_speed` the default's time by its estimate,
+    with swings that keep its speed open. `arena_rule`: (rule, expect) of ARENA_MAX=1's candidate."""
     def mean(env, n):
         if "MALLOC_ARENA_MAX" in env:
-            return 0.2
+            return arena_s
         if "MALLOC_TOP_PAD_" in env:
-            return 0.1 * (0.9 + (0.3 if n % 2 else -0.3))
+            return 0.1 * (pad_speed + (0.3 if n % 2 else -0.3))
         return 0.1
     store = Store(path)
-    peak = lambda env: 2_048 if "MALLOC_ARENA_MAX" in env else pad_kb if "MALLOC_TOP_PAD_" in env else 10_240
+    peak = lambda env: arena_kb if "MALLOC_ARENA_MAX" in env else pad_kb if "MALLOC_TOP_PAD_" in env else 10_240
     runner = Runner(store, [Workload("fake", ["fake"], executor=FakeExecutor(mean, noise=0.01, peak_kb=peak))],
                     parse_variants(VARIANTS), Settings(runs=6, warmup=0, verify=False, kind="tune"), judge=Judge())
     runner.run()
-    cands = [Candidate(VARIANTS[1], "glibc-arena-bloat", "less memory", "m", "w"),
-             Candidate(VARIANTS[2], "glibc-trim-churn", "faster", "m", "w")]
+    pad_rule = ("glibc-trim-churn", "faster") if arena_rule[1] == "less memory" else ("glibc-arena-free", "less memory")
+    cands = [Candidate(VARIANTS[1], *arena_rule, "m", "w"), Candidate(VARIANTS[2], *pad_rule, "m", "w")]
     return answer(analyze(store.load(runner.exp_id)), cands)
+
+
+def _slow_pick_answer(path, pad_kb: int):
+    """ARENA_MAX=1 holds a fifth of the memory at twice the time; TOP_PAD faster by its estimate."""
+    return _pad_race_answer(path, 0.2, 2_048, pad_kb, 0.9, ("glibc-arena-bloat", "less memory"))
 
 
 def test_a_slow_memory_pick_does_not_lead_while_a_candidate_that_may_be_better_on_both_is_open(tmp_path):
@@ -434,22 +440,8 @@ def test_the_answer_leads_with_the_open_candidate_before_a_slow_memory_pick(tmp_
 
 
 def _costly_speed_pick_answer(path, pad_kb: int, pad_speed: float = 0.9):
-    """ARENA_MAX=1 twice as fast, holding three times the memory (both decided); TOP_PAD holds
-    `pad_kb` at `pad_speed` the default's time by its estimate, with swings that keep its speed open."""
-    def mean(env, n):
-        if "MALLOC_ARENA_MAX" in env:
-            return 0.05
-        if "MALLOC_TOP_PAD_" in env:
-            return 0.1 * (pad_speed + (0.3 if n % 2 else -0.3))
-        return 0.1
-    store = Store(path)
-    peak = lambda env: 30_720 if "MALLOC_ARENA_MAX" in env else pad_kb if "MALLOC_TOP_PAD_" in env else 10_240
-    runner = Runner(store, [Workload("fake", ["fake"], executor=FakeExecutor(mean, noise=0.01, peak_kb=peak))],
-                    parse_variants(VARIANTS), Settings(runs=6, warmup=0, verify=False, kind="tune"), judge=Judge())
-    runner.run()
-    cands = [Candidate(VARIANTS[1], "allocator-bound", "faster", "m", "w"),
-             Candidate(VARIANTS[2], "glibc-arena-free", "less memory", "m", "w")]
-    return answer(analyze(store.load(runner.exp_id)), cands)
+    """ARENA_MAX=1 twice as fast, holding three times the memory; TOP_PAD at `pad_speed`."""
+    return _pad_race_answer(path, 0.05, 30_720, pad_kb, pad_speed, ("allocator-bound", "faster"))
 
 
 def test_a_speed_pick_that_holds_x3_does_not_lead_while_one_that_may_be_better_on_both_is_open(tmp_path):
