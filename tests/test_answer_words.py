@@ -57,9 +57,12 @@ def test_the_terminal_answer_explains_its_notation(stored):
     console = Console(width=160, record=True, file=io.StringIO(), color_system=None, markup=False)
     terminal_brief.render(r, console)
     text = " ".join(console.export_text().split())
-    for sign in ("? open", "≈ equivalent", "x5.15: 5.15 times the baseline", "+12.3% [lo, hi]: the change",
-                 "waits: voluntary context switches"):
-        assert sign in text, sign
+    rows = text.split("full tables:", 1)[1].split("+12.3% [lo, hi]: the change", 1)[0]
+    assert "+12.3% [lo, hi]: the change" in text
+    for used, sign in (("? ", "? open"), ("≈ ", "≈ equivalent"), (" x", "x5.15: 5.15 times the baseline"),
+                       ("waits ", "waits: voluntary context switches"), ("faults ", "faults: page faults")):
+        # Each sign the rows use is explained; one they do not use is not.
+        assert (sign in text) == (used in rows.replace("[x", " x")), (sign, rows)
 
 
 def test_counts_are_words_in_every_format(stored):

@@ -80,7 +80,7 @@ def test_a_variant_that_keeps_more_after_a_phase_is_never_recommended_to_save_me
     for c in [*rec.workloads, rec.overall]:
         assert c.pick is None, c.sentence
         assert "save memory:" not in c.sentence
-        assert c.sentence.startswith(f"Decided on memory, undecided on speed for {c.scope if c.scope != 'overall' else 'all 2 workloads'}")
+        assert c.sentence.startswith(f"Decided on memory, undecided on speed for {c.scope if c.scope != 'overall' else 'both workloads'}")
         assert "mimalloc keeps x5.5 the RSS of glibc after flush" in c.sentence
         assert "where glibc and jemalloc return 90% of their growth" in c.sentence
         assert "mimalloc's lower peak RSS" in c.sentence

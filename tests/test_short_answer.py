@@ -79,6 +79,18 @@ def test_the_stored_demo_reports_in_a_screen_or_two(stores, columns, most):
     assert "Summary across workloads" not in flat and "┃" not in text   # no table of the full report
 
 
+@pytest.mark.parametrize("name", sorted(STORES))
+def test_each_stored_report_is_its_rows_and_at_most_20_lines_more(stores, name):
+    """At 160 columns: a line per (workload, variant) and at most 20 others (issue 59): the heading,
+    the verification, the legend, the recommendation and what went wrong, nothing said twice."""
+    from alloclab.stats.results import build_results
+    from alloclab.store.db import Store
+    a = build_results(Store(stores / f"{name}.db").load(None)).analysis
+    lines = at_terminal(["report", "--db", f"{name}.db"], 160, stores).rstrip("\n").splitlines()
+    cells = len(a.workloads) * len(a.labels)
+    assert len(lines) <= cells + 20, "\n".join(lines)
+
+
 def test_details_gives_the_full_tables(stores):
     text = at_terminal(["report", "--db", "demo.db", "--details"], 160, stores)
     assert "runs ok/total" in text and "(baseline)" in text and "Pareto front of" in text

@@ -203,8 +203,17 @@ def statistics_line(a: Analysis) -> str:
             f"equivalent (interval within ±{a.min_effect * 100:g}%), undecided (otherwise)")
 
 
-def runs_line(a: Analysis) -> str:
+def runs_line(a: Analysis, brief: bool = False) -> str:
+    """How the runs were taken; `brief`: their count, what stopped them and the warm-up, the
+    schedule and the verification's method left to the full report."""
     c = a.experiment.config
+    if brief:
+        stored = c.to_dict()
+        stop = stored.get("stopped")
+        by = {"budget": f"the {c.budget_s or 0:g} s budget", "max-runs": "--max-runs"}.get(stop, stop)
+        how = (f"until decided: {stored.get('runs_done', c.runs)} runs each" + (f" (stopped by {by})" if stop else "")
+               if c.until_decided else f"{c.runs} runs each")
+        return f"{how}, {count(c.warmup, 'warm-up block')}"
     # With no warm-up block asked for, verification runs one untimed block of its own (plan/schedule.py).
     where = "first warm-up block" if c.warmup else "an untimed block of its own"
     verify = f"on ({where} under LD_DEBUG=bindings)" if c.verify else "off (--no-verify)"
@@ -368,7 +377,28 @@ def verification_summary(a: Analysis) -> tuple[str, str]:
                        f"allocator and must not be used.")
     if unknown:
         return "warn", f"Allocator not verified for {', '.join(unknown)} (verification was off or inconclusive)."
-    return "ok", "Every variant verified: malloc and free were bound to the named allocator in every process."
+    settings, unread = _settings_read(a)
+    if unread:
+        return "warn", (f"Setting not read back for {', '.join(unread)}: passed as asked, but the allocator could not "
+                        f"confirm it (alloclab report --details says why); malloc and free were bound to the named "
+                        f"allocator in every process.")
+    read = f", and {count(settings, 'setting')} read back in effect" if settings else ""
+    return "ok", f"Every variant verified: malloc and free were bound to the named allocator in every process{read}."
+
+
+def _settings_read(a: Analysis) -> tuple[int, list[str]]:
+    """How many settings the allocators read back as asked (each variant's once), and the variants
+    with a setting passed but not confirmed (the Ceph seed's thread cache was silently ignored)."""
+    read: set[tuple[int, str]] = set()
+    unread: dict[str, None] = {}
+    for w in a.workloads:
+        for vi, v in w.verification.items():
+            for note in v.notes:
+                if note.endswith(": in effect"):
+                    read.add((vi, note.split(" = ", 1)[0]))
+                elif ": passed as asked, not confirmed" in note:
+                    unread[a.labels[vi]] = None
+    return len(read), list(unread)
 
 
 def baseline_warning(a: Analysis) -> str | None:

@@ -89,8 +89,7 @@ def export(r, options) -> str:
                 f"{m.kernel}; {versions}; {len(a.labels)} variants; {runs_line(a)}.") + [""]
     level, sentence = verification_summary(a)
     out += wrap(f"**{sentence}**" if level != "ok" else sentence)
-    for w in a.workloads:
-        out += [x for line in problems(a, w) for x in wrap(line.plain, "- ")]
+    out += [x for line in problems(a) for x in wrap(line.plain, "- ")]
     out += [x for line in wrapper_answers(a) + bound_answers(a) for x in wrap(f"{line}.", "- ")]
     out.append("")
     if r.tune is not None:

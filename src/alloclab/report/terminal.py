@@ -250,7 +250,7 @@ def heading(r: Results, console: Console, brief: bool = False) -> None:
     console.print(Text(f"experiment {e.id} ({e.row.status}): {e.row.title}", style="bold"))
     memory = "" if brief else f", THP {m.thp}, governor {m.governor or 'n/a'}"
     console.print(Text(f"host {m.host}: {m.cpu_model}, {m.usable_cores} cores, kernel {m.kernel}, glibc {m.glibc}"
-                       f"{memory}; {len(a.labels)} variants; {runs_line(a)}", style="dim"))
+                       f"{memory}; {len(a.labels)} variants; {runs_line(a, brief)}", style="dim"))
 
 
 def render(r: Results, console: Console, details: bool = False) -> None:

@@ -14,13 +14,14 @@ their row where the console has no room for them.
 from __future__ import annotations
 
 import io
+import re
 
 from rich.cells import cell_len
 from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
-from alloclab.report.common import (baseline_ran, findings_for, mechanism, metric_title, primary_comparisons, verification_summary,
+from alloclab.report.common import (baseline_ran, baseline_warning, count, findings_for, mechanism, metric_title, primary_comparisons, verification_summary,
                                     wrapper_answers)
 from alloclab.report.across import sentence as choice_sentence
 from alloclab.report.bounds import bound_answers
@@ -32,12 +33,29 @@ from alloclab.workloads.metrics import PEAK_RSS
 VERDICT_STYLE = terminal.VERDICT_STYLE
 LEVEL_STYLE = {"ok": "green", "warn": "bold yellow", "bad": "bold red"}
 HEADERS = ("variant", "verdict", "effect [interval]", "peak RSS", "mechanism (decided)")
-# The notation of the rows, said under them: a first reader cannot guess "?" or "x5.15".
-LEGEND = ("? open: no verdict yet (its estimate, its 95% interval where it bounds anything, and the runs a "
-          "verdict needs); ≈ equivalent: within the margin shown; +12.3% [lo, hi]: the change against the "
-          "baseline, its interval in brackets; x5.15: 5.15 times the baseline's value (a large change); "
-          "waits: voluntary context switches (a thread blocked on a lock, a condition or I/O); preemptions: "
-          "involuntary ones; faults: page faults")
+# The notation of the rows, said under them: a first reader cannot guess "?" or "x5.15". Only the
+# signs the rows use are explained (a report without a factor has no "x5.15" to explain).
+LEGEND_PARTS = (
+    ("?", "? open: no verdict yet"),
+    ("≈", "≈ equivalent: within the margin shown"),
+    ("", "+12.3% [lo, hi]: the change against the baseline, its 95% interval"),
+    ("x", "x5.15: 5.15 times the baseline's value"),
+    ("waits", "waits: voluntary context switches (blocked on a lock or I/O)"),
+    ("preemptions", "preemptions: involuntary ones"),
+    ("faults", "faults: page faults"),
+)
+LEGEND = "; ".join(text for _, text in LEGEND_PARTS)
+
+
+def legend(cells: list[str]) -> str:
+    """The legend for rows made of `cells` (effects, peaks and mechanisms as printed)."""
+    seen = " ".join(cells)
+    words = set(re.findall(r"[a-z]+", seen))
+    factor = re.search(r"(^|[\s\[])x\d", seen) is not None
+    return "; ".join(text for sign, text in LEGEND_PARTS
+                     if not sign or (factor if sign == "x" else sign in words if sign.isalpha() else sign in seen))
+
+
 INDENT, GAP = 2, 2
 NAME_FLOOR = 18        # the narrowest the variant column gets before the peak RSS drops its interval
 MECHANISM_FLOOR = 16   # the narrowest mechanism column worth showing
@@ -98,7 +116,8 @@ def _indented(console: Console, text: Text, indent: int) -> None:
         console.print(Text(" " * indent) + line, no_wrap=True, crop=False)
 
 
-def answer_lines(a, console: Console) -> bool:
+def answer_lines(a, console: Console) -> str:
+    """The rows of the answer; returns their legend ("" where there are none)."""
     rows = []
     for w, row, vi, c in primary_comparisons(a):
         peak = w.comparison(PEAK_RSS, vi)
@@ -107,7 +126,7 @@ def answer_lines(a, console: Console) -> bool:
         rows.append((w, row, a.labels[vi], c.verdict, terminal.short_effect(format_comparison(c)),
                      terminal.short_effect(format_comparison(peak)) if peak else "n/a", ", ".join(why)))
     if not rows:
-        return False
+        return ""
     widths, whole, mech = _widths([HEADERS[0], *(r[2] for r in rows)], [HEADERS[1], *(r[3] for r in rows)],
                                   [HEADERS[2], *(r[4] for r in rows)], [HEADERS[3], *(r[5] for r in rows)],
                                   console.width)
@@ -132,43 +151,72 @@ def answer_lines(a, console: Console) -> bool:
             ([f"mechanism (decided): {why}"] if why and not mech else [])
         if under:
             _indented(console, Text("; ".join(under), style="dim"), INDENT + 2)
-    return True
+    return legend([x for r in rows for x in r[4:]])
 
 
-def problems(a, w) -> list[Text]:
+def problems(a) -> list[Text]:
     """What the reader must not miss: an allocator not in effect, runs that failed, a fingerprint run
     that failed (the program's failure, or alloclab's where its timed runs did not fail), a program
     that links an allocator of its own, other work that took CPU during the runs (it widens every
-    interval, and can bias one variant)."""
+    interval, and can bias one variant). Said once for the experiment where it holds for several
+    workloads: a variant not in effect, a busy host."""
     out = []
-    linked = next((n for v in w.verification.values() for n in v.notes if FORWARDED in n), None)
-    if linked is not None:
-        program_links = linked.split(": ", 1)[0]
-        out.append(Text(f"{w.name}: {program_links}: each glibc variant ran with glibc's malloc forced in (alloclab's "
-                        f"forwarding preload), so the comparison is against glibc, not the allocator the program "
-                        f"links; its own: the variant glibc-linked", style="yellow"))
-    for vi, fp in sorted(fingerprint.for_workload(a.experiment, w.idx).items()):
-        if not fp.failed:
-            continue
-        timed_ok = not w.runs_failed.get(vi) and w.runs_total.get(vi, 0) > 0
-        whose = (f"its {w.runs_total[vi]} timed runs did not: a failure of alloclab's interposer, not of the program "
-                 f"(the timings stand; the memory books are missing)") if timed_ok else "its timed runs failed too"
-        out.append(Text(f"{w.name}: {a.labels[vi]}: the fingerprint run failed ({fp.error}); {whose}",
-                        style="yellow" if timed_ok else "red"))
-    # One line a workload, not a variant: a busy host is busy for all of them.
-    loaded = [(vi, f) for vi, _, f in findings_for(w, set()) if f.code == "high-load"]
-    if loaded:
-        vi, f = loaded[0]
-        more = f" (and in {len(loaded) - 1} other variants' runs)" if len(loaded) > 1 else ""
-        out.append(Text(f"{w.name}: {a.labels[vi]}: {f.message}{more}", style="yellow"))
-    for vi, v in w.verification.items():
-        for reason in v.reasons:
-            out.append(Text(f"{w.name}: {a.labels[vi]}: allocator INEFFECTIVE: {reason}", style="bold red"))
-    for vi, failed in w.runs_failed.items():
-        if failed:
-            out.append(Text(f"{w.name}: {a.labels[vi]}: {len(failed)} of {w.runs_total[vi]} runs failed "
-                            f"({failed[-1].error or failed[-1].status})", style="red"))
-    return out
+    for w in a.workloads:
+        linked = next((n for v in w.verification.values() for n in v.notes if FORWARDED in n), None)
+        if linked is not None:
+            program_links = linked.split(": ", 1)[0]
+            out.append(Text(f"{w.name}: {program_links}: each glibc variant ran with glibc's malloc forced in (alloclab's "
+                            f"forwarding preload), so the comparison is against glibc, not the allocator the program "
+                            f"links; its own: the variant glibc-linked", style="yellow"))
+        for vi, fp in sorted(fingerprint.for_workload(a.experiment, w.idx).items()):
+            if not fp.failed:
+                continue
+            timed_ok = not w.runs_failed.get(vi) and w.runs_total.get(vi, 0) > 0
+            whose = (f"its {w.runs_total[vi]} timed runs did not: a failure of alloclab's interposer, not of the program "
+                     f"(the timings stand; the memory books are missing)") if timed_ok else "its timed runs failed too"
+            out.append(Text(f"{w.name}: {a.labels[vi]}: the fingerprint run failed ({fp.error}); {whose}",
+                            style="yellow" if timed_ok else "red"))
+        for vi, failed in w.runs_failed.items():
+            if failed:
+                out.append(Text(f"{w.name}: {a.labels[vi]}: {len(failed)} of {w.runs_total[vi]} runs failed "
+                                f"({failed[-1].error or failed[-1].status})", style="red"))
+    return _not_in_effect(a) + out + _loaded(a)
+
+
+def _where(a, names: list[str]) -> str:
+    return "" if len(names) == len(a.workloads) else f" ({', '.join(names)})"
+
+
+def _not_in_effect(a) -> list[Text]:
+    """A line a variant not in effect, its reasons once each (the process a reason names differs
+    between workloads; the reason does not), less the one the baseline's warning already gave."""
+    said = baseline_warning(a) or ""
+    reasons: dict[int, dict[str, None]] = {}
+    where: dict[int, list[str]] = {}
+    for w in a.workloads:
+        for vi, v in w.verification.items():
+            if v.reasons:
+                where.setdefault(vi, []).append(w.name)
+            for reason in v.reasons:
+                if reason not in said:
+                    reasons.setdefault(vi, {})[re.sub(r"^in process \d+, ", "", reason)] = None
+    return [Text(f"{a.labels[vi]}: allocator INEFFECTIVE{_where(a, where[vi])}: {'; '.join(rs)}", style="bold red")
+            for vi, rs in reasons.items() if rs]
+
+
+def _loaded(a) -> list[Text]:
+    """One line for a busy host: the busiest variant's reading, and where else it was seen."""
+    seen = [(w.name, vi, f) for w in a.workloads for vi, _, f in findings_for(w, set()) if f.code == "high-load"]
+    if not seen:
+        return []
+    name, vi, f = seen[0]
+    counts: dict[str, int] = {}
+    for n, _, _ in seen:
+        counts[n] = counts.get(n, 0) + 1
+    others = [f"{n} ({count(c, 'variant')})" for n, c in counts.items()]
+    said = f.message.replace(" during the runs (median ", " beside the runs (median ").rstrip(")")
+    return [Text(f"{said[0].upper()}{said[1:]}, in {name}'s {a.labels[vi]} runs; in all: "
+                 f"{', '.join(others)})", style="yellow")]
 
 
 def render(r, console: Console, details: bool = False) -> None:
@@ -180,30 +228,31 @@ def render(r, console: Console, details: bool = False) -> None:
     terminal.heading(r, console, brief=True)
     console.print(Text.assemble(("Answer", "bold"), f" (each comparison against {baseline_ran(a)}; "
                                                     f"full tables: alloclab report {e.id} --details)"))
-    if answer_lines(a, console):
-        _indented(console, Text(LEGEND, style="dim"), INDENT)
+    said = answer_lines(a, console)
+    if said:
+        _indented(console, Text(said, style="dim"), INDENT)
     for line in wrapper_answers(a) + bound_answers(a):
         console.print(Text(line, style="yellow"))
-    for w in a.workloads:
-        for line in problems(a, w) + [Text(x) for x in fingerprint.split_lines(
-                fingerprint.for_workload(e, w.idx), a.labels)]:
-            console.print(line)
+    for line in problems(a) + [Text(x) for w in a.workloads for x in fingerprint.split_lines(
+            fingerprint.for_workload(e, w.idx), a.labels)]:
+        console.print(line)
     level, verified = verification_summary(a)
     console.print(Text(verified, style=LEVEL_STYLE[level]))
     if r.tune is not None:
         return   # a tune race: tune's answer, above, is the answer (its goals and its memory limit)
-    console.print()
-    console.print(Text("Recommendation", style="bold underline"))
     rec = r.recommendation
     several = len(rec.workloads) > 1
-    for c in rec.workloads if several else []:
-        _indented(console, Text(c.sentence, style="green" if c.pick is not None else ""), INDENT)
+    # The answer first, then how to apply it, then each workload's own (where no workload has a
+    # pick, the line across them says what all of theirs do, once).
     last = rec.overall if several else rec.workloads[0]
-    console.print(Text(choice_sentence(last), style="bold green" if last.pick is not None else "bold"))
+    console.print(Text.assemble(("Recommendation:", "bold underline"), " ",
+                                (choice_sentence(last), "bold green" if last.pick is not None else "bold")))
     if last.apply:
         console.print(Text(f"  run:     {last.apply.env_line}"), soft_wrap=True)   # pasted: never broken
         if last.apply.build:
             console.print(Text(f"  build:   {last.apply.build}"))
+    for c in rec.workloads if several and any(c.pick is not None for c in rec.workloads) else []:
+        _indented(console, Text(c.sentence, style="green" if c.pick is not None else ""), INDENT)
 
 
 def export(r, options) -> str:

@@ -67,3 +67,17 @@ def no_single_pick(a: Analysis, choices: list, tied: list[str]) -> str:
     return (f"No single variant is picked for all {n} workloads: {', '.join(tied[:-1])} and {tied[-1]} are each "
             f"decided better than {base} on as many and worse on none. Best per workload: {'; '.join(best)}. "
             f"Pareto set across the workloads (no other variant does better on every one): {', '.join(pareto)}.")
+
+
+def pareto_front(points: list[tuple[float, float]]) -> list[int]:
+    """Indices of the points no other point dominates; each point is (speed, memory) with higher
+    speed and lower memory better. Points with an undefined coordinate are never on the front."""
+    ok = [i for i, (s, m) in enumerate(points) if math.isfinite(s) and math.isfinite(m)]
+    front = []
+    for i in ok:
+        si, mi = points[i]
+        dominated = any(points[j][0] >= si and points[j][1] <= mi and (points[j][0] > si or points[j][1] < mi)
+                        for j in ok if j != i)
+        if not dominated:
+            front.append(i)
+    return front

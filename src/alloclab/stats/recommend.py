@@ -21,7 +21,7 @@ from alloclab.stats import memory
 from alloclab.stats.apply import HowToApply, how_to_apply
 from alloclab.stats import across
 from alloclab.stats.pick import costs_time as _costs_time, lead as _lead, leanest as _leanest, paired_gain, passed_over
-from alloclab.stats.dominance import geomean as _geomean, no_single_pick
+from alloclab.stats.dominance import geomean as _geomean, no_single_pick, pareto_front
 from alloclab.stats.failing import failing_default
 from alloclab.stats.analysis import Analysis, WorkloadResult
 from alloclab.workloads.metrics import PEAK_RSS as RSS_METRIC
@@ -72,30 +72,18 @@ class Recommendation:
     overall: Choice
 
 
-# --- Pareto front -------------------------------------------------------------------------------
-
-def pareto_front(points: list[tuple[float, float]]) -> list[int]:
-    """Indices of the points no other point dominates; each point is (speed, memory) with higher
-    speed and lower memory better. Points with an undefined coordinate are never on the front."""
-    ok = [i for i, (s, m) in enumerate(points) if math.isfinite(s) and math.isfinite(m)]
-    front = []
-    for i in ok:
-        si, mi = points[i]
-        dominated = any(points[j][0] >= si and points[j][1] <= mi and (points[j][0] > si or points[j][1] < mi)
-                        for j in ok if j != i)
-        if not dominated:
-            front.append(i)
-    return front
-
-
 # --- per workload -----------------------------------------------------------------------------
 
 def _text(c: stats.Comparison | None) -> str:
     if c is None or not math.isfinite(c.ratio):
         return "n/a"
     lo, hi = c.ci_low, c.ci_high
-    interval = f" [{(lo - 1) * 100:+.1f}, {(hi - 1) * 100:+.1f}]" if math.isfinite(lo) and math.isfinite(hi) else ""
+    bounded = math.isfinite(lo) and math.isfinite(hi)
     p = f", {stats.format_p(c.p_adjusted)}" if math.isfinite(c.p_adjusted) else ""
+    if c.ratio >= 3 and bounded and c.verdict in ("better", "worse"):
+        # As the table says it (estimates.format_comparison): x219, not +21800.3%.
+        return f"x{c.ratio:.3g} [x{lo:.3g}, x{hi:.3g}]{p}"
+    interval = f" [{(lo - 1) * 100:+.1f}, {(hi - 1) * 100:+.1f}]" if bounded else ""
     return f"{(c.ratio - 1) * 100:+.1f}%{interval}{p}"
 
 
@@ -249,11 +237,13 @@ def _to_save_memory(candidates: list[Point], pick: Point, budget: float | None, 
 
 def _still_open(base: str, scope: str, metric: str, candidates: list[Point], open_: list[Point], keeps: str) -> str:
     """The sentence when no variant is decided faster and some speed comparisons are still open."""
-    most = max((p.more_runs or 0) for p in open_)
-    what = "; ".join(p.label + (f" {metric} {p.speed_text}" if p.speed_text else "")
-                     + (f" (~{p.more_runs} more runs per variant)" if p.more_runs else "") for p in open_)
+    # The estimates are the answer's rows: here only which are open and what would close them.
+    needs = sorted(p.more_runs for p in open_ if p.more_runs)
+    most = needs[-1] if needs else 0
+    what = ", ".join(p.label for p in open_)
     if most:
-        run = f" To decide, give it about {most} more runs per variant (a larger --budget or --max-runs)"
+        span = f"{needs[0]} to {most}" if needs[0] != most else f"{most}"
+        run = f" A verdict needs about {span} more runs per variant (a larger --budget or --max-runs)"
     elif any(p.runs is not None and p.runs < 2 for p in open_):
         run = (" One run per variant has no interval: leave --runs out so that alloclab measures until "
                "decided, or give --runs 10 or more")
@@ -371,7 +361,7 @@ def _overall(a: Analysis, choices: list[Choice], budget: float | None) -> Choice
                             max((p.more_runs or 0) for p in per) or None, **_held_fields(a, a.workloads, vi)))
     front = [points[i].variant_idx for i in pareto_front(
         [(p.speed if p.usable else math.nan, p.rss) for p in points])]
-    scope = f"all {len(choices)} workloads"
+    scope = "both workloads" if len(choices) == 2 else f"all {len(choices)} workloads"
     tallies = {vi: across.tally(choices, vi) for vi in range(len(a.labels)) if vi != a.baseline_idx}
     rank = lambda p: tallies[p.variant_idx].rank()  # noqa: E731
     pick, reason, sentence = _decide(a, scope, points, "the primary metrics", True, budget, lambda p: "",
