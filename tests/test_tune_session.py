@@ -75,12 +75,13 @@ def recorded_allocators(monkeypatch):
     monkeypatch.setattr(cat, "is_installed", lambda a: a.name in recorded and installed(a))
 
 
-def _tune(tmp_path, monkeypatch, fps: dict, mean_s, budget_s: float, **opts):
+def _tune(tmp_path, monkeypatch, fps: dict, mean_s, budget_s: float, question=None, **opts):
     clock = FakeClock()
     ui = FakeUI(clock, fps, monkeypatch)
     executor = FakeExecutor(mean_s, noise=0.01, clock=clock)
     options = TuneOptions(tmp_path / "tune.db", budget_s=budget_s, verify=False, **opts)
-    run = TuneRun(options, [Workload("fake", ["fake"], executor=executor)], defaults.TUNE, "fake", ui, clock=clock)
+    run = TuneRun(options, [Workload("fake", ["fake"], executor=executor)], defaults.TUNE, "fake", ui, clock=clock,
+                  question=question)
     return run.run(), ui
 
 
@@ -120,6 +121,29 @@ def test_a_screen_only_where_one_look_at_every_candidate_does_not_fit(tmp_path, 
     assert raced[0] == "glibc:MALLOC_TOP_PAD_=1M" and len(raced) < 5, raced
     assert {s["spec"] for s in rec.screened_out} | set(raced) >= {"tcmalloc", "jemalloc", "mimalloc"}
     assert all(s["estimates"] for s in rec.screened_out)
+
+
+def test_a_files_own_question_races_without_a_screen_that_would_leave_it_too_few_runs(tmp_path, monkeypatch):
+    # The same 5 s runs and 120 s, from a file that asks about tcmalloc (PostgreSQL's recipe asks about
+    # the pad and tcmalloc): a screen of all six would leave the two too few runs; they race alone.
+    fps = {k: dict(v, wall_s=5.0) for k, v in stored("msgchurn")["fingerprints"].items()}
+    out, ui = _tune(tmp_path, monkeypatch, fps, lambda env, n: 4.0 if env else 5.0, 120.0, question=["glibc", "tcmalloc"])
+    assert ui.kinds == ["tune-diagnosis", "tune"], ui.kinds
+    rec = Store(tmp_path / "tune.db").load(out.race_id).config.tune
+    assert [c.spec for c in rec.candidates] == ["glibc:MALLOC_TOP_PAD_=1M", "tcmalloc"]
+    left = {s["spec"]: s for s in rec.screened_out}
+    assert {"jemalloc", "mimalloc"} <= set(left) and all("not_screened" in s for s in left.values()), left
+    from alloclab.report.tune import answer_lines
+    said = " ".join(t for _, t in answer_lines(out.results.tune))
+    assert "jemalloc" in said and "not raced: the budget fits only the race of the file's question" in said, said
+
+
+def test_a_tight_budget_keeps_no_time_for_a_profile():
+    from alloclab.measure.blocks import PROFILE_COST, RESERVE_FROM_BLOCKS, profile_reserve
+    assert profile_reserve(True, 900.0, 96.0) == 0.0   # 9 blocks: the runs first
+    assert profile_reserve(True, RESERVE_FROM_BLOCKS * 10.0, 10.0) == PROFILE_COST * 10.0
+    assert profile_reserve(True, 3600.0, 10.0, share=0.5) == PROFILE_COST * 5.0
+    assert profile_reserve(False, 3600.0, 10.0) == 0.0
 
 
 def test_the_run_cap_is_raised_to_what_the_budget_fits(tmp_path, monkeypatch):

@@ -75,10 +75,11 @@ def tune(
     options = TuneOptions(opts.db, defaults.seconds(opts.budget) if opts.budget else None, tuple(opts.allocator),
                           screen, opts.min_effect, opts.max_rss_increase, opts.timeout, opts.seed, opts.warmup,
                           opts.max_runs, not opts.no_verify)
-    workloads, cleanup, plan_defaults, title = workloads_of(
+    workloads, cleanup, plan_defaults, title, question = workloads_of(
         target, metric, shell, param, client, note=lambda text: err.print(text, style="yellow", highlight=False))
     try:
-        outcome = TuneRun(options, workloads, plan_defaults, title, _UI(), started=_command_began()).run()
+        outcome = TuneRun(options, workloads, plan_defaults, title, _UI(), started=_command_began(),
+                          question=question).run()
     finally:
         cleanup()
     if outcome.results is None:

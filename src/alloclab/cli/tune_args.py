@@ -48,7 +48,7 @@ def _options_after(target: str, rest: list[str], valued: set[str]) -> list[str]:
 
 
 def workloads_of(target: list[str], metric: list[str], shell: bool, param: list[str], client: list[str], note):
-    """(workloads, their clean-up, their defaults, a title) of tune's target: a file's (its session
+    """(workloads, their clean-up, their defaults, a title, a file's own variants) of tune's target: a file's (its session
     torn down after), or the command's (measure/targets.py's workloads_for)."""
     from alloclab.measure.targets import CommandTarget, FileTarget, workloads_for
 
@@ -59,4 +59,4 @@ def workloads_of(target: list[str], metric: list[str], shell: bool, param: list[
             raise AlloclabError(f"tune takes {'--param' if param else '--client'} for an experiment file only; write "
                                 f"the command's arguments as they should run.")
         built = workloads_for(CommandTarget(target, metric=metric, shell=shell), base=defaults.TUNE, note=note)
-    return built.workloads, built.cleanup, built.defaults, built.title
+    return built.workloads, built.cleanup, built.defaults, built.title, built.question

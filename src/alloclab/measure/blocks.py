@@ -27,6 +27,17 @@ class Judge(Protocol):
 
 
 PROFILE_COST = 1.5   # a profiled run against a timed one: perf record, then perf script over its samples
+# Time is kept for the profile of what stays open only where the budget fits this many blocks: under
+# a tight one the runs come first (PostgreSQL under 15 minutes: 147 s kept out of a race that got 2
+# blocks). The profile still runs at the end where time is left (measure/auto_profile.py).
+RESERVE_FROM_BLOCKS = 10
+
+
+def profile_reserve(auto_profile: bool, budget_s: float, block_s: float, share: float = 1.0) -> float:
+    """The seconds kept for the profile: `share` of a block's runs at perf's cost, or none."""
+    if not auto_profile or block_s <= 0 or budget_s < RESERVE_FROM_BLOCKS * block_s:
+        return 0.0
+    return PROFILE_COST * block_s * share
 
 
 class MoreBlocks:
@@ -78,7 +89,7 @@ class MoreBlocks:
         warm_blocks = max(1, measured[0].block)
         block_s = max(warm_s / warm_blocks, 1e-9)
         # Kept for the profile of what stays open at the end: a block's runs, perf's cost beside them.
-        reserve_s = PROFILE_COST * block_s if s.auto_profile else 0.0
+        reserve_s = profile_reserve(s.auto_profile, s.max_seconds, block_s)
         left = s.max_seconds - reserve_s - (self.clock() - started)
         fits = int(left // block_s)
         if fits >= len(blocks):
@@ -117,7 +128,8 @@ class MoreBlocks:
             # Time is kept for the profile of what stays open (measure/auto_profile.py): a run per
             # variant of each open workload, half as long again for perf's start, stop and script.
             profiled = len(self._open_at_end or self.workloads) * len(self.variants)
-            reserve_s = PROFILE_COST * run_s * profiled if s.auto_profile else 0.0
+            reserve_s = profile_reserve(s.auto_profile, s.max_seconds, block_s,
+                                        profiled / max(1, len(self.cells)))
             if measured in design.looks:
                 # The blocks the budget still allows, at the last block's pace: a comparison that
                 # cannot be decided within them is futile and closed (stats.looks.Judge).

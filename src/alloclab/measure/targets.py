@@ -89,6 +89,7 @@ class Built:
     title: str
     sweeps: list[dict]   # the parameter sweeps among the workloads (plan/param_sweep.py)
     session: object = None   # a file's Session (measure/service), where its working directory is
+    question: list[str] = field(default_factory=list)   # a file's own variants: what its author asks
 
 
 def workloads_for(target: Target, *, base: defaults.CommandDefaults | None = None, requirements: bool = True,
@@ -137,7 +138,8 @@ def _file_workloads(target: FileTarget, requirements: bool, note) -> Built:
                                 f"the load before the last memory reading, e.g. --idle 30.")
         ef.service = dataclasses.replace(ef.service, idle=target.idle)
     workloads, session = service_executors.workloads(ef, params, keep=target.keep, clients=target.client, note=note)
-    return Built(workloads, session.cleanup, ef.command_defaults(defaults.RUN), ef.name, [], session)
+    return Built(workloads, session.cleanup, ef.command_defaults(defaults.RUN), ef.name, [], session,
+                 list(ef.variants))
 
 
 def _refuse_static(workloads: list, shell: bool) -> None:

@@ -171,6 +171,8 @@ def _screened_line(s: dict) -> str:
     if "label" not in s:
         return s.get("text", "")
     rule = f" ({s['rule']}, expected {s['expect']})" if s.get("rule") else ""
+    if s.get("not_screened"):
+        return f"{s['label']}{rule}: not raced: {s['not_screened']}"
     by_axis: dict[str, list[str]] = {}
     estimates = s.get("estimates", [])
     several = len({x["workload"] for x in estimates}) > 1

@@ -94,6 +94,24 @@ def race_slots(n_workloads: int, run_s: float, left_s: float, first_look: int, w
     return max(1, int((left_s - beyond) // per_candidate) - 1)
 
 
+def screen_fits(screen_runs: int, n_candidates: int, own: int, n_workloads: int, run_s: float, left_s: float,
+                warmup: int, own_runs: int) -> bool:
+    """Whether a screen of every candidate leaves the time to take the `own` candidates (the fixes of
+    the default's mechanisms, the file's own question) and the default to `own_runs` runs."""
+    run_s = max(run_s, 0.0)
+    screen_s = screen_runs * (n_candidates + 1) * n_workloads * run_s
+    own_s = (max(warmup, 1) + own_runs) * (own + 1) * n_workloads * run_s
+    return screen_s + own_s <= left_s
+
+
+def not_raced(candidates: list[Candidate], resolved) -> list[dict]:
+    """The candidates left out without a screen, as the answer lists the screened out."""
+    return [{"label": resolved[c.spec].label, "spec": c.spec, "rule": c.rule, "expect": c.expect, "runs": 0,
+             "estimates": [], "not_screened": "the budget fits only the race of the file's question and the "
+                                              "default's own fixes; race it with a larger --budget or -a"}
+            for c in candidates]
+
+
 def _comparisons(a: Analysis, vi: int, metrics_of):
     return [c for w in a.workloads for name in metrics_of(w) if (c := w.comparison(name, vi)) is not None]
 

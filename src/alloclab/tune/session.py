@@ -115,14 +115,17 @@ class _Resolved(dict):
 
 class TuneRun:
     def __init__(self, opts: TuneOptions, workloads: list, plan_defaults, title: str, ui: UI, clock=time.monotonic,
-                 started: float | None = None):
+                 started: float | None = None, question: list[str] | None = None):
         """`started`: when the user's command began, on `clock` (the CLI passes its process's start: a
-        budget timed from outside includes the interpreter's start and the answer's rendering)."""
+        budget timed from outside includes the interpreter's start and the answer's rendering).
+        `question`: an experiment file's own variants, what its author asks (PostgreSQL's recipe: the
+        pad and tcmalloc against glibc); those among the candidates race whatever a screen says."""
         self.opts, self.workloads, self.defaults, self.title, self.ui = opts, workloads, plan_defaults, title, ui
         self.clock = clock
         self.started = clock() if started is None else min(started, clock())
         self.budget_s = opts.budget_s or defaults.seconds(plan_defaults.budget)
         self.pace_s: float | None = None   # a timed run's cost, measured by the screen
+        self.question = set(question or ())
 
     def left(self) -> float:
         return self.budget_s - (self.clock() - self.started)
@@ -219,12 +222,20 @@ class TuneRun:
         # a glibc mechanism; another allocator's setting races if it ranks).
         own_rules = {r.name for r in load_rules() if r.name in fired and r.reads == own_reads}
         own = [c for c in candidates if c.rule in own_rules and ":" in c.spec]
+        asked = [c for c in candidates if c.spec in self.question and c not in own]
+        own += asked
         own_runs = min(d.max_runs, 4 * first)
         sp = None if opts.screen == "never" else screening.plan(
             len(candidates), len(self.workloads), run_s, left, first, warmup, force=opts.screen == "always",
             own=len(own), own_runs=own_runs)
         if sp is None:
             return candidates, [], None
+        if opts.screen != "always" and asked and not screening.screen_fits(
+                sp.runs, len(candidates), len(own), len(self.workloads), run_s, left, warmup, own_runs):
+            # The screen would leave the question too few runs to be answered: it is raced alone.
+            self.ui.note(f"Not screening: {sp.why}; a screen of every candidate would leave too few runs to decide "
+                         f"{', '.join(c.spec for c in own)}, which race alone.")
+            return own, screening.not_raced([c for c in candidates if c not in own], resolved), None
         self.ui.note(f"Screening: {sp.why}; {sp.runs} run{'s' if sp.runs != 1 else ''} of each first, then only the finalists race.")
         t = self.clock()
         settings = Settings(runs=sp.runs, warmup=0, verify=False, keep_prepared=True, kind="tune-screen",
