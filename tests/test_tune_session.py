@@ -131,6 +131,10 @@ def test_a_files_own_question_races_without_a_screen_that_would_leave_it_too_few
     assert ui.kinds == ["tune-diagnosis", "tune"], ui.kinds
     rec = Store(tmp_path / "tune.db").load(out.race_id).config.tune
     assert [c.spec for c in rec.candidates] == ["glibc:MALLOC_TOP_PAD_=1M", "tcmalloc"]
+    assert rec.question == ["glibc", "tcmalloc"]
+    from alloclab.tune.race import own_fixes
+    # The race's budget keeps it as it keeps the own fix (tune/race.py narrowed).
+    assert own_fixes(Store(tmp_path / "tune.db").load(out.race_id)) == {"glibc:MALLOC_TOP_PAD_=1M", "tcmalloc"}
     left = {s["spec"]: s for s in rec.screened_out}
     assert {"jemalloc", "mimalloc"} <= set(left) and all("not_screened" in s for s in left.values()), left
     from alloclab.report.tune import answer_lines

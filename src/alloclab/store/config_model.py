@@ -83,6 +83,7 @@ class TuneRecord(_Stored):
     run_cap: list | None = None                        # [the options' cap, the race's] where tune raised it
     baseline: dict | None = None                       # tune/baseline.py: what the program runs, where not glibc
     failures: list = field(default_factory=list)       # tune/diagnose_run.py: fingerprints that failed, and why
+    question: list = field(default_factory=list)       # a file's own variants (specs): raced as the own fixes are
     extra: dict = field(default_factory=dict)
 
     def __post_init__(self) -> None:

@@ -190,7 +190,8 @@ def _most(w: WorkloadResult, vi: int) -> float:
 
 def own_fixes(experiment) -> set[str]:
     """The specs of the fixes of the default's own mechanisms (the rules that read the allocator the
-    default runs), as the race's record names them."""
+    default runs), as the race's record names them, and the file's own question among the candidates
+    (PostgreSQL's recipe asks about tcmalloc: dropped for the budget at 4 runs, it answered nothing)."""
     from alloclab.catalog.tune_rules import load_rules
 
     rec = experiment.config.tune
@@ -198,7 +199,7 @@ def own_fixes(experiment) -> set[str]:
         return set()
     reads = (rec.baseline or {}).get("allocator", "glibc")
     own = {r.name for r in load_rules() if r.reads == reads}
-    return {c.spec for c in rec.candidates if c.rule in own and ":" in c.spec}
+    return {c.spec for c in rec.candidates if c.rule in own and ":" in c.spec or c.spec in set(rec.question)}
 
 
 def hopeful(a, vi: int) -> bool:

@@ -197,7 +197,8 @@ class TuneRun:
                             refused=[c for c in rx.candidates if c.refused],
                             readings={k: r.values for k, r in readings.items()},
                             baseline=base.record() if base.how != SYSTEM else None,
-                            failures=[f.record() for f in diag.failures if f.alloclabs])
+                            failures=[f.record() for f in diag.failures if f.alloclabs],
+                            question=sorted(self.question))
         out.race_id = self._race(store, [plain[0]] + [resolved[c.spec] for c in finals], record, run_s)
         from alloclab.stats.results_cache import results
         out.results = results(store.load(out.race_id), min_effect=opts.min_effect,
