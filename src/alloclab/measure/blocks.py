@@ -77,7 +77,7 @@ class MoreBlocks:
             yield from block
             measured += 1
         self.progress.note(f"stopped at {measured} runs per cell (--max-runs {s.max_runs} / "
-                           f"{s.max_seconds:g} s) before every interval was within ±{s.until_precise:.1%}")
+                           f"{s.max_seconds:.0f} s) before every interval was within ±{s.until_precise:.1%}")
 
     def _fit_first_look(self, measured: list[Job], warm_s: float, started: float) -> list[Job]:
         """The first look's blocks, fewer where they would overrun the budget at the warm-up
@@ -97,7 +97,7 @@ class MoreBlocks:
         keep = max(2, fits)
         kept = f" less {reserve_s:.0f} s kept for a profile" if reserve_s else ""
         plan = (f"{len(blocks)} runs x {len(self.variants)} variants x {block_s / len(self.variants):.1f} s a run "
-                f"= {len(blocks) * block_s:.0f} s > the {s.max_seconds:g} s budget{kept}")
+                f"= {len(blocks) * block_s:.0f} s > the {s.max_seconds:.0f} s budget{kept}")
         if keep >= len(blocks):
             return measured
         self.progress.note(f"{plan}: the first look sized down to {keep} runs per variant"
@@ -164,7 +164,7 @@ class MoreBlocks:
             self._pace_s = block_s
             if elapsed + block_s + reserve_s > s.max_seconds:
                 self._stopped = "budget"
-                self.progress.note(f"stopped by the {s.max_seconds:g} s budget after {measured} runs per variant, "
+                self.progress.note(f"stopped by the {s.max_seconds:.0f} s budget after {measured} runs per variant, "
                                    f"with comparisons still undecided")
                 return
             cells = [i for i, c in enumerate(self.cells)

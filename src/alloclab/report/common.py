@@ -210,7 +210,7 @@ def runs_line(a: Analysis, brief: bool = False) -> str:
     if brief:
         stored = c.to_dict()
         stop = stored.get("stopped")
-        by = {"budget": f"the {c.budget_s or 0:g} s budget", "max-runs": "--max-runs"}.get(stop, stop)
+        by = {"budget": f"the {c.budget_s or 0:.0f} s budget", "max-runs": "--max-runs"}.get(stop, stop)
         how = (f"until decided: {stored.get('runs_done', c.runs)} runs each" + (f" (stopped by {by})" if stop else "")
                if c.until_decided else f"{c.runs} runs each")
         return f"{how}, {count(c.warmup, 'warm-up block')}"
@@ -221,7 +221,7 @@ def runs_line(a: Analysis, brief: bool = False) -> str:
     if c.until_decided:
         stored = c.to_dict()   # absent and null differ here: "n/a" only where the runner never wrote it
         how = (f"until decided: {stored.get('runs_done', c.runs)} runs per variant at most "
-               f"(stopped: {stored.get('stopped', 'n/a')}; budget {c.budget_s or 0:g} s, --max-runs {c.max_runs})")
+               f"(stopped: {stored.get('stopped', 'n/a')}; budget {c.budget_s or 0:.0f} s, --max-runs {c.max_runs})")
     else:
         how = f"{c.runs} measured runs per variant"
     return (f"{how} after {count(c.warmup, 'warm-up block')}; "

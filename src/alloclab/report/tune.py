@@ -148,10 +148,26 @@ def why(p: Pick) -> str:
     return ". ".join(parts)
 
 
+def costs_text(effects: tuple[Effect, ...]) -> str:
+    """effects_text, where the metrics decided equivalent are said together, once a workload
+    (PostgreSQL's pick had eight of them, each "≈ within ±2% [...]")."""
+    same = [e for e in effects if e.comparison.verdict == "equivalent"]
+    if len(same) < 2:
+        return effects_text(effects)
+    several = len({e.workload for e in effects}) > 1
+    groups: dict[str, list[str]] = {}
+    for e in same:
+        groups.setdefault(e.workload, []).append(metric_words(e.metric))
+    margin = f"{same[0].comparison.margin * 100:g}"
+    told = [f"{w + ': ' if several else ''}{', '.join(names)} ≈ within ±{margin}%" for w, names in groups.items()]
+    rest = tuple(e for e in effects if e not in same)
+    return "; ".join(([effects_text(rest)] if rest else []) + told)
+
+
 def beside(p: Pick) -> str:
     """The other axis: what the pick costs or saves; for a memory pick at more than 1.5x the time, the
     best candidate that costs none beside it."""
-    text = effects_text(p.costs)
+    text = costs_text(p.costs)
     if p.instead is not None:
         text += (f"; costs no time: {p.instead.label} ({effects_text(p.instead.effects)}; "
                  f"{effects_text(p.instead.costs)})")
