@@ -125,6 +125,21 @@ def our_cpu_s() -> float:
     return me.ru_utime + me.ru_stime + kids.ru_utime + kids.ru_stime
 
 
+class OwnCpu:
+    """The CPU a run uses outside its measured tree, counted from now: alloclab's and that of the
+    children it reaped (a service's load clients), where `ours`; a file's background daemons' (a
+    Ceph cluster's monitor and OSD, which serve every run), where `daemons` reads them."""
+
+    def __init__(self, ours: bool, daemons=None):
+        self.daemons = daemons
+        self.ours0 = our_cpu_s() if ours else None
+        self.daemons0 = daemons() if daemons is not None else None
+
+    def used(self) -> float:
+        return ((our_cpu_s() - self.ours0 if self.ours0 is not None else 0.0)
+                + (self.daemons() - self.daemons0 if self.daemons0 is not None else 0.0))
+
+
 def other_cpu(result, busy0: float | None, busy1: float | None, ours: float = 0.0) -> float | None:
     """Cores' worth of CPU that other work used during the run: the machine's busy time less the
     run's own. The load average cannot tell them apart: a run's own threads raise it too.

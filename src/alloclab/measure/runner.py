@@ -337,7 +337,7 @@ class Runner(MoreBlocks):
         # workload's runs are that short.
         short = self._last_wall.get(cell.workload_idx, math.inf) < machine.OTHER_CPU_MIN_WALL_S / 2
         busy0 = None if short else machine.busy_cpu_s()
-        ours0 = None if short or accounts_all_cpu else machine.our_cpu_s()
+        own = None if short else machine.OwnCpu(not accounts_all_cpu, getattr(w.executor, "background_cpu_s", None))
         try:
             result = w.executor.execute(env, v.env, tmp, timeout_s=s.timeout_s, perf_file=perf_file,
                                         mapped_marker=verify.mapped_marker(v))
@@ -351,8 +351,7 @@ class Runner(MoreBlocks):
         # them out too, so that only work outside the measured tree counts as competition.
         self._last_wall[cell.workload_idx] = result.wall_s
         busy1 = machine.busy_cpu_s() if busy0 is not None and result.wall_s >= machine.OTHER_CPU_MIN_WALL_S else None
-        extra["other_cpu"] = machine.other_cpu(result, busy0, busy1,
-                                        0.0 if ours0 is None else machine.our_cpu_s() - ours0)
+        extra["other_cpu"] = machine.other_cpu(result, busy0, busy1, own.used() if own else 0.0)
         values = self._metrics(cell, job, result, perf_file)
         self._store(cell, job, result, values, extra)
         if result.status != "ok":

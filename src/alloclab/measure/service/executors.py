@@ -96,6 +96,9 @@ class _FileLoad:
     def cleanup(self) -> None:
         self.session.cleanup()
 
+    def background_cpu_s(self) -> float:
+        return self.session.background_cpu_s()
+
 
 @dataclass
 class ServiceExecutor(_FileLoad):

@@ -242,6 +242,19 @@ class Session:
                                 f"at once (status {proc.returncode}); it must keep running. Output tail:\n"
                                 + output_tail(file_tail(self.private / f'setup-{i}.log')))
 
+    def background_cpu_s(self) -> float:
+        """CPU used so far by the set-up's background daemons and their children (a Ceph cluster's
+        monitor and OSD): what a run makes them do is the workload's work, not other programs'."""
+        total = 0.0
+        for proc, _ in self.background:
+            with contextlib.suppress(psutil.Error):
+                top = psutil.Process(proc.pid)
+                for p in [top, *top.children(recursive=True)]:
+                    with contextlib.suppress(psutil.Error):
+                        t = p.cpu_times()
+                        total += t.user + t.system
+        return total
+
     def _stop_background(self) -> None:
         """Newest first (a daemon may depend on an older one): SIGTERM, then whatever is left is killed."""
         while self.background:
