@@ -116,6 +116,8 @@ def cpu_bounds(a: Analysis) -> list[CpuBound]:
             bound.kind, bound.faults = "faults", cut
             out.append(bound)
             continue
+        if kernel and top >= SHARE_BOUNDS_NOTHING:
+            continue
         if kernel:
             for row in rows:
                 if row.unit.strip().lower() in SIZE_UNITS:
@@ -191,6 +193,10 @@ def bound_answers(a: Analysis) -> list[str]:
 
 FAULTS_WORTH_SAYING = 0.25   # a decided change of minor faults this large can carry a throughput effect
 FAULTS_UNBOUNDED = 0.5       # faults cut to half or less: the profile's share bounds nothing
+# A share of 90% or more bounds a time's cut at 90% and a rate's gain at x10: nothing a reader can
+# use (the demo's simple: "no allocator could cut ns_per_pair by much more than 96.6%"), as an
+# interval wider than a factor of 10 says nothing (stats/estimates WIDE).
+SHARE_BOUNDS_NOTHING = 0.9
 
 
 def _fault_changes(w, variants: list[int], labels: list[str], at_most: float | None = None) -> list[tuple[str, float]]:
