@@ -220,3 +220,14 @@ def test_a_size_gets_no_cpu_bound():
     exp = stopped_experiment([100.0, 103.0], n=8, higher=False)
     exp.metric_defs = [dataclasses.replace(d, unit="KB") if d.primary else d for d in exp.metric_defs]
     assert bound_answers(analyze(profiled(exp, {0: 0.61, 1: 0.40}))) == []
+
+
+@pytest.mark.parametrize("higher", [True, False])
+def test_a_share_of_90_percent_or_more_states_no_bound(higher):
+    # make demo's simple: "no allocator could cut ns_per_pair by much more than 96.6%" bounds nothing
+    # a reader can use (a cut of 90% is x10, as a rate's 1/(1 - 0.9) - 1 is +900%).
+    exp = profiled(stopped_experiment([100.0, 103.0], n=8, higher=higher), {0: 0.95, 1: 0.93})
+    assert bound_answers(analyze(exp)) == []
+    exp = profiled(stopped_experiment([100.0, 103.0], n=8, higher=higher), {0: 0.80, 1: 0.70})
+    [line] = bound_answers(analyze(exp))
+    assert "much more than" in line
