@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import io
 import re
+from collections import Counter
 
 from rich.cells import cell_len
 from rich.console import Console
@@ -35,14 +36,14 @@ LEVEL_STYLE = {"ok": "green", "warn": "bold yellow", "bad": "bold red"}
 HEADERS = ("variant", "verdict", "effect [interval]", "peak RSS", "mechanism (decided)")
 # The notation of the rows, said under them: a first reader cannot guess "?" or "x5.15". Only the
 # signs the rows use are explained (a report without a factor has no "x5.15" to explain).
-LEGEND_PARTS = (
-    ("?", "? open: no verdict yet"),
-    ("≈", "≈ equivalent: within the margin shown"),
-    ("", "+12.3% [lo, hi]: the change against the baseline, its 95% interval"),
-    ("x", "x5.15: 5.15 times the baseline's value"),
-    ("waits", "waits: voluntary context switches (blocked on a lock or I/O)"),
-    ("preemptions", "preemptions: involuntary ones"),
-    ("faults", "faults: page faults"),
+LEGEND_PARTS = (   # (where the rows use the sign, what it means); None: always said
+    (r"\?", "? open: no verdict yet"),
+    (r"≈", "≈ equivalent: within the margin shown"),
+    (None, "+12.3% [lo, hi]: the change against the baseline, its 95% interval"),
+    (r"(^|[\s\[])x\d", "x5.15: 5.15 times the baseline's value"),
+    (r"\bwaits\b", "waits: voluntary context switches (blocked on a lock or I/O)"),
+    (r"\bpreemptions\b", "preemptions: involuntary ones"),
+    (r"\bfaults\b", "faults: page faults"),
 )
 LEGEND = "; ".join(text for _, text in LEGEND_PARTS)
 
@@ -50,10 +51,7 @@ LEGEND = "; ".join(text for _, text in LEGEND_PARTS)
 def legend(cells: list[str]) -> str:
     """The legend for rows made of `cells` (effects, peaks and mechanisms as printed)."""
     seen = " ".join(cells)
-    words = set(re.findall(r"[a-z]+", seen))
-    factor = re.search(r"(^|[\s\[])x\d", seen) is not None
-    return "; ".join(text for sign, text in LEGEND_PARTS
-                     if not sign or (factor if sign == "x" else sign in words if sign.isalpha() else sign in seen))
+    return "; ".join(text for used, text in LEGEND_PARTS if used is None or re.search(used, seen))
 
 
 INDENT, GAP = 2, 2
@@ -210,10 +208,7 @@ def _loaded(a) -> list[Text]:
     if not seen:
         return []
     name, vi, f = seen[0]
-    counts: dict[str, int] = {}
-    for n, _, _ in seen:
-        counts[n] = counts.get(n, 0) + 1
-    others = [f"{n} ({count(c, 'variant')})" for n, c in counts.items()]
+    others = [f"{n} ({count(c, 'variant')})" for n, c in Counter(n for n, _, _ in seen).items()]
     said = f.message.replace(" during the runs (median ", " beside the runs (median ").rstrip(")")
     return [Text(f"{said[0].upper()}{said[1:]}, in {name}'s {a.labels[vi]} runs; in all: "
                  f"{', '.join(others)})", style="yellow")]
