@@ -49,3 +49,18 @@ def test_phase_memory_reads_the_series_at_each_phase_end():
                    {"name": "flush", "t_end": 3.2, "live_kb": 50, "anon_kb": 42000, "overhead_kb": 41950,
                     "rss_kb": 48026}]
     assert phase_memory(series, "no summary line\n") == []
+
+
+def test_a_phase_no_sample_reached_has_no_reading_rather_than_the_one_before_it():
+    # The server's file was last written before the flush began (a neighbour held the CPU, and the
+    # server was stopped by a signal, so no final file): the series' last value is what "half" left.
+    from alloclab.measure.fingerprint import phase_memory
+    from alloclab.measure.service.values import summary_line
+    series = [(0.0, 100, 5000, 900), (1.0, 40000, 50000, 44000), (2.0, 20000, 50000, 44000)]
+    stdout = summary_line({"phases": [{"name": "load", "t_start": 0.5, "t_end": 1.5},
+                                      {"name": "half", "t_start": 1.5, "t_end": 2.2},
+                                      {"name": "flush", "t_start": 2.2, "t_end": 3.2}]}) + "\n"
+    got = phase_memory(series, stdout, sampled_at=[0.0, 1.0, 2.0])
+    assert [ph["name"] for ph in got] == ["load", "half"]
+    assert [ph["name"] for ph in phase_memory(series, stdout, sampled_at=[0.0, 1.0, 2.0, 3.1])] == [
+        "load", "half", "flush"]

@@ -28,7 +28,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from alloclab.measure.fingerprint_memory import (  # noqa: F401 (phase_memory: imported from here)
-    _merged_series, allocator_figures, before_exit_cleanup, phase_memory, phases_at)
+    _merged_series, allocator_figures, before_exit_cleanup, phase_memory, phases_at, sample_times)
 from alloclab.measure.fingerprint_books import books_of
 from alloclab.measure.fingerprint_work import ALLOC_KINDS, ProcessFile, work_of
 from alloclab.measure.fingerprint_syscalls import (SYSCALL_FILE, SharedRecorder, forget_probe, parse_syscalls,
@@ -370,7 +370,7 @@ def _summary(ran: _Ran, parsed) -> dict:
     result = ran.result
     out = summary_of(ran.procs, result.wall_s, syscalls, how, moved)
     out.phases = phases_at(out.series, result.stdout, out.allocator.series if out.allocator else None,
-                           out.series_t0_monotonic_s)
+                           out.series_t0_monotonic_s, sample_times(ran.procs, out.series_t0_monotonic_s))
     out.books = tree_books(out, ran.procs)
     before_exit_cleanup(out, ran.procs)
     if ran.load is not None:

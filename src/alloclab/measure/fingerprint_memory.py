@@ -91,6 +91,13 @@ def _merged_series(procs: list[ProcessFile], points: int = 400) -> list[tuple]:
     return out
 
 
+def sample_times(procs: list[ProcessFile], t0_monotonic_s: float | None) -> list[float] | None:
+    """Every process's own sample times in seconds on the merged series' clock (None without one)."""
+    if t0_monotonic_s is None:
+        return None
+    return [(p.start_ns + row[0] * 1_000_000) / 1e9 - t0_monotonic_s for p in procs for row in _rows(p)]
+
+
 def allocator_figures(series6: list[tuple], sources: list[str], memory: Memory | None) -> AllocatorFigures:
     """The allocator's own count of allocated and held bytes, read at the same instants as our live
     bytes and RSS, at the peak of live bytes and at the end."""
@@ -116,17 +123,21 @@ class PhaseTimes(Plain):
 
 
 def phase_memory(series: list[tuple[float, int, int, int]], stdout: str,
-                 allocator_series: list[tuple] | None = None, t0_monotonic_s: float | None = None) -> list[dict]:
+                 allocator_series: list[tuple] | None = None, t0_monotonic_s: float | None = None,
+                 sampled_at: list[float] | None = None) -> list[dict]:
     """phases_at's readings as stored."""
-    return [ph.to_dict() for ph in phases_at(series, stdout, allocator_series, t0_monotonic_s)]
+    return [ph.to_dict() for ph in phases_at(series, stdout, allocator_series, t0_monotonic_s, sampled_at)]
 
 
 def phases_at(series: list[tuple[float, int, int, int]], stdout: str,
-              allocator_series: list[tuple] | None = None, t0_monotonic_s: float | None = None) -> list[Phase]:
+              allocator_series: list[tuple] | None = None, t0_monotonic_s: float | None = None,
+              sampled_at: list[float] | None = None) -> list[Phase]:
     """Live bytes beside anonymous RSS at the end of the load and of each memory phase of a service
     run (the phases' times, in seconds since the server started, are in the run's summary line;
     the series counts from the server's first process): what the program still holds against
-    what its allocator keeps, e.g. after FLUSHALL."""
+    what its allocator keeps, e.g. after FLUSHALL. A phase no process sampled between its action's
+    start and its end (`sampled_at`: the processes' own sample times on the series' clock) has no
+    reading: the series' last value before it is what the phase before it left."""
     phases = []
     for line in reversed(stdout.splitlines()):
         if line.startswith('{"alloclab"'):
@@ -140,12 +151,12 @@ def phases_at(series: list[tuple[float, int, int, int]], stdout: str,
             times = [PhaseTimes.from_dict(p) for p in values.get("phases") or []]
             phases = [(p.name, p.end_monotonic_s - t0_monotonic_s
                        if t0_monotonic_s is not None and p.end_monotonic_s is not None else float(p.t_end),
-                       values.get(f"rss_after_{p.name}_mb")) for p in times]
+                       values.get(f"rss_after_{p.name}_mb"), p.t_end - p.t_start) for p in times]
             break
     out = []
-    for name, t_end, rss_mb in phases:
+    for name, t_end, rss_mb, length in phases:
         at = [pt for pt in series if pt[0] <= t_end]
-        if not at:
+        if not at or (sampled_at is not None and not any(t_end - length < t <= t_end for t in sampled_at)):
             continue
         last = MemPoint(*at[-1][:4])
         live, anon = last.live_kb, last.anon_kb

@@ -109,6 +109,7 @@ def run_phases(server, load: "Load", run_command, env: dict, cwd: Path, sample_s
             server.done.wait(sample_s)
         if server.done.is_set():
             raise PhaseFailed(f"the service exited ({server.exit_text()}) during phase '{p.name}'")
+        server.await_fingerprint()
         server.sample(pss=True)
         tree = server.tree
         readings.append(Reading(p.name, t_start, time.perf_counter() - tree.t0, tree.last_kb,

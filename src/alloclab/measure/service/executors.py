@@ -222,6 +222,7 @@ class ServiceExecutor(_FileLoad):
             while time.perf_counter() < t_end and not server.done.is_set():
                 server.sample()
                 server.done.wait(SAMPLE_S)
+        server.await_fingerprint()
         return server.done.is_set()
 
     def _phases(self, server: Server, ready_kb: int, t_load: float, final_kb: int,

@@ -29,6 +29,8 @@ from alloclab.measure.service.commands import (Identity, ServiceFailed, _still_r
 from alloclab.workloads.experiment_file import ExperimentFile
 
 FP_SETTLE_S = 0.1   # five of the fingerprint sampler's 20 ms intervals
+# The sampler writes its file every 100 ms; a neighbour holding both cores can delay that by a second.
+FP_WRITTEN_WAIT_S = 3.0
 
 
 class Host(Protocol):
@@ -160,6 +162,25 @@ class Server:
         _, status, usage = os.wait4(self.proc.pid, 0)
         self.waited.update(status=status, usage=usage)
         self.done.set()
+
+    def await_fingerprint(self) -> None:
+        """Until each live process of the server has rewritten its fingerprint file since now (at
+        most FP_WRITTEN_WAIT_S): a reading at a phase's end then comes from a sample taken after the
+        phase's action, not from the last file written before it. A server stopped by a signal
+        writes no final file: its series ends at its last periodic write."""
+        if self.fp_target is None:
+            return
+        since, deadline = time.time(), time.perf_counter() + FP_WRITTEN_WAIT_S
+        while time.perf_counter() < deadline and not self.done.is_set():
+            try:
+                stale = [f for f in (self.dir / "fp").glob("fp-*.json")
+                         if Path(f"/proc/{f.name.split('-')[1]}").exists() and f.stat().st_mtime < since]
+            except OSError:
+                return
+            if not stale:
+                return
+            self.sample()
+            self.done.wait(0.02)
 
     def sample(self, pss: bool = False) -> None:
         self.tree.sample(pss)
