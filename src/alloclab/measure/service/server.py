@@ -174,7 +174,8 @@ class Server:
         while time.perf_counter() < deadline and not self.done.is_set():
             try:
                 stale = [f for f in (self.dir / "fp").glob("fp-*.json")
-                         if Path(f"/proc/{f.name.split('-')[1]}").exists() and f.stat().st_mtime < since]
+                         if f.stat().st_mtime < since and (st := read_stat(int(f.name.split("-")[1])))
+                         and st.state not in ("Z", "X")]
             except OSError:
                 return
             if not stale:
