@@ -79,3 +79,38 @@ def test_a_process_pinned_to_one_cpu_is_told_one_arena(build, cli, tmp_path):
     cpus, plain = arena_max([str(prog), "tops", "12", "4"])
     assert cpus == len(os.sched_getaffinity(0)) and plain == min(2, cpus)
     assert arena_max([taskset, "-c", "0", str(prog), "tops", "12", "4"]) == (1, 1)
+
+
+def test_a_programs_cpus_are_its_processes_fewest_bounded_by_the_cgroups_quota(tmp_path):
+    from alloclab.measure.inspect.cpus import program_cpus
+    proc, cg = _layout(tmp_path, "0-7", "0::/box", {"box/cpu.max": "200000 100000"})
+    assert program_cpus([8, 4], pid=42, proc=proc, cgroup=cg)[0] == 2          # a container allowed 2 CPUs
+    assert program_cpus([1, 8], pid=42, proc=proc, cgroup=cg)[0] == 1          # one process pinned to 1
+    proc, cg = _layout(tmp_path / "b", "0-7", "0::/", {})
+    assert program_cpus([0], pid=42, proc=proc, cgroup=cg) == (
+        None, "neither its affinity nor a cgroup quota could be read")       # an older interposer's files
+
+
+@pytest.mark.e2e
+def test_tune_sizes_arena_max_from_the_cpus_a_pinned_program_may_use(build, tmp_path):
+    # The fingerprint run reads the program's own affinity (taskset execs it in the same process):
+    # a program pinned to one CPU is told one arena, not the host's count.
+    from alloclab.tune.prescribe import prescribe
+    from test_tune_e2e import fingerprint
+    taskset = shutil.which("taskset")
+    if taskset is None:
+        pytest.skip("taskset is not installed (util-linux)")
+    prog = str(build("arenabloat", "-pthread"))
+
+    def arena_max(argv):
+        readings = fingerprint(tmp_path, argv)
+        rx = prescribe(readings, [])
+        assert "glibc-arena-bloat" in rx.fired, rx.fired
+        # The arena rules that fire (glibc-arena-bloat, and glibc-arena-free where the arenas keep free
+        # memory) propose one MALLOC_ARENA_MAX, raced once.
+        (c,) = [c for c in rx.candidates if "MALLOC_ARENA_MAX=" in c.spec]
+        return readings["glibc"].get("cpus"), int(c.spec.rsplit("=", 1)[1])
+
+    host = len(os.sched_getaffinity(0))
+    assert arena_max([prog, "16", "16"]) == (host, min(host, 8))
+    assert arena_max([taskset, "-c", "0", prog, "16", "16"]) == (1, 1)

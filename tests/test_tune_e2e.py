@@ -27,7 +27,7 @@ GLIBC_RULES = {"glibc-trim-churn", "glibc-mmap-churn", "glibc-arena-bloat"}
 
 def fingerprint(tmp_path: Path, argv: list[str], allocators=("glibc",)) -> dict:
     """Readings of one untimed fingerprint run per allocator (compare --fingerprint --runs 1)."""
-    db = tmp_path / f"fp-{Path(argv[0]).name}-{'-'.join(argv[1:])}.db"
+    db = tmp_path / f"fp-{'-'.join(Path(a).name for a in argv)}.db"
     cmd = ["compare", "--db", str(db), "--fingerprint", "--runs", "1", "--no-verify"]
     for a in allocators:
         cmd += ["-a", a]

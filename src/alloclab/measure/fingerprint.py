@@ -30,6 +30,7 @@ from pathlib import Path
 from alloclab.measure.fingerprint_memory import (  # noqa: F401 (phase_memory: imported from here)
     _merged_series, allocator_figures, before_exit_cleanup, phase_memory, phases_at, sample_times)
 from alloclab.measure.fingerprint_books import books_of
+from alloclab.measure.inspect.cpus import program_cpus
 from alloclab.measure.fingerprint_work import ALLOC_KINDS, ProcessFile, work_of
 from alloclab.measure.fingerprint_syscalls import (SYSCALL_FILE, SharedRecorder, forget_probe, parse_syscalls,
     syscall_counter, syscall_wrapper)
@@ -143,6 +144,7 @@ def summary_of(procs: list[ProcessFile | dict], wall_s: float | None, syscalls: 
         realloc=calls["realloc"],
         aligned=sum(calls[k] for k in ALIGNED_KINDS),
         threads=sum(p.threads for p in procs),
+        **dict(zip(("cpus", "cpus_how"), program_cpus([p.cpus_allowed for p in procs]))),
         sample_every=max((p.sample_every for p in procs), default=0),
         sampled=samp,
         cross_thread_share=samp.cross_thread / known if known > 0 else None,
@@ -179,11 +181,8 @@ def _calls(procs: list[ProcessFile]) -> dict[str, int]:
 def _hist(procs: list[ProcessFile]) -> list[SizeClass]:
     """The processes' size histograms added up."""
     hist: dict[int, list[int]] = {}
-    for p in procs:
-        for c, n, b in p.hist:
-            h = hist.setdefault(c, [0, 0])
-            h[0] += n
-            h[1] += b
+    for c, n, b in (row for p in procs for row in p.hist):
+        hist[c] = [a + d for a, d in zip(hist.get(c, [0, 0]), (n, b))]
     return [SizeClass(c, class_label(c), n, b) for c, (n, b) in sorted(hist.items())]
 
 

@@ -63,6 +63,7 @@ class ProcessFile(Plain):
     big_calls: int = 0
     big_bytes: int = 0
     threads: int = 0
+    cpus_allowed: int = 0           # its affinity's CPUs (0: an older interposer)
     hist: list[list[int]] = field(default_factory=list)   # [size class, calls, bytes]
     live: int = 0
     anon_kb: int = 0

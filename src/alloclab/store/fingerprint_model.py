@@ -255,6 +255,10 @@ class Fingerprint(Plain):
     realloc: int = 0
     aligned: int = 0
     threads: int = 0
+    # The CPUs the program may use (its affinity, the cgroup's quota: measure/inspect/cpus.py), and how
+    # that was told; None in a fingerprint stored before, read as the host's count.
+    cpus: int | None = None
+    cpus_how: str = ""
     sample_every: int = 0
     sampled: Sampled = field(default_factory=Sampled)
     cross_thread_share: float | None = None
@@ -306,7 +310,8 @@ class Fingerprint(Plain):
             "hist": [list(h) for h in self.hist], "big_threshold": self.big_threshold,
             "big_calls": self.big_calls, "big_bytes": self.big_bytes, "big_call_share": self.big_call_share,
             "big_byte_share": self.big_byte_share, "realloc": self.realloc, "aligned": self.aligned,
-            "threads": self.threads, "sample_every": self.sample_every, "sampled": self.sampled.to_dict(),
+            "threads": self.threads, **({"cpus": self.cpus, "cpus_how": self.cpus_how} if self.cpus else {}),
+            "sample_every": self.sample_every, "sampled": self.sampled.to_dict(),
             "cross_thread_share": self.cross_thread_share, "lifetime": self.lifetime.to_dict(),
             "live_is": self.live_is, "series": [list(pt) for pt in self.series],
             "series_t0_monotonic_s": self.series_t0_monotonic_s,

@@ -184,7 +184,7 @@ def reading(allocator: str, label: str, fp: Fingerprint | dict, cpus: int | None
     """The named figures of one fingerprint (measure/fingerprint.py's; stored dicts are read as one)."""
     fp = Fingerprint.of(fp)
     wall = fp.wall_s or None
-    v = _known(cpus=cpus or os.cpu_count() or 1, threads=fp.threads or 0, allocs=fp.allocs or 0,
+    v = _known(cpus=cpus or fp.cpus or os.cpu_count() or 1, threads=fp.threads or 0, allocs=fp.allocs or 0,
                allocs_per_s=fp.allocs_per_s, cross_thread_share=fp.cross_thread_share)
     mem = fp.memory or Memory()
     peak_live = _kib(mem.peak_live_kb)

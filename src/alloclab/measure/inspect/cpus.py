@@ -51,7 +51,12 @@ def usable(pid: int, proc: str = "/proc", cgroup: str = "/sys/fs/cgroup") -> tup
     allowed = next((ln.split(":", 1)[1].strip() for ln in status.splitlines() if ln.startswith("Cpus_allowed_list:")),
                    None)
     n = cpu_list(allowed) if allowed else None
-    words = [f"its affinity allows {n} (CPUs {allowed})"] if n is not None else []
+    return bounded(n, [f"its affinity allows {n} (CPUs {allowed})"] if n is not None else [], pid, proc, cgroup)
+
+
+def bounded(n: int | None, words: list[str], pid: int, proc: str = "/proc",
+            cgroup: str = "/sys/fs/cgroup") -> tuple[int | None, str]:
+    """n CPUs (an affinity's), bounded by the CPU quota of pid's cgroup, with how that was told."""
     quota = None
     for line in (_read(f"{proc}/{pid}/cgroup") or "").splitlines():
         hid, controllers, path = line.split(":", 2)
@@ -63,9 +68,20 @@ def usable(pid: int, proc: str = "/proc", cgroup: str = "/sys/fs/cgroup") -> tup
                 q = _quota(os.path.join(cgroup, "cpu"), path, v2=False)
             quota = q
         if quota is not None:
-            words.append(f"its cgroup's quota {quota:g} CPUs ({path.strip() or '/'})")
+            words = [*words, f"its cgroup's quota {quota:g} CPUs ({path.strip() or '/'})"]
             break
     if quota is not None:
         q = max(1, math.ceil(quota - 1e-9))
         n = min(n, q) if n is not None else q
     return n, "; ".join(words) if words else "neither its affinity nor a cgroup quota could be read"
+
+
+def program_cpus(allowed: list[int], pid: int | None = None, proc: str = "/proc",
+                 cgroup: str = "/sys/fs/cgroup") -> tuple[int | None, str]:
+    """The CPUs a program alloclab ran may use: the fewest its processes' affinities allowed (the
+    interposer's reading; 0 where it had none), bounded by the quota of the cgroup alloclab runs in,
+    which its children share (`pid`: alloclab's own by default)."""
+    known = [n for n in allowed if n > 0]
+    n = min(known) if known else None
+    return bounded(n, [f"its affinity allows {n}"] if n is not None else [], os.getpid() if pid is None else pid,
+                   proc, cgroup)

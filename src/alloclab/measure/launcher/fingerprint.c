@@ -50,6 +50,7 @@
 #include <link.h>
 #include <malloc.h>
 #include <pthread.h>
+#include <sched.h>
 #include <signal.h>
 #include <stdint.h>
 #include <stdlib.h>
@@ -710,6 +711,10 @@ static void write_file(int final) {
     put(",\"big_calls\":"); put_u(big_c);
     put(",\"big_bytes\":"); put_u(big_b);
     put(",\"threads\":"); put_u(threads);
+    /* The CPUs the process may run on (taskset, a service's CPUAffinity=): glibc's arenas and any
+     * thread pool see the host's count, but no more of its threads run at once than these. */
+    cpu_set_t cs;
+    put(",\"cpus_allowed\":"); put_u(sched_getaffinity(0, sizeof cs, &cs) == 0 ? (uint64_t)CPU_COUNT(&cs) : 0);
     put(",\"hist\":[");
     int first = 1;
     for (int c = 0; c < NCLASS; c++) {
