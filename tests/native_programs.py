@@ -51,20 +51,22 @@ def go_program(name: str, *, cgo: bool = False) -> Path:
     return out
 
 
-def rust_program(name: str) -> Path:
+def rust_program(name: str, static: bool = False) -> Path:
     """The cargo package tests/programs/NAME (Cargo.toml, Cargo.lock, src/), built --release --locked
-    (its crates fetched from crates.io on the first build) into a target folder in the cache."""
+    (its crates fetched from crates.io on the first build) into a target folder in the cache;
+    `static`: with glibc linked in (-C target-feature=+crt-static), in a target folder of its own."""
     cargo = _toolchain("cargo", "cargo-web")
     pkg = PROGRAMS / name
     files = sorted(f for f in pkg.rglob("*") if f.is_file() and "target" not in f.parts)
     version = subprocess.run([cargo, "--version"], capture_output=True, text=True, check=True).stdout.strip()
-    out = cache.root() / "tests" / f"rust-{name}-{_digest(files, version)}" / name
+    out = cache.root() / "tests" / f"rust-{name}-{_digest(files, version, 'static' * static)}" / name
     if out.exists():
         return out
     out.parent.mkdir(parents=True, exist_ok=True)
-    target = cache.root() / "cargo-target"
+    target = cache.root() / ("cargo-target-static" if static else "cargo-target")
+    env = os.environ | {"CARGO_TARGET_DIR": str(target)} | ({"RUSTFLAGS": "-C target-feature=+crt-static"} if static else {})
     proc = subprocess.run([cargo, "build", "--release", "--locked", "-q", "--manifest-path", str(pkg / "Cargo.toml")],
-                          capture_output=True, text=True, env=os.environ | {"CARGO_TARGET_DIR": str(target)})
+                          capture_output=True, text=True, env=env)
     assert proc.returncode == 0, f"cargo build of tests/programs/{name} failed:\n{proc.stderr[-3000:]}"
     with tempfile.TemporaryDirectory(dir=cache.root()) as tmp:
         shutil.copy2(target / "release" / name, f"{tmp}/{name}")
@@ -144,6 +146,8 @@ ALL = (("go", "gocgo", lambda: go_program("gocgo", cgo=True)), ("go", "gostatic"
        ("rust", "rust-system", lambda: rust_program("rust-system")),
        ("rust", "rust-mimalloc", lambda: rust_program("rust-mimalloc")),
        ("rust", "rust-jemalloc", lambda: rust_program("rust-jemalloc")),
+       ("rust", "rust-system, static", lambda: rust_program("rust-system", static=True)),
+       ("rust", "rust-mimalloc, static", lambda: rust_program("rust-mimalloc", static=True)),
        ("node", "nodeaddon", lambda: node_addon("nodeaddon")), ("java", "ZipThreads", lambda: java_classes("ZipThreads")))
 
 

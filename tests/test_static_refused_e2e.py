@@ -12,7 +12,7 @@ import subprocess
 import pytest
 
 from conftest import PROGRAMS, missing_prerequisite
-from native_programs import go_program
+from native_programs import go_program, rust_program
 
 pytestmark = pytest.mark.e2e
 
@@ -60,6 +60,18 @@ def test_static_c_program_is_refused(cli, tmp_path, cc, flags):
         missing_prerequisite(f"{cc} {' '.join(flags)} cannot link (a static libc: libc6-dev, musl-tools)")
     said = _refused(cli, tmp_path, "tune", prog, "Link it dynamically")
     assert "Go program" not in said and "Rust" not in said
+    # glibc's malloc linked in still reads its environment (a static MALLOC_MMAP_THRESHOLD_ works); musl's reads none.
+    assert ("Its malloc is glibc's, linked in" in said and "MALLOC_ARENA_MAX" in said) == (cc == "cc"), said
+
+
+@pytest.mark.parametrize("name,words", [
+    ("rust-system", ("Rust program on the system allocator, glibc's malloc linked in statically", "MALLOC_ARENA_MAX")),
+    ("rust-mimalloc", ("Rust program whose global allocator is mimalloc built into it", "MIMALLOC_PURGE_DELAY")),
+])
+def test_static_rust_program_is_refused_naming_what_tunes_its_heap(cli, tmp_path, name, words):
+    prog = rust_program(name, static=True)
+    said = _refused(cli, tmp_path, "tune", prog, *words)
+    assert "Go program" not in said
 
 
 def test_dynamic_program_is_not_refused(build):

@@ -48,6 +48,18 @@ def shown_name(program: Path, exe: Path) -> str:
 
 # --- a static program: refused before anything runs ---------------------------------------
 
+def _glibc_linked_in(facts, catalog: cat.Catalog) -> str:
+    """What glibc's malloc linked into a static program still reads, in words ("" where it is not
+    glibc's): its environment settings and tunables need no loader (a static program's
+    MALLOC_MMAP_THRESHOLD_=1000000 keeps a 200 kB block in the heap). glibc's binaries carry the
+    .note.ABI-tag note; musl's do not."""
+    if ".note.ABI-tag" not in facts.sections and "_int_malloc" not in facts.defined:
+        return ""
+    names = [t.name for t in catalog.get(cat.BASELINE).tunables if not t.via]
+    return (f"that copy still reads glibc's settings from the environment ({', '.join(names)}, and GLIBC_TUNABLES' "
+            f"glibc.malloc.*), with no loader: set them in the program's environment to tune it.")
+
+
 def static_refusal(program: Path, catalog: cat.Catalog | None = None) -> AlloclabError | None:
     """Why no allocator can be compared on `program`, where it is statically linked: with no
     PT_INTERP the kernel starts it without the dynamic loader, which alone reads LD_PRELOAD, so
@@ -65,6 +77,7 @@ def static_refusal(program: Path, catalog: cat.Catalog | None = None) -> Allocla
             f"it without the dynamic loader, which is what reads LD_PRELOAD. No allocator can be swapped in: every "
             f"variant would run the same program, so alloclab ran nothing and stored nothing.")
     form = cat.bundled_form(facts, catalog)
+    glibc_inside = _glibc_linked_in(facts, catalog)
     settings = sorted(t.name if not t.via else dict(form.env_names).get(t.via, t.via)
                       for t in form.tunables) if form else []
     if ".go.buildinfo" in facts.sections or "runtime.mallocgc" in facts.defined:
@@ -79,6 +92,10 @@ def static_refusal(program: Path, catalog: cat.Catalog | None = None) -> Allocla
                      f"({', '.join(sorted(set(form.bundled_symbols) & facts.defined))}): that copy still reads its "
                      f"own settings from the environment ({', '.join(dict.fromkeys(settings))}), with no loader. "
                      f"Built for a dynamically linked target (x86_64-unknown-linux-gnu), `alloclab tune` races them.")
+        elif glibc_inside:
+            text += (" It is a Rust program on the system allocator, glibc's malloc linked in statically "
+                     f"(-C target-feature=+crt-static): {glibc_inside} Built without crt-static it links glibc "
+                     "dynamically and alloclab can compare allocators.")
         else:
             text += (" It is a Rust program on the system allocator linked in statically (musl's, which reads no "
                      "settings): built for x86_64-unknown-linux-gnu it links glibc dynamically and alloclab can "
@@ -88,6 +105,7 @@ def static_refusal(program: Path, catalog: cat.Catalog | None = None) -> Allocla
         text += (f" It carries {form.bundled} built in ({', '.join(sorted(set(form.bundled_symbols) & facts.defined))}), "
                  f"which still reads its own settings from the environment ({', '.join(dict.fromkeys(settings))}).")
     else:
+        text += f" Its malloc is glibc's, linked in: {glibc_inside}" if glibc_inside else ""
         text += (" Link it dynamically (without -static) to compare allocators, or link each allocator in at build "
                  "time (-ljemalloc, -ltcmalloc, -lmimalloc) and compare the builds' commands in an experiment file.")
     return AlloclabError(text)
