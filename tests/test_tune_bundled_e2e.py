@@ -86,6 +86,24 @@ def test_a_setting_the_bundled_copys_version_does_not_read_is_not_in_effect(cli,
     assert off.status == "ineffective" and "reports no decommit_delay" in " ".join(off.reasons), off
 
 
+def test_tikv_jemallocators_settings_are_read_back_from_the_program(cli, store_of):
+    """jemalloc 5.2 and later print each option they set under confirm_conf:true as the program starts:
+    the copy's dirty_decay_ms, appended to the variant's own _RJEM_MALLOC_CONF, is read back in effect."""
+    prog = rust_program("rust-jemalloc")
+    p = cli("compare", "--runs", "1", "--warmup", "0", "--details", "-a", "jemalloc-rjem", "-a",
+            "jemalloc-rjem:dirty_decay_ms=0,muzzy_decay_ms=0", "--", str(prog), "2", "50", "8", "0")
+    assert p.returncode == 0, p.stdout + p.stderr
+    e = store_of(cli.db).load()
+    got = {e.variants[vi].label: v for (_, vi), v in e.verifications.items()}
+    assert got["jemalloc-rjem"].status == "verified", got
+    tuned = got["jemalloc-rjem dirty_decay_ms=0,muzzy_decay_ms=0"]
+    assert tuned.status == "verified", tuned
+    said = " ".join(p.stdout.split())
+    assert "opt.dirty_decay_ms = 0 (asked dirty_decay_ms=0): in effect" in said, said
+    # What was measured ran with the variant's settings only: confirm_conf is the read-back's alone.
+    assert e.variants[1].env == {"_RJEM_MALLOC_CONF": "dirty_decay_ms:0,muzzy_decay_ms:0"}, e.variants[1].env
+
+
 def test_a_bundled_copy_no_setting_reaches_is_answered_before_anything_runs(build, cli):
     """tcmalloc's prefixed names (tc_malloc) with no copy of it the catalog knows: every variant
     would run the same allocator, so nothing runs and nothing is stored."""

@@ -89,6 +89,7 @@ class Allocator:
     verbose_env: tuple[tuple[str, str], ...] = ()
     verbose_regex: str | None = None
     verbose_values: tuple[tuple[str, str], ...] = ()   # a printed word -> the value it stands for
+    verbose_key: str = "{}"   # a printed name as the tunables' read name (jemalloc's "opt.{}")
     forward: str = ""      # the system allocator: source of its forwarding preload (allocators.toml)
     forward_shows: str = ""   # the setting (its read name) a forwarded probe shows in effect
     default: bool = True   # among the variants run when none is given

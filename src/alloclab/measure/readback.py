@@ -117,12 +117,23 @@ def from_program(argv: list[str], env: dict[str, str], regex: str, quiet_s: floa
     return out.decode(errors="replace")
 
 
+def _verbose(a, env: dict[str, str]) -> dict[str, str]:
+    """env with the allocator's verbose switches, appended to a variable the variant already sets
+    (jemalloc reads one _RJEM_MALLOC_CONF: its settings and confirm_conf:true both go in it)."""
+    catalog, out = load_catalog(), dict(env)
+    via_of = {name: via for via, name in a.env_names}
+    for k, v in a.verbose_env:
+        sep = catalog.combine.get(via_of.get(k, k), ("", ","))[1]
+        out[k] = f"{out[k]}{sep}{v}" if out.get(k) else v
+    return out
+
+
 def readings(variant, env: dict[str, str], argv: list[str] | None = None) -> tuple[dict[str, str], str]:
     """name -> value as the running allocator reports it, and what it said on stderr."""
     a = variant.allocator
     if a.bundled and a.readback == "verbose":
-        errs = from_program(argv, env | dict(a.verbose_env), a.verbose_regex)
-        return {m.group(1): m.group(2) for m in re.finditer(a.verbose_regex, errs)}, errs
+        errs = from_program(argv, _verbose(a, env), a.verbose_regex)
+        return {a.verbose_key.format(m.group(1)): m.group(2) for m in re.finditer(a.verbose_regex, errs)}, errs
     if a.readback == "tunables":
         out, errs = run([loader(), "--list-tunables"], env)
         return {m.group(1): m.group(2) for m in _TUNABLE_LINE.finditer(out)}, errs
