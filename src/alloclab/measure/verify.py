@@ -55,9 +55,15 @@ def _glibc_linked_in(facts, catalog: cat.Catalog) -> str:
     .note.ABI-tag note; musl's do not."""
     if ".note.ABI-tag" not in facts.sections and "_int_malloc" not in facts.defined:
         return ""
-    names = [t.name for t in catalog.get(cat.BASELINE).tunables if not t.via]
-    return (f"that copy still reads glibc's settings from the environment ({', '.join(names)}, and GLIBC_TUNABLES' "
-            f"glibc.malloc.*), with no loader: set them in the program's environment to tune it.")
+    tunables = catalog.get(cat.BASELINE).tunables
+    names = [t.name for t in tunables if not t.via]
+    grouped = {}
+    for t in tunables:
+        if t.via:
+            grouped.setdefault(t.via, set()).add(t.name.rsplit(".", 1)[0] + ".*")
+    names += [f"{via}'s {', '.join(sorted(fams))}" for via, fams in grouped.items()]
+    return (f"that copy still reads glibc's settings from the environment ({', '.join(names)}), with no loader: "
+            f"set them in the program's environment to tune it.")
 
 
 def static_refusal(program: Path, catalog: cat.Catalog | None = None) -> AlloclabError | None:
