@@ -14,6 +14,7 @@ pytestmark = pytest.mark.e2e
 def test_lazyfree_at_the_end_is_read_beside_the_anonymous_rss(cli, build, store_of, lazy_mib):
     p = cli("compare", "--runs", "2", "--warmup", "0", "--no-verify", "-a", "glibc", "--details",
             "--metric", r"own_anon_kb=anonymous_kb: (\d+):lower", "--metric", r"own_lazy_kb=lazyfree_kb: (\d+):lower",
+            "--metric", r"own_dirty_kb=private_dirty_kb: (\d+):lower",
             "--", str(build("lazyfree")), "192", str(lazy_mib))
     assert p.returncode == 0, p.stdout + p.stderr
     assert "end_lazyfree_mb" in p.stdout and "end_anon_nolazy_mb" in p.stdout
@@ -25,6 +26,9 @@ def test_lazyfree_at_the_end_is_read_beside_the_anonymous_rss(cli, build, store_
         assert abs(m["end_lazyfree_mb"] * 1024 - own_lazy) <= 0.02 * own_lazy + 256, m
         assert abs(m["end_anon_nolazy_mb"] * 1024 - (own_anon - own_lazy)) <= 0.02 * own_anon + 512, m
         assert m["end_anon_nolazy_mb"] == pytest.approx(m["end_anon_mb"] - m["end_lazyfree_mb"], abs=0.01)
+        # By hand, Private_Dirty: MADV_FREE cleans the pages, so it already leaves them out (less
+        # LazyFree again would count them twice).
+        assert abs(m["end_anon_nolazy_mb"] * 1024 - m["own_dirty_kb"]) <= 0.02 * own_anon + 512, m
         if lazy_mib:
             # Still resident: RSS counts the lazily freed pages, the metric without them does not.
             assert m["end_lazyfree_mb"] > 100 and m["end_anon_mb"] > 180 and m["end_anon_nolazy_mb"] < 90, m

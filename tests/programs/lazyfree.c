@@ -1,7 +1,7 @@
 /* Gives back part of its memory with MADV_FREE, as jemalloc's muzzy pages and other allocators'
  * purges do: the pages stay in RSS, counted as LazyFree, until the kernel needs them. Prints its
- * own smaps_rollup Anonymous and LazyFree just before it returns (the hand reading the launcher's
- * end reading is checked against).
+ * own smaps_rollup Anonymous, LazyFree and Private_Dirty just before it returns (the hand reading
+ * the launcher's end reading is checked against).
  * usage: lazyfree [MiB touched = 192] [MiB freed lazily = 128] [pause]
  * With "pause" it says "paused" on stderr once its pages are freed, and waits for a line on stdin
  * (alloclab inspect reads it meanwhile: tests/inspect_helpers.py). */
@@ -34,6 +34,9 @@ int main(int argc, char **argv) {
         fflush(stderr);
         if (!fgets(go, sizeof go, stdin)) return 1;
     }
-    printf("anonymous_kb: %lld\nlazyfree_kb: %lld\n", rollup_kb("Anonymous:"), rollup_kb("LazyFree:"));
+    /* Private_Dirty already leaves the lazily freed pages out: MADV_FREE cleans them (they are
+     * counted in Private_Clean until the kernel takes them). */
+    printf("anonymous_kb: %lld\nlazyfree_kb: %lld\nprivate_dirty_kb: %lld\n", rollup_kb("Anonymous:"),
+           rollup_kb("LazyFree:"), rollup_kb("Private_Dirty:"));
     return 0;
 }
