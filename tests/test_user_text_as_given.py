@@ -115,3 +115,17 @@ def test_every_console_of_the_cli_prints_text_as_given():
             console.file = keep
         assert buf.getvalue() == "x=[bytearray(9)] [bold]b[/] :smile: $HOME\n"
     assert plain_text(lambda c: c.print("[red]x[/] :smile:")) == "[red]x[/] :smile:\n"
+
+
+@pytest.mark.e2e
+def test_tune_prints_its_picks_run_line_as_the_shell_runs_it(cli):
+    """tune's answer (report/tune.py, another renderer than compare's) on the same program: its
+    memory at its end is kept under a raised threshold, so a fixed threshold is decided at once; the
+    pick's run: line, pasted into bash, runs the program as the user wrote it."""
+    argv = ["python3", "-c", PROGRAM]
+    r = cli("tune", "--budget", "15s", "--max-runs", "3", "--screen", "never", "--", *argv, timeout=300)
+    assert r.returncode == 0, r.stdout + r.stderr
+    run = _run_line(r.stdout, "run:")
+    assert run.startswith("MALLOC_") and run.endswith(" " + shlex.join(argv)), run
+    done = _in_shell(run)
+    assert done.returncode == 0 and done.stdout == PRINTED, (run, done.stdout, done.stderr)
