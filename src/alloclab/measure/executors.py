@@ -10,6 +10,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol
 
+from alloclab.measure import exit_reading
 from alloclab.measure.perfstat import wrap_perf_stat
 from alloclab.measure.run import RunResult, run_once
 from alloclab.workloads.command import Runs, Workload, resolve_command
@@ -34,6 +35,7 @@ class CommandExecutor:
     accounts_all_cpu = True
     # Its run directory holds only files every run rewrites (stdout, stderr, perf's counts).
     fresh_workdir = False
+    exit_reader: bool | None = None   # measure/exit_reading.py: found on the first run
 
     def program(self) -> Path:
         return resolve_command(self.argv[0])
@@ -42,10 +44,24 @@ class CommandExecutor:
         pass
 
     def execute(self, env, variant_env, workdir, *, timeout_s, mapped_marker, perf_file) -> RunResult:
-        argv = self.argv
+        argv, reading = self.argv, None
+        if self._reads_at_exit():
+            env, reading = exit_reading.with_reader(env, Path(workdir))
         if perf_file is not None:
             argv, env = wrap_perf_stat(argv, env, variant_env, perf_file)
-        return run_once(argv, env, workdir, timeout_s=timeout_s, cwd=self.cwd, mapped_marker=mapped_marker)
+        result = run_once(argv, env, workdir, timeout_s=timeout_s, cwd=self.cwd, mapped_marker=mapped_marker)
+        if reading is not None:
+            exit_reading.apply(result, reading)
+        return result
+
+    def _reads_at_exit(self) -> bool:
+        """A program with an allocator built into it: its end reading is taken as exit() begins."""
+        if self.exit_reader is None:
+            try:
+                self.exit_reader = exit_reading.wanted(self.program())
+            except Exception:   # noqa: BLE001 - an unreadable program keeps the exit stop's reading
+                self.exit_reader = False
+        return self.exit_reader
 
     def cleanup(self) -> None:
         pass
