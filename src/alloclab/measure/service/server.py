@@ -171,14 +171,17 @@ class Server:
         if self.fp_target is None:
             return
         since, deadline = time.time(), time.perf_counter() + FP_WRITTEN_WAIT_S
-        while time.perf_counter() < deadline and not self.done.is_set():
+
+        def stale(f: Path) -> bool:
             try:
-                stale = [f for f in (self.dir / "fp").glob("fp-*.json")
-                         if f.stat().st_mtime < since and (st := read_stat(int(f.name.split("-")[1])))
-                         and st.state not in ("Z", "X")]
-            except OSError:
-                return
-            if not stale:
+                older = f.stat().st_mtime < since
+            except OSError:   # replaced between the listing and now: written since
+                return False
+            st = read_stat(int(f.name.split("-")[1])) if older else None
+            return st is not None and st.state not in ("Z", "X")
+
+        while time.perf_counter() < deadline and not self.done.is_set():
+            if not any(stale(f) for f in (self.dir / "fp").glob("fp-*.json")):
                 return
             self.sample()
             self.done.wait(0.02)
