@@ -27,7 +27,6 @@ from alloclab.store.db import Store
 from alloclab.store.model import VariantRecord, Verification
 
 FIXTURES = Path(__file__).parent / "fixtures"
-SHARED = Path(__file__).resolve().parents[2] / "shared" / "experiments"
 METRICS = {"wall_s": ("s", False), "peak_rss_mb": ("MiB", False), "end_anon_mb": ("MiB", False)}
 
 
@@ -160,11 +159,9 @@ def test_a_build_line_fits_the_program():
     assert how_to_apply(other, 1, other.workloads[0].argv).build == "link with -ltcmalloc"
 
 
-@pytest.mark.parametrize("db", [FIXTURES / "postgres-recipe-trimmed.db", SHARED / "postgres-tune-2026-12-01.db"],
+@pytest.mark.parametrize("db", [FIXTURES / "postgres-recipe-trimmed.db", FIXTURES / "postgres-tune-trimmed.db"],
                          ids=["recipe", "tune"])
 def test_a_report_of_postgresql_gives_no_qemu_hint(tmp_path, db, monkeypatch):
-    if not db.exists():
-        pytest.skip(f"{db} is not here")
     monkeypatch.setenv("COLUMNS", "160")
     copy = tmp_path / db.name
     shutil.copyfile(db, copy)   # the store may write beside it
