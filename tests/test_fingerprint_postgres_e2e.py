@@ -35,7 +35,7 @@ def test_recipe_postgres_fingerprint_of_a_forked_server_run_as_postgres(cli, sto
         assert f["syscalls"] and f["syscalls"].get("brk", 0) >= 1, f.get("syscalls_how")
     # glibc trims and regrows the top of its heap; with a 64 MB pad the brk calls all but vanish
     assert fps[(0, "glibc")]["syscalls"]["brk"] > 5 * fps[(0, "glibc TOP_PAD=64M")]["syscalls"]["brk"]
-    # The demand per transaction, the median over the client's steady seconds (4 or 5 of the 7): the
+    # The demand per transaction, the median over the client's steady seconds (5 or 6 of the 7): the
     # program's, whatever the allocator (about two chunks of 8-32 KiB per partition and query:
     # 100 partitions here). (A whole-window mean once read 269 against 213 in CI, beside another
     # test: one slow second with work of another kind in it.)

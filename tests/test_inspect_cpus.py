@@ -114,3 +114,22 @@ def test_tune_sizes_arena_max_from_the_cpus_a_pinned_program_may_use(build, tmp_
     host = len(os.sched_getaffinity(0))
     assert arena_max([prog, "16", "16"]) == (host, min(host, 8))
     assert arena_max([taskset, "-c", "0", prog, "16", "16"]) == (1, 1)
+
+    # In a container: the same real fingerprint, read with the count a cgroup quota allows in place of
+    # the host's (the fixture's files, through the fingerprint's own reader): the rules size from it.
+    from alloclab.measure.inspect.cpus import program_cpus
+    from alloclab.store.db import Store
+    from alloclab.tune.diagnosis import reading
+    from conftest import run_cli
+    db = tmp_path / "boxed.db"
+    p = run_cli(["compare", "--db", str(db), "--fingerprint", "--runs", "1", "--no-verify", "-a", "glibc", "--",
+                 prog, "16", "16"], timeout=300)
+    assert p.returncode == 0, p.stdout + p.stderr
+    fp = Store(db).load(1).fingerprints[(0, 0)]
+    for quota, want in (("200000 100000", 2), ("100000 100000", 1)):
+        proc, cg = _layout(tmp_path / quota.split()[0], "0-15", "0::/box", {"box/cpu.max": quota})
+        cpus, how = program_cpus([16], pid=42, proc=proc, cgroup=cg)
+        assert cpus == want and "quota" in how, (cpus, how)
+        boxed = {"glibc": reading("glibc", "glibc", {**fp, "cpus": cpus, "cpus_how": how})}
+        specs = [(c.rule, c.spec) for c in prescribe(boxed, []).candidates if "MALLOC_ARENA_MAX=" in c.spec]
+        assert specs and all(spec.endswith(f"MALLOC_ARENA_MAX={want}") for _, spec in specs), specs

@@ -5,10 +5,12 @@ compare's recommendation picking the same from one Analysis; build lines that fi
 
 The Analyses are built from the figures of the runs the issues quote (bench/tune_real.py's cacheidle,
 linked to jemalloc, and msgchurn; the stored demo's 'simple'): tests/fixtures/tune holds those
-programs' fingerprints only, not their races' comparisons."""
+programs' fingerprints; tests/fixtures/cacheidle-tune.db and msgchurn-tune.db hold whole races of
+those programs (bench/tune_real.py's stores, 2026-12-03), whose leads are read as stored."""
 
 from __future__ import annotations
 
+import json
 import shutil
 from pathlib import Path
 from types import SimpleNamespace
@@ -178,3 +180,37 @@ def test_the_stored_demo_picks_mimalloc_for_simple_not_tcmalloc_minimal_at_x4_8_
     rec = results.recommendation
     simple = next(c for c in rec.workloads if c.scope == "simple")
     assert rec.baseline == "glibc" and simple.points[simple.pick].label == "mimalloc", simple.sentence
+
+
+def _stored_tune(tmp_path, name: str) -> dict:
+    copy = tmp_path / f"{name}.db"
+    shutil.copyfile(FIXTURES / f"{name}-tune.db", copy)
+    return json.loads(export(build_results(Store(copy).load(None)), "json", Options()))["tune"]
+
+
+def test_the_stored_cacheidle_race_leads_with_glibc_better_on_all_three_and_the_decay_beside_it(tmp_path):
+    """bench/tune_real.py --case cacheidle, stored (2026-12-03, 2-core AMD EPYC VM; by hand in the same
+    sitting, 5 runs each: glibc wall -0.8%, peak -9.3%, at its end -99.5%; jemalloc's decay 0 +2.7%,
+    +0.0%, -97.5%). glibc is better than the program's own jemalloc on all three where the decay
+    costs time: the swap leads, with a build line for a program linked to jemalloc, and the decay is
+    decided better at its end beside it."""
+    t = _stored_tune(tmp_path, "cacheidle")
+    lead = t["picks"][0]
+    assert lead["spec"] == "glibc" and "both" in lead["goals"], lead["label"]
+    assert "links libjemalloc.so.2: link it without that allocator" in lead["build"], lead["build"]
+    assert "tcmalloc" not in lead["build"] and "QEMU" not in lead["build"]
+    decay = next(o for o in t["others"] if o["label"].startswith("jemalloc dirty_decay_ms=0"))
+    verdicts = {e["metric"]: e["verdict"] for e in decay["effects"]}
+    assert verdicts["end_anon_mb"] == "better" and verdicts["wall_s"] == "worse", verdicts
+
+
+def test_the_stored_msgchurn_race_leads_with_glibcs_own_pad_where_mimalloc_gains_as_much(tmp_path):
+    """bench/tune_real.py --case msgchurn, stored (same sitting; by hand: the pad -95.0%, mimalloc
+    -95.3%): both cut the time by about 95%, so the setting of the allocator the program runs leads."""
+    t = _stored_tune(tmp_path, "msgchurn")
+    lead = t["picks"][0]
+    assert lead["spec"] == "glibc:MALLOC_TOP_PAD_=1M" and lead["goals"] == ["speed"], lead["label"]
+    mimalloc = next(o for o in t["others"] if o["label"] == "mimalloc")
+    (wall,) = [e for e in mimalloc["effects"] if e["metric"] == "wall_s"]
+    (own,) = [e for e in lead["effects"] if e["metric"] == "wall_s"]
+    assert wall["verdict"] == "better" and wall["ratio"] <= own["ratio"], (wall, own)

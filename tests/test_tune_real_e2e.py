@@ -47,7 +47,7 @@ def _anon_at_exit_kb(argv: list[str], env: dict) -> int:
 
 def test_a_python_data_worker_with_numpy_gets_a_glibc_threshold_for_memory(cli, store_of):
     argv = [sys.executable, str(PROGRAMS / "datawork.py"), "8"]
-    proc = cli("tune", "--budget", "90s", "--max-runs", "10", "-a", "glibc", "--", *argv, timeout=400)
+    proc = cli("tune", "--budget", "90s", "--max-runs", "6", "-a", "glibc", "--", *argv, timeout=400)
     out = proc.stdout
     assert proc.returncode == 0, out + proc.stderr
     assert "fails under the default" not in out and "sanitize" not in out   # it runs: no false accusation
@@ -80,7 +80,7 @@ def test_a_program_linked_to_jemalloc_is_tuned_against_jemalloc_as_linked(cli, b
     lib = next(Path(p) for p in ("/usr/lib/x86_64-linux-gnu/libjemalloc.so.2", "/lib/x86_64-linux-gnu/libjemalloc.so.2")
                if Path(p).exists())
     prog = build("cacheidle", str(lib))
-    proc = cli("tune", "--budget", "2m", "--max-runs", "8", "--", str(prog), "64", "200", timeout=400)
+    proc = cli("tune", "--budget", "2m", "--max-runs", "6", "--", str(prog), "64", "200", timeout=400)
     out = proc.stdout
     assert proc.returncode == 0, out + proc.stderr
     assert out.splitlines()[0].startswith(f"{prog.name} links jemalloc "), out[:400]

@@ -102,6 +102,7 @@ class Allocator:
     bundled: str = ""
     bundled_symbols: tuple[str, ...] = ()            # any of these defined in a program: this copy
     bundled_versions: tuple[tuple[str, str], ...] = ()   # a string compiled into the copy -> its version
+    started_version: str = ""   # regex: the version the copy prints as it starts, verbose
     env_names: tuple[tuple[str, str], ...] = ()
     # The environment it reads: a name ending in _ or . starts a family, any other is one variable.
     env_prefixes: tuple[str, ...] = ()

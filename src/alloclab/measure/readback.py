@@ -128,6 +128,20 @@ def _verbose(a, env: dict[str, str]) -> dict[str, str]:
     return out
 
 
+def started_version(allocator, argv: list[str], env: dict[str, str]) -> str:
+    """The version a copy built into the program prints as it starts under its verbose switches
+    (mimalloc 2.1.4 and later: "v3.3.2 (built on ..."), read from the program itself: "" where the
+    catalog names no such line or the program printed none."""
+    if not allocator.started_version or not argv:
+        return ""
+    try:
+        errs = from_program(argv, _verbose(allocator, env), allocator.verbose_regex)
+    except OSError:
+        return ""
+    found = re.search(allocator.started_version, errs)
+    return found.group(1) if found else ""
+
+
 def readings(variant, env: dict[str, str], argv: list[str] | None = None) -> tuple[dict[str, str], str]:
     """name -> value as the running allocator reports it, and what it said on stderr."""
     a = variant.allocator

@@ -83,15 +83,29 @@ def baseline_of(workloads: list, catalog: cat.Catalog | None = None) -> Baseline
     form = cat.bundled_form(facts, catalog)
     if form is not None:
         found = sorted(set(form.bundled_symbols) & facts.defined)
+        version = _started_version(form, workloads[0]) or cat.bundled_version(form, exe)
         return Baseline(parse_variant(f"{form.name}@{form.bundled} (bundled)", catalog), form.name, BUNDLED,
-                        named or shown_name(program, exe), cat.bundled_version(form, exe), ", ".join(found),
-                        form.bundled)
+                        named or shown_name(program, exe), version, ", ".join(found), form.bundled)
     for a in catalog.allocators.values():
         bundled = sorted(set(a.prefixed_symbols) & facts.defined)
         if bundled:
             return Baseline(system, cat.BASELINE, BUNDLED, named or shown_name(program, exe), "",
                             ", ".join(bundled), a.name)
     return Baseline(system, cat.BASELINE, SYSTEM, named or shown_name(program, exe))
+
+
+def _started_version(form, workload) -> str:
+    """The version the bundled copy prints as it starts, where the workload is a command to run as
+    given (the program the race runs anyway); its bytes carry only the names of its options."""
+    import os
+
+    from alloclab.measure.readback import started_version
+
+    argv = getattr(workload, "argv", None)
+    if not argv or not form.started_version:
+        return ""
+    env = {k: v for k, v in os.environ.items() if k != "LD_PRELOAD"}
+    return started_version(form, list(argv), env)
 
 
 def plain_variants(names: tuple[str, ...], baseline: Baseline) -> list:
