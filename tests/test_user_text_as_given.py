@@ -1,4 +1,5 @@
-"""A command the user wrote comes back as they wrote it: what alloclab prints as "run:" (and "race it:")
+"""A command the user wrote comes back as they wrote it: what inspect, report, tune and compare print as
+"run:" (and "race it:")
 is pasted into a shell, so a bracket rich read as a markup tag (`x=[bytearray(100000) ...]` printed
 as `x=`), a quote lost or a `$` left unquoted would make the pasted line a different program."""
 
@@ -132,3 +133,20 @@ def test_tune_prints_its_picks_run_line_as_the_shell_runs_it(cli):
     assert re.match(r"([A-Z][A-Z_]*=\S+ )+", run) and run.endswith(" " + shlex.join(argv)), run
     done = _in_shell(run)
     assert done.returncode == 0 and done.stdout == PRINTED, (run, done.stdout, done.stderr)
+
+
+@pytest.mark.e2e
+def test_compare_prints_its_picks_run_line_as_the_shell_runs_it(cli):
+    """compare's own answer, from a store it has just written: a metric the program prints decides the
+    pick at once (its score halves under the setting), and the pick's run: line, pasted into bash,
+    runs the program as the user wrote it, brackets, quotes and dollar sign included."""
+    program = ('import os; print("score:", 10 if os.environ.get("MALLOC_TOP_PAD_") else 20); '
+               "print(\"cost: $5 [ok] 'q'\")")
+    argv = ["python3", "-c", program]
+    r = cli("compare", "--runs", "5", "--warmup", "0", "--metric", r"score=score: (\d+):lower", "-a", "glibc",
+            "-a", "glibc:MALLOC_TOP_PAD_=1M", "--", *argv, timeout=300)
+    assert r.returncode == 0, r.stdout + r.stderr
+    run = _run_line(r.stdout, "run:")
+    assert run == "MALLOC_TOP_PAD_=1048576 " + shlex.join(argv), run
+    done = _in_shell(run)
+    assert done.returncode == 0 and done.stdout == "score: 10\n" + PRINTED, (run, done.stdout, done.stderr)
