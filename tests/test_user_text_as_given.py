@@ -1,7 +1,7 @@
 """A command the user wrote comes back as they wrote it: what inspect, report, tune and compare print as
-"run:" (and "race it:")
-is pasted into a shell, so a bracket rich read as a markup tag (`x=[bytearray(100000) ...]` printed
-as `x=`), a quote lost or a `$` left unquoted would make the pasted line a different program."""
+"run:" (and "race it:") is pasted into a shell, so a bracket rich read as a markup tag
+(`x=[bytearray(100000) ...]` printed as `x=`), a quote lost or a `$` left unquoted would make the
+pasted line a different program."""
 
 from __future__ import annotations
 
