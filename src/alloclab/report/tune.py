@@ -11,7 +11,9 @@ from rich.text import Text
 
 from alloclab.stats.estimates import format_comparison
 from alloclab.stats.failing import default_fails_text
+from alloclab.report.numbers import fmt_value
 from alloclab.stats.lazyfree import LazyNote
+from alloclab.stats.two_groups import TwoGroups
 from alloclab.stats.tune_answer import Effect, Other, Outcome, Pick, Reason, State, TuneAnswer
 from alloclab.workloads.metrics import memory_goal
 
@@ -103,6 +105,31 @@ def pick_lazy(ans: TuneAnswer, p: Pick) -> list[str]:
     return [lazy_text(n) for n in ans.lazyfree if n.label == p.label and n.without is not None]
 
 
+def two_groups_text(n: TwoGroups, also: list[str] = ()) -> str:
+    """'/tmp/bigheap 512: its wall time runs fell into two groups, 6 of 12 at 0.0809 s and 6 at 0.363 s
+    (the default: 0.389 s): ...'; `also`: the other metrics whose runs split with it."""
+    def at(v: float) -> str:
+        return f"{fmt_value(v)} {n.unit}".rstrip()
+    alike = f" (and its {' and '.join(also)} alike)" if also else ""
+    text = (f"{n.workload}: its {metric_words(n.metric)} runs{alike} fell into two groups, {n.low[0]} of "
+            f"{n.low[0] + n.high[0]} at {at(n.low[1])} and {n.high[0]} at {at(n.high[1])}")
+    if n.default_split:
+        return text + (", and the default's split too: something outside the allocator changed between runs "
+                       "(the machine's speed, a server's state), so read the effect as a mixture")
+    base = f" (the default: {at(n.default_median)})" if n.default_median is not None else ""
+    return text + f"{base}: the setting acted in only some runs, so the effect above is a mixture, not what each run gets"
+
+
+def pick_two_groups(ans: TuneAnswer, p: Pick) -> list[str]:
+    """One line a workload: its first metric that split, the others named beside it."""
+    mine = [n for n in ans.two_groups if n.label == p.label]
+    firsts: dict[str, TwoGroups] = {}
+    for n in mine:
+        firsts.setdefault(n.workload, n)
+    return [two_groups_text(first, [metric_words(n.metric) for n in mine if n.workload == w and n is not first])
+            for w, first in firsts.items()]
+
+
 def metric_words(name: str) -> str:
     goal = memory_goal(name)
     if goal == "memory":
@@ -111,7 +138,7 @@ def metric_words(name: str) -> str:
         return "anonymous RSS at its end"
     if goal and goal.startswith("memory after "):
         return "RSS after " + goal.removeprefix("memory after ")
-    return {"wall_s": "wall time"}.get(name, name)
+    return {"wall_s": "wall time", "minflt": "minor page faults"}.get(name, name)
 
 
 def effects_text(effects: tuple[Effect, ...]) -> str:
@@ -260,7 +287,8 @@ def open_lead(ans: TuneAnswer) -> str | None:
 def pick_view(p: Pick, ans: TuneAnswer | None = None) -> dict:
     """A pick's lines by role (the HTML page lays them out itself)."""
     return {"heading": heading(p), "why": why(p), "beside": beside(p) if p.costs else "", "apply": p.apply,
-            "lazyfree": pick_lazy(ans, p) if ans is not None else []}
+            "lazyfree": pick_lazy(ans, p) if ans is not None else [],
+            "two_groups": pick_two_groups(ans, p) if ans is not None else []}
 
 
 def answer_lines(ans: TuneAnswer) -> list[tuple[str, str]]:
@@ -276,6 +304,7 @@ def answer_lines(ans: TuneAnswer) -> list[tuple[str, str]]:
         if v["beside"]:
             out.append(("", f"  beside it: {v['beside']}"))
         out += [("", f"  LazyFree: {line}") for line in v["lazyfree"]]
+        out += [("yellow", f"  two groups: {line}") for line in v["two_groups"]]
         out.append(("", f"  run:     {p.apply.env_line}"))
         if p.apply.build:
             out.append(("", f"  build:   {p.apply.build}"))

@@ -14,8 +14,9 @@ from __future__ import annotations
 import enum
 from dataclasses import dataclass, field
 
-from alloclab.stats import best, lazyfree
+from alloclab.stats import best, lazyfree, two_groups
 from alloclab.stats.lazyfree import LazyNote
+from alloclab.stats.two_groups import TwoGroups
 from alloclab.stats.analysis import Analysis
 from alloclab.stats.apply import HowToApply, how_to_apply
 from alloclab.stats.estimates import Comparison
@@ -125,6 +126,8 @@ class TuneAnswer:
     open_on_both: Other | None = None
     # The default's and each pick's end reading, where pages freed with MADV_FREE are a real part of it.
     lazyfree: list[LazyNote] = field(default_factory=list)
+    # Each pick's metrics whose runs fell into two groups: its effect there is a mixture.
+    two_groups: list[TwoGroups] = field(default_factory=list)
 
     def of(self, outcome: Outcome) -> list[Other]:
         return [o for o in self.others if o.outcome == outcome]
@@ -135,7 +138,8 @@ class TuneAnswer:
                 "failures": self.failures, "screened_out": self.screened_out,
                 "largest_open": self.largest_open.label if self.largest_open else None,
                 "open_on_both": self.open_on_both.label if self.open_on_both else None,
-                "lazyfree": [n.to_dict() for n in self.lazyfree]}
+                "lazyfree": [n.to_dict() for n in self.lazyfree],
+                "two_groups": [n.to_dict() for n in self.two_groups]}
 
 
 def _effects(a: Analysis, metric_of, vi: int) -> tuple[Effect, ...]:
@@ -285,6 +289,8 @@ def answer(a: Analysis, candidates: list[Candidate], max_rss_increase: float | N
     out.open_on_both = _open_on_both(a, out.picks, opened + out.of(Outcome.ALSO_BETTER)
                                      + [ans.other(p.variant_idx) for p in out.picks[1:]])
     out.lazyfree = lazyfree.notes(a, [p.variant_idx for p in out.picks])
+    out.two_groups = two_groups.notes(a, [(p.variant_idx, e.workload, e.metric) for p in out.picks
+                                          for e in p.effects + p.costs + p.faults])
     if out.picks:
         out.state = State.PICKED
     elif opened:
