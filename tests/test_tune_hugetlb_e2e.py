@@ -73,3 +73,13 @@ def test_a_heap_faulted_in_page_by_page_is_raced_with_hugetlb(cli, build, store_
     base = statistics.median(faults[0])
     given = [f for f in faults[1] if f < base / 20]
     assert len(given) >= max(1, len(faults[1]) // 4) and min(faults[0]) > base / 2, faults
+    # Run by run, the huge pages the kernel gave (AnonHugePages at the exit stop) are the runs whose
+    # faults fell: two readings of one fact. The answer counts them beside the pick.
+    huge = {vi: [r.metrics.get("end_huge_mb") for r in race.runs
+                 if r.variant_idx == vi and r.status == "ok" and not r.warmup] for vi in (0, 1)}
+    assert all(v is not None for v in huge[0] + huge[1]), huge
+    assert [h >= 256 for h in huge[1]] == [f < base / 20 for f in faults[1]] and max(huge[0]) < 64, (huge, faults)
+    if "Better on both" in out.split("Tune answer", 1)[-1] or "Best for speed: glibc hugetlb=1" in out:
+        given = sum(h >= 2 for h in huge[1])
+        assert (f"huge pages: {prog} 512: {given} of {len(huge[1])} runs ended with" in out
+                and f"the default's 0 of {len(huge[0])}" in out), out

@@ -56,6 +56,7 @@ class RunResult:
     final_rss_kb: int = 0
     end_anon_kb: int = -1            # anonymous RSS just before the program exited (-1: unknown)
     end_lazyfree_kb: int = -1        # of the RSS then, pages freed with MADV_FREE not yet reclaimed (-1: unknown)
+    end_huge_kb: int = -1            # of the RSS then, transparent huge pages (AnonHugePages; -1: unknown)
     minflt: int = 0
     majflt: int = 0
     nvcsw: int = 0
@@ -378,15 +379,14 @@ def read_launcher_result(path: Path, result: RunResult) -> bool:
 
 def parse_launcher_line(text: str, result: RunResult) -> bool:
     fields = text.split()
-    if len(fields) not in (10, 11, 12) or fields[0] not in ("exit", "signal"):
+    if len(fields) not in (10, 11, 12, 13) or fields[0] not in ("exit", "signal"):
         return False
-    kind, code, wall_ns, utime, stime, maxrss, minflt, majflt, nvcsw, nivcsw, end_anon, end_lazy = \
-        (fields + ["-1", "-1"])[:12]
+    kind, code, wall_ns, utime, stime, *counts = (fields + ["-1"] * 3)[:13]
     result.signal, result.exit_code = (int(code), None) if kind == "signal" else (None, int(code))
     result.wall_s = int(wall_ns) / 1e9
     result.user_s, result.sys_s = int(utime) / 1e6, int(stime) / 1e6
-    result.max_rss_kb, result.end_anon_kb, result.end_lazyfree_kb = int(maxrss), int(end_anon), int(end_lazy)
-    result.minflt, result.majflt, result.nvcsw, result.nivcsw = map(int, (minflt, majflt, nvcsw, nivcsw))
+    (result.max_rss_kb, result.minflt, result.majflt, result.nvcsw, result.nivcsw, result.end_anon_kb,
+     result.end_lazyfree_kb, result.end_huge_kb) = map(int, counts)
     # A run too short for the sampler still has the kernel's figure.
     result.peak_rss_kb = max(result.peak_rss_kb, result.max_rss_kb)
     return True

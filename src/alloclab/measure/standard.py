@@ -18,5 +18,7 @@ def standard_values(r: RunResult) -> dict[str, float]:
         **({"end_lazyfree_mb": r.end_lazyfree_kb / 1024,
             "end_anon_nolazy_mb": max(0, r.end_anon_kb - r.end_lazyfree_kb) / 1024}
            if r.end_anon_kb >= 0 and r.end_lazyfree_kb >= 0 else {}),
+        # Whether the kernel gave the huge pages a setting asked for (glibc.malloc.hugetlb=1), run by run.
+        **({"end_huge_mb": r.end_huge_kb / 1024} if r.end_anon_kb >= 0 and r.end_huge_kb >= 0 else {}),
         "minflt": r.minflt, "majflt": r.majflt, "nvcsw": r.nvcsw, "nivcsw": r.nivcsw,
     }

@@ -12,6 +12,7 @@ from rich.text import Text
 from alloclab.stats.estimates import format_comparison
 from alloclab.stats.failing import default_fails_text
 from alloclab.report.numbers import fmt_value
+from alloclab.stats.hugepages import HugeNote
 from alloclab.stats.lazyfree import LazyNote
 from alloclab.stats.two_groups import TwoGroups
 from alloclab.stats.tune_answer import Effect, Other, Outcome, Pick, Reason, State, TuneAnswer
@@ -118,6 +119,18 @@ def two_groups_text(n: TwoGroups, also: list[str] = ()) -> str:
                        "(the machine's speed, a server's state), so read the effect as a mixture")
     base = f" (the default: {at(n.default_median)})" if n.default_median is not None else ""
     return text + f"{base}: the setting acted in only some runs, so the effect above is a mixture, not what each run gets"
+
+
+def huge_text(n: HugeNote) -> str:
+    """'/tmp/bigheap 512: 6 of 12 runs ended with 510 MiB of huge pages (AnonHugePages), ...'."""
+    mib = f" with {fmt_value(n.given_mb)} MiB of" if n.given_mb is not None else " with"
+    others = "; the others with none" if 0 < n.given < n.runs else ""
+    return (f"{n.workload}: {n.given} of {n.runs} runs ended{mib} transparent huge pages (AnonHugePages){others}; "
+            f"the default's {n.default_given} of {n.default_runs}")
+
+
+def pick_huge(ans: TuneAnswer, p: Pick) -> list[str]:
+    return [huge_text(n) for n in ans.hugepages if n.label == p.label]
 
 
 def pick_two_groups(ans: TuneAnswer, p: Pick) -> list[str]:
@@ -288,7 +301,8 @@ def pick_view(p: Pick, ans: TuneAnswer | None = None) -> dict:
     """A pick's lines by role (the HTML page lays them out itself)."""
     return {"heading": heading(p), "why": why(p), "beside": beside(p) if p.costs else "", "apply": p.apply,
             "lazyfree": pick_lazy(ans, p) if ans is not None else [],
-            "two_groups": pick_two_groups(ans, p) if ans is not None else []}
+            "two_groups": pick_two_groups(ans, p) if ans is not None else [],
+            "hugepages": pick_huge(ans, p) if ans is not None else []}
 
 
 def answer_lines(ans: TuneAnswer) -> list[tuple[str, str]]:
@@ -304,6 +318,7 @@ def answer_lines(ans: TuneAnswer) -> list[tuple[str, str]]:
         if v["beside"]:
             out.append(("", f"  beside it: {v['beside']}"))
         out += [("", f"  LazyFree: {line}") for line in v["lazyfree"]]
+        out += [("", f"  huge pages: {line}") for line in v["hugepages"]]
         out += [("yellow", f"  two groups: {line}") for line in v["two_groups"]]
         out.append(("", f"  run:     {p.apply.env_line}"))
         if p.apply.build:

@@ -14,7 +14,8 @@ from __future__ import annotations
 import enum
 from dataclasses import dataclass, field
 
-from alloclab.stats import best, lazyfree, two_groups
+from alloclab.stats import best, hugepages, lazyfree, two_groups
+from alloclab.stats.hugepages import HugeNote
 from alloclab.stats.lazyfree import LazyNote
 from alloclab.stats.two_groups import TwoGroups
 from alloclab.stats.analysis import Analysis
@@ -128,6 +129,8 @@ class TuneAnswer:
     lazyfree: list[LazyNote] = field(default_factory=list)
     # Each pick's metrics whose runs fell into two groups: its effect there is a mixture.
     two_groups: list[TwoGroups] = field(default_factory=list)
+    # Each pick's runs that ended with transparent huge pages, beside the default's.
+    hugepages: list[HugeNote] = field(default_factory=list)
 
     def of(self, outcome: Outcome) -> list[Other]:
         return [o for o in self.others if o.outcome == outcome]
@@ -139,7 +142,8 @@ class TuneAnswer:
                 "largest_open": self.largest_open.label if self.largest_open else None,
                 "open_on_both": self.open_on_both.label if self.open_on_both else None,
                 "lazyfree": [n.to_dict() for n in self.lazyfree],
-                "two_groups": [n.to_dict() for n in self.two_groups]}
+                "two_groups": [n.to_dict() for n in self.two_groups],
+                "hugepages": [n.to_dict() for n in self.hugepages]}
 
 
 def _effects(a: Analysis, metric_of, vi: int) -> tuple[Effect, ...]:
@@ -291,6 +295,7 @@ def answer(a: Analysis, candidates: list[Candidate], max_rss_increase: float | N
     out.lazyfree = lazyfree.notes(a, [p.variant_idx for p in out.picks])
     out.two_groups = two_groups.notes(a, [(p.variant_idx, e.workload, e.metric) for p in out.picks
                                           for e in p.effects + p.costs + p.faults])
+    out.hugepages = hugepages.notes(a, [p.variant_idx for p in out.picks])
     if out.picks:
         out.state = State.PICKED
     elif opened:

@@ -37,6 +37,7 @@ STANDARD = (
     MetricDef("end_anon_mb", "MiB", False),     # anonymous RSS as the program exits (launcher/spawn.c)
     MetricDef("end_lazyfree_mb", "MiB", False),         # of it, freed with MADV_FREE, not yet reclaimed
     MetricDef("end_anon_nolazy_mb", "MiB", False),      # end_anon_mb less that: what the program still holds
+    MetricDef("end_huge_mb", "MiB", False),             # of end_anon_mb, transparent huge pages (AnonHugePages)
     MetricDef("minflt", "faults", False),
     MetricDef("majflt", "faults", False),
     MetricDef("nvcsw", "switches", False),

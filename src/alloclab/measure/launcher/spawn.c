@@ -8,14 +8,16 @@
  *
  * usage: alloclab-spawn RESULT_FILE PROGRAM [ARGS...]
  * RESULT_FILE gets one line: "exit|signal CODE wall_ns utime_us stime_us maxrss_kb minflt
- * majflt nvcsw nivcsw end_anon_kb end_lazyfree_kb". Exit status 0 unless the launcher itself failed (then 125, or
+ * majflt nvcsw nivcsw end_anon_kb end_lazyfree_kb end_huge_kb". Exit status 0 unless the launcher itself failed (then 125, or
  * 127 when the program could not be executed).
  *
  * end_anon_kb: the program's anonymous RSS just before it exits (-1 where unknown; always in this
  * one-shot mode, which runs servers). With --serve the launcher seizes the program with ptrace, asking for its exit stop only (PTRACE_O_TRACEEXIT: the exit
  * handlers have run, the memory is not yet released), reads /proc/PID/statm there and lets it go.
  * end_lazyfree_kb, read at the same stop from /proc/PID/smaps_rollup: pages the allocator gave back
- * with MADV_FREE, which RSS (and so end_anon_kb) counts until the kernel reclaims them (-1: unknown).
+ * with MADV_FREE, which RSS (and so end_anon_kb) counts until the kernel reclaims them (-1: unknown);
+ * end_huge_kb, its AnonHugePages: the transparent huge pages the kernel gave the program (-1: unknown),
+ * which say whether a setting that asks for them (glibc.malloc.hugetlb=1) got them in this run.
  * A signal meanwhile stops the program until it is handed on, at once. Where ptrace is refused
  * (a container's policy) the figure is -1 and nothing else changes. Only the program's main
  * thread is seized: its end is the process's unless it leaves with pthread_exit.
@@ -90,13 +92,14 @@ static void reply(const char *fmt_line) {
 }
 
 static void format_result(char *line, size_t size, int status, long long wall, const struct rusage *ru,
-                          long long end_anon_kb, long long end_lazy_kb) {
-    snprintf(line, size, "%s %d %lld %lld %lld %ld %ld %ld %ld %ld %lld %lld\n",
+                          long long end_anon_kb, const long long rollup[2]) {
+    snprintf(line, size, "%s %d %lld %lld %lld %ld %ld %ld %ld %ld %lld %lld %lld\n",
              WIFSIGNALED(status) ? "signal" : "exit",
              WIFSIGNALED(status) ? WTERMSIG(status) : WEXITSTATUS(status), wall,
              (long long)ru->ru_utime.tv_sec * 1000000LL + ru->ru_utime.tv_usec,
              (long long)ru->ru_stime.tv_sec * 1000000LL + ru->ru_stime.tv_usec,
-             ru->ru_maxrss, ru->ru_minflt, ru->ru_majflt, ru->ru_nvcsw, ru->ru_nivcsw, end_anon_kb, end_lazy_kb);
+             ru->ru_maxrss, ru->ru_minflt, ru->ru_majflt, ru->ru_nvcsw, ru->ru_nivcsw, end_anon_kb, rollup[0],
+             rollup[1]);
 }
 
 /* Resident less file-backed and shared pages, as the fingerprint's series reads it. */
@@ -114,20 +117,27 @@ static long long anon_kb_of(pid_t pid) {
     return (rss > shared ? rss - shared : 0) * (sysconf(_SC_PAGESIZE) / 1024);
 }
 
-/* smaps_rollup's LazyFree: freed with MADV_FREE, still resident until the kernel needs the pages. */
-static long long lazyfree_kb_of(pid_t pid) {
+/* From smaps_rollup: LazyFree (freed with MADV_FREE, still resident until the kernel needs the
+ * pages) and AnonHugePages (transparent huge pages given), each -1 where unreadable. */
+static long long rollup_field(const char *t, const char *name) {
+    const char *at = strstr(t, name);
+    long long kb;
+    return at && sscanf(at + strlen(name), "%lld", &kb) == 1 ? kb : -1;
+}
+
+static void rollup_of(pid_t pid, long long out[2]) {
     char path[64], t[4096];
+    out[0] = out[1] = -1;
     snprintf(path, sizeof path, "/proc/%d/smaps_rollup", (int)pid);
     int fd = open(path, O_RDONLY | O_CLOEXEC);
-    if (fd < 0) return -1;
+    if (fd < 0) return;
     size_t len = 0;
     ssize_t n;
     while (len < sizeof t - 1 && (n = read(fd, t + len, sizeof t - 1 - len)) > 0) len += (size_t)n;
     close(fd);
     t[len] = 0;
-    const char *at = strstr(t, "\nLazyFree:");
-    long long kb;
-    return at && sscanf(at + 10, "%lld", &kb) == 1 ? kb : -1;
+    out[0] = rollup_field(t, "\nLazyFree:");
+    out[1] = rollup_field(t, "\nAnonHugePages:");
 }
 
 static int seize(pid_t pid) {
@@ -136,14 +146,14 @@ static int seize(pid_t pid) {
 
 /* One wait for the program: its ptrace stops are handled here and waited past. Returns wait4's. */
 static pid_t wait_program(pid_t pid, int *status, int options, struct rusage *ru, long long *end_anon_kb,
-                          long long *end_lazy_kb) {
+                          long long rollup[2]) {
     for (;;) {
         pid_t r = wait4(pid, status, options, ru);
         if (r <= 0 || !WIFSTOPPED(*status)) return r;
         int event = *status >> 16, sig = WSTOPSIG(*status);
         if (event == PTRACE_EVENT_EXIT) {
             *end_anon_kb = anon_kb_of(pid);
-            *end_lazy_kb = lazyfree_kb_of(pid);
+            rollup_of(pid, rollup);
             ptrace(PTRACE_DETACH, pid, NULL, NULL);
         } else if (event == PTRACE_EVENT_STOP) {
             ptrace(PTRACE_LISTEN, pid, NULL, NULL);      /* a group stop: it stays stopped, as untraced */
@@ -245,7 +255,7 @@ static int serve(void) {
             reply(line);
             continue;
         }
-        long long end_anon_kb = -1, end_lazy_kb = -1;
+        long long end_anon_kb = -1, rollup[2] = {-1, -1};
         seize(pid);
         /* alloclab's first look comes 10 ms after the start: a program done within 5 ms gets its
          * pid and result in one reply, which wakes alloclab once instead of twice. */
@@ -255,7 +265,7 @@ static int serve(void) {
         struct rusage ru;
         memset(&ru, 0, sizeof ru);
         for (;;) {
-            pid_t got = wait_program(pid, &status, WNOHANG, &ru, &end_anon_kb, &end_lazy_kb);
+            pid_t got = wait_program(pid, &status, WNOHANG, &ru, &end_anon_kb, rollup);
             if (got == pid) break;
             if (got < 0 && errno != EINTR) return 125;
             if (got < 0) continue;
@@ -267,7 +277,7 @@ static int serve(void) {
         }
         long long wall = now_ns() - t0;
         if (!sent) reply(pid_line);
-        format_result(line, sizeof line, status, wall, &ru, end_anon_kb, end_lazy_kb);
+        format_result(line, sizeof line, status, wall, &ru, end_anon_kb, rollup);
         reply(line);
     }
 }
@@ -301,8 +311,8 @@ int main(int argc, char **argv) {
     int status = 0;
     struct rusage ru;
     memset(&ru, 0, sizeof ru);
-    long long end_anon_kb = -1, end_lazy_kb = -1;   /* a server runs under this mode: it is not seized (its signals stay its own) */
-    while (wait_program(child, &status, 0, &ru, &end_anon_kb, &end_lazy_kb) < 0) {
+    long long end_anon_kb = -1, rollup[2] = {-1, -1};   /* a server runs under this mode: it is not seized (its signals stay its own) */
+    while (wait_program(child, &status, 0, &ru, &end_anon_kb, rollup) < 0) {
         if (errno != EINTR) { perror("alloclab-spawn: wait4"); return 125; }
     }
     long long wall = now_ns() - t0;
@@ -313,7 +323,7 @@ int main(int argc, char **argv) {
     FILE *out = fopen(argv[1], "w");
     if (!out) { perror("alloclab-spawn: result file"); return 125; }
     char line[256];
-    format_result(line, sizeof line, status, wall, &ru, end_anon_kb, end_lazy_kb);
+    format_result(line, sizeof line, status, wall, &ru, end_anon_kb, rollup);
     fputs(line, out);
     fclose(out);
     return 0;
