@@ -78,12 +78,24 @@ def _setting(spec: str, command: str) -> Setting:
     return Setting(spec, line, systemd)
 
 
+def _versions(snap: Snapshot) -> dict[str, str]:
+    """A bundled copy's version, from the names of its options in the program's bytes: the setting's
+    name follows it (mimalloc 2.1 renamed decommit_delay to purge_delay)."""
+    a = load_catalog().allocators.get(snap.allocator)
+    if a is None or not a.bundled:
+        return {}
+    from pathlib import Path
+
+    from alloclab.catalog.allocators import bundled_version
+    return {a.name: bundled_version(a, Path(f"/proc/{snap.pid}/exe"))}
+
+
 def answer(snap: Snapshot) -> Answer:
     out = Answer(race=race_command(snap))
     r = reading(snap)
     if r is None:
         return out
-    rx = prescribe({snap.allocator: r}, _others(snap.allocator), rules=memory_rules(), default=r,
+    rx = prescribe({snap.allocator: r}, _others(snap.allocator), _versions(snap), rules=memory_rules(), default=r,
                     beside=False)
     line = command(snap)
     by_rule: dict[str, Finding] = {}
@@ -106,7 +118,7 @@ def answer(snap: Snapshot) -> Answer:
         # Without mp_ glibc's thresholds are unknown: what the walk shows, and no claim about why.
         out.said.append(f"{size_text(parts['free_top'])} free at the top, kept")
     known = load_catalog().allocators.get(snap.allocator)
-    if snap.source == "smaps alone" and (known is None or known.books is not None):
+    if snap.source == "smaps alone" and (known is None or (known.books is not None and not known.bundled)):
         out.said.append(f"{snap.allocator}'s own split needs a channel (a recipe's) or --attach")
     return out
 

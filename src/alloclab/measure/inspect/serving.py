@@ -1,7 +1,8 @@
 """Which allocator serves a process's malloc, told from outside: what the loader would bind malloc
 to. A preloaded library that defines it comes first (alloclab's forwarding preload hands it to
-glibc's), then the program's own malloc (an allocator built into it), then an allocator library it
-links, then glibc's. The libraries are the catalog's (catalog/allocators.toml).
+glibc's), then the program's own malloc (an allocator built into it), then a copy built in under its
+own names (the Rust mimalloc crate's mi_malloc: the program's allocations go to it, the C library's
+to glibc), then an allocator library it links, then glibc's. The libraries are the catalog's (catalog/allocators.toml).
 
 A preload is read from the process's environment, and where that is gone (redis rewrites its
 process title over its environment) from its maps: an allocator library mapped that the program
@@ -67,6 +68,11 @@ def serving(pid: int, maps: list[Mapping]) -> tuple[str, str]:
             if a.prefixed_symbols and set(a.prefixed_symbols) & facts.defined:
                 return a.name, f"built into {program} (its {sorted(set(a.prefixed_symbols) & facts.defined)[0]})"
         return "unknown", f"{program} defines its own malloc"
+    form = cat.bundled_form(facts, cat.load_catalog()) if facts.is_elf else None
+    if form is not None:
+        found = ", ".join(sorted(set(form.bundled_symbols) & facts.defined))
+        return form.name, (f"the {form.bundled} built into {program} ({found}) serves the program's own allocations; "
+                           f"glibc's malloc, the C library's")
     for base, path in mapped.items():
         if base in sonames:
             return sonames[base], f"linked ({path})"

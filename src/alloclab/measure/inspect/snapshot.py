@@ -104,7 +104,13 @@ def inspect(pid: int, options: Options = Options(), t0: float | None = None) -> 
         if snap.allocator != "glibc":
             from alloclab.measure.inspect import channels
             channel = options.channel or _recipe_channel(snap)
-            if channel and channels.read(snap, pid, maps, channel):
+            bundled = getattr(load_catalog().allocators.get(snap.allocator), "bundled", "")
+            if bundled:
+                smaps_only(snap, pid, maps, f"the {bundled} built into the program keeps its books inside it, "
+                                            f"under its own names, where no call from outside reaches: shown here is "
+                                            f"what smaps says, its anonymous maps as held (glibc's few, serving the C "
+                                            f"library, among them)")
+            elif channel and channels.read(snap, pid, maps, channel):
                 pass
             elif options.attach:
                 from alloclab.measure.inspect import attach
