@@ -164,6 +164,24 @@ def _still_running(procs) -> list[int]:
 
 # --- one child command (setup, client, probe, teardown) --------------------------------------------
 
+def start_session(argv: list[str], **kwargs) -> subprocess.Popen:
+    """subprocess.Popen in a session of its own, whose child is never left behind by a Ctrl-C: one that
+    lands after the exec but before Popen returns (it waits on the exec's pipe) loses the Popen object
+    with the child running (a Ceph client's fio wrapper outlived alloclab so). Any child of ours that
+    was not there before is then stopped, its session with it."""
+    me = psutil.Process()
+    before = {c.pid for c in me.children()}
+    try:
+        return subprocess.Popen(argv, start_new_session=True, close_fds=True, **kwargs)
+    except BaseException:
+        for c in me.children():
+            if c.pid not in before:
+                kill_tree(c.pid, [c.pid], grace_s=0.5)
+                with contextlib.suppress(ChildProcessError, OSError):
+                    os.waitpid(c.pid, 0)
+        raise
+
+
 @dataclass
 class Finished:
     code: int | None
@@ -180,8 +198,7 @@ def run_command(argv: list[str], env: dict[str, str], cwd: Path, timeout: float 
     with open(out, "wb") as fh:
         t0 = time.perf_counter()
         try:
-            proc = subprocess.Popen(argv, env=env, cwd=cwd, stdin=subprocess.DEVNULL, stdout=fh,
-                                    stderr=subprocess.STDOUT, start_new_session=True, close_fds=True)
+            proc = start_session(argv, env=env, cwd=cwd, stdin=subprocess.DEVNULL, stdout=fh, stderr=subprocess.STDOUT)
         except OSError as exc:
             raise ServiceFailed(f"could not start {argv[0]}: {exc.strerror}") from None
     seen: dict[int, psutil.Process] = {}

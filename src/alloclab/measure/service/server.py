@@ -25,7 +25,7 @@ from alloclab.workloads.experiment_file import substitute_argv
 from alloclab.measure.run import file_tail, kill_tree
 from alloclab.measure.service.proctree import SAMPLE_S, ProcTree, read_stat
 from alloclab.measure.service.commands import (Identity, ServiceFailed, _still_running, port_holder,
-                                               port_in_use, run_command, tcp_accepts)
+                                               port_in_use, run_command, start_session, tcp_accepts)
 from alloclab.workloads.experiment_file import ExperimentFile
 
 FP_SETTLE_S = 0.1   # five of the fingerprint sampler's 20 ms intervals
@@ -149,8 +149,8 @@ class Server:
         launch = [str(launcher()), str(self.res), *argv]
         with open(self.out, "wb") as out, open(self.err, "wb") as err:
             try:
-                self.proc = subprocess.Popen(launch, env=env, cwd=self.s.workdir, stdin=subprocess.DEVNULL,
-                                             stdout=out, stderr=err, start_new_session=True, close_fds=True)
+                self.proc = start_session(launch, env=env, cwd=self.s.workdir, stdin=subprocess.DEVNULL,
+                                          stdout=out, stderr=err)
             except OSError as exc:
                 raise ServiceFailed(f"could not start the service {argv[0]}: {exc.strerror}") from None
         self.t0 = time.perf_counter()

@@ -23,7 +23,7 @@ from alloclab.workloads.command import resolve_command
 from alloclab.workloads.metrics import output_tail
 from alloclab.measure.service.proctree import SAMPLE_S
 from alloclab.measure.service.commands import (Identity, ServiceFailed, clean_env, deferred_interrupts,
-                                               free_port, run_command)
+                                               free_port, run_command, start_session)
 from alloclab.measure.service.server import Server, ServerWrap
 
 BACKGROUND_STOP_S = 15.0   # a [[setup]] daemon gets this long to exit after SIGTERM
@@ -229,9 +229,8 @@ class Session:
         argv = self.identity.argv(substitute_argv(step.command, self.values(port=self._setup_port() or None)))
         with open(self.private / f"setup-{i}.log", "wb") as out:
             try:
-                proc = subprocess.Popen(argv, env=self.clean_for_commands(), cwd=self.workdir,
-                                        stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT,
-                                        start_new_session=True, close_fds=True)
+                proc = start_session(argv, env=self.clean_for_commands(), cwd=self.workdir,
+                                     stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT)
             except OSError as exc:
                 raise AlloclabError(f"{self._step_place('setup', i)}: could not start {argv[0]}: {exc.strerror}. "
                                     f"Fix the command.") from None
