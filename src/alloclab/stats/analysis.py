@@ -94,6 +94,11 @@ class WorkloadResult:
     def comparison(self, metric: str | None, vi: int) -> stats.Comparison | None:   # None where none
         return row.comparison(vi) if (row := self.row(metric or "")) else None
 
+    def cell(self, metric: str, vi: int) -> Cell | None:
+        """A variant's cell of a metric (its runs' values and summary); None where the metric is absent."""
+        row = self.row(metric)
+        return next((c for c in row.cells if c.variant_idx == vi), None) if row is not None else None
+
     def primary(self) -> MetricRow | None:
         return primary_metric(self.rows)
 

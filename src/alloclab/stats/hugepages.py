@@ -37,8 +37,7 @@ class HugeNote:
 
 
 def _values(w: WorkloadResult, vi: int) -> list[float]:
-    row = w.row(HUGE)
-    cell = next((c for c in row.cells if c.variant_idx == vi), None) if row is not None else None
+    cell = w.cell(HUGE, vi)
     return list(cell.values) if cell is not None else []
 
 

@@ -38,8 +38,7 @@ class LazyNote:
 
 
 def _median(w: WorkloadResult, metric: str, vi: int) -> float | None:
-    row = w.row(metric)
-    cell = next((c for c in row.cells if c.variant_idx == vi), None) if row is not None else None
+    cell = w.cell(metric, vi)
     return cell.summary.median if cell is not None and cell.summary.n else None
 
 

@@ -69,17 +69,12 @@ def split(values: list[float]) -> tuple[list[float], list[float]] | None:
     return [float(v) for v in x[:i + 1]], [float(v) for v in x[i + 1:]]
 
 
-def _cell(w: WorkloadResult, metric: str, vi: int):
-    row = w.row(metric)
-    return (next((c for c in row.cells if c.variant_idx == vi), None), row) if row is not None else (None, None)
-
-
 def note(a: Analysis, w: WorkloadResult, metric: str, vi: int) -> TwoGroups | None:
-    cell, row = _cell(w, metric, vi)
+    cell = w.cell(metric, vi)
     groups = split(cell.values) if cell is not None else None
     if groups is None:
         return None
-    base, _ = _cell(w, metric, a.baseline_idx)
+    row, base = w.row(metric), w.cell(metric, a.baseline_idx)
     lo, hi = groups
     return TwoGroups(w.name, a.labels[vi], metric, row.unit, (len(lo), float(np.median(lo))),
                      (len(hi), float(np.median(hi))),
